@@ -1,0 +1,157 @@
+// Package gpusim builds simulated NVML servers from go-nvml's mock presets so
+// the kubelet plugin, the demo and the tests run on machines without a GPU.
+// The simulated GPUs behave like the real ones to the rest of the driver:
+// same NVML interface, stable UUIDs per node, real PCI bus ids.
+package gpusim
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/google/uuid"
+
+	"github.com/gpufrac/gpufrac/pkg/inventory"
+)
+
+// presets maps the short model names of --simulate-gpus to go-nvml's
+// presets; the SXM parts are what the DGX mocks (mock/dgx*) are built from.
+var presets = map[string]gpus.Config{
+	"h200":     gpus.H200_SXM5_141GB,
+	"h100":     gpus.H100_SXM5_80GB,
+	"a100":     gpus.A100_SXM4_80GB,
+	"a100-40g": gpus.A100_SXM4_40GB,
+	"b200":     gpus.B200_SXM5_180GB,
+	"a30":      gpus.A30_PCIE_24GB,
+}
+
+// Simulated driver facts. A dmem node runs a driver branch with per-cgroup
+// memory limits and MPS v3 (r615, CUDA 13.4); mps and none nodes run an
+// older branch, with legacy MPS or without it, as such nodes do.
+const (
+	DriverVersion        = "615.23.01"
+	nvmlVersion          = "13.615.23.01"
+	cudaDriverVersion    = 13040
+	OldDriverVersion     = "570.86.10"
+	oldNVMLVersion       = "12.570.86.10"
+	oldCUDADriverVersion = 12080
+)
+
+// Models lists the model names Parse accepts.
+func Models() []string {
+	names := make([]string, 0, len(presets))
+	for n := range presets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Group is a run of identical GPUs.
+type Group struct {
+	Model string
+	Count int
+}
+
+// Parse reads a spec such as "h200x8" or "h100x4,a100x4".
+func Parse(spec string) ([]Group, error) {
+	var groups []Group
+	for _, part := range strings.Split(spec, ",") {
+		part = strings.TrimSpace(strings.ToLower(part))
+		model, countStr, ok := strings.Cut(part, "x")
+		if !ok {
+			return nil, fmt.Errorf("simulated GPUs %q: %q is not MODELxCOUNT (e.g. h200x8)", spec, part)
+		}
+		if _, known := presets[model]; !known {
+			return nil, fmt.Errorf("simulated GPUs %q: unknown model %q, known: %s", spec, model, strings.Join(Models(), ", "))
+		}
+		count, err := strconv.Atoi(countStr)
+		if err != nil || count < 1 || count > 256 {
+			return nil, fmt.Errorf("simulated GPUs %q: count %q must be a number from 1 to 256", spec, countStr)
+		}
+		groups = append(groups, Group{Model: model, Count: count})
+	}
+	return groups, nil
+}
+
+// Node is a simulated node: its NVML server and the discovery options that
+// make inventory see the enforcement asked for.
+type Node struct {
+	NVML             *server.Server
+	InventoryOptions inventory.Options
+}
+
+// NewNode simulates a node whose GPUs are spec and whose memory enforcement
+// is enforcement, with the driver and MPS a real node of that kind has.
+func NewNode(spec, nodeName string, enforcement inventory.Enforcement) (*Node, error) {
+	srv, err := New(spec, nodeName)
+	if err != nil {
+		return nil, err
+	}
+	mps := true
+	switch enforcement {
+	case inventory.EnforcementDMem:
+	case inventory.EnforcementMPS:
+		srv.DriverVersion, srv.NvmlVersion, srv.CudaDriverVersion = OldDriverVersion, oldNVMLVersion, oldCUDADriverVersion
+	case inventory.EnforcementNone:
+		srv.DriverVersion, srv.NvmlVersion, srv.CudaDriverVersion = OldDriverVersion, oldNVMLVersion, oldCUDADriverVersion
+		mps = false
+	default:
+		return nil, fmt.Errorf("simulated enforcement %q is not one of dmem, mps, none", enforcement)
+	}
+	return &Node{
+		NVML: srv,
+		InventoryOptions: inventory.Options{
+			ForceEnforcement: enforcement,
+			LookPath: func(file string) (string, error) {
+				if !mps {
+					return "", fmt.Errorf("%s: not present on a simulated node without MPS", file)
+				}
+				return "/simulated/" + file, nil
+			},
+		},
+	}, nil
+}
+
+// New builds an NVML server with the GPUs of spec. UUIDs derive from the
+// node name and index so that a restarted plugin on the same node sees the
+// same GPUs, as it would on real hardware, and two simulated nodes differ.
+func New(spec, nodeName string) (*server.Server, error) {
+	groups, err := Parse(spec)
+	if err != nil {
+		return nil, err
+	}
+	var configs []gpus.Config
+	for _, g := range groups {
+		configs = append(configs, gpus.Multiple(g.Count, presets[g.Model])...)
+	}
+	srv, err := server.New(
+		server.WithGPUs(configs...),
+		server.WithDriverVersion(DriverVersion),
+		server.WithNVMLVersion(nvmlVersion),
+		server.WithCUDADriverVersion(cudaDriverVersion),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("building simulated NVML server: %w", err)
+	}
+	for _, d := range srv.Devices {
+		dev := d.(*server.Device)
+		dev.UUID = "GPU-" + uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "gpufrac/%s/%d", nodeName, dev.Index)).String()
+		// The preset PCI info carries only the device id; real NVML also
+		// reports the bus id, which the slice publishes.
+		busID := dev.PciBusID
+		pciDeviceID := dev.Config.PciDeviceId
+		dev.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+			info := nvml.PciInfo{PciDeviceId: pciDeviceID}
+			for i := 0; i < len(busID) && i < len(info.BusId)-1; i++ {
+				info.BusId[i] = int8(busID[i])
+			}
+			return info, nvml.SUCCESS
+		}
+	}
+	return srv, nil
+}

@@ -1,0 +1,125 @@
+package gpusim_test
+
+import (
+	"testing"
+
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpufrac/gpufrac/pkg/gpusim"
+	"github.com/gpufrac/gpufrac/pkg/inventory"
+)
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		spec string
+		want []gpusim.Group
+		err  string
+	}{
+		{spec: "h200x8", want: []gpusim.Group{{"h200", 8}}},
+		{spec: "H100x4, a100x2", want: []gpusim.Group{{"h100", 4}, {"a100", 2}}},
+		{spec: "h200", err: `simulated GPUs "h200": "h200" is not MODELxCOUNT (e.g. h200x8)`},
+		{spec: "v100x2", err: `simulated GPUs "v100x2": unknown model "v100", known: a100, a100-40g, a30, b200, h100, h200`},
+		{spec: "h200x0", err: `simulated GPUs "h200x0": count "0" must be a number from 1 to 256`},
+		{spec: "h200xmany", err: `simulated GPUs "h200xmany": count "many" must be a number from 1 to 256`},
+	} {
+		got, err := gpusim.Parse(tc.spec)
+		if tc.err != "" {
+			if err == nil || err.Error() != tc.err {
+				t.Errorf("Parse(%q) error %v, want %q", tc.spec, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || len(got) != len(tc.want) {
+			t.Fatalf("Parse(%q) = %v, %v; want %v", tc.spec, got, err, tc.want)
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("Parse(%q)[%d] = %v, want %v", tc.spec, i, got[i], tc.want[i])
+			}
+		}
+	}
+}
+
+func uuids(t *testing.T, spec, node string) []string {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	srv, err := gpusim.New(spec, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := inventory.Discover(ctx, srv, inventory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, g := range inv.GPUs {
+		out = append(out, g.UUID)
+	}
+	return out
+}
+
+func TestUUIDsAreStablePerNodeAndDistinctAcrossNodes(t *testing.T) {
+	a1, a2, b := uuids(t, "h200x4", "node-a"), uuids(t, "h200x4", "node-a"), uuids(t, "h200x4", "node-b")
+	seen := map[string]bool{}
+	for i := range a1 {
+		if a1[i] != a2[i] {
+			t.Errorf("GPU %d of node-a changed uuid across restarts: %s vs %s", i, a1[i], a2[i])
+		}
+		if seen[a1[i]] || seen[b[i]] || a1[i] == b[i] {
+			t.Errorf("uuid collision at GPU %d: %s / %s", i, a1[i], b[i])
+		}
+		seen[a1[i]], seen[b[i]] = true, true
+	}
+}
+
+func TestMixedModelsAndBusIDs(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	srv, err := gpusim.New("h100x1,b200x1", "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := inventory.Discover(ctx, srv, inventory.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.GPUs) != 2 || inv.GPUs[0].ProductName != "NVIDIA H100 80GB HBM3" || inv.GPUs[1].Architecture != "Blackwell" {
+		t.Fatalf("got %+v", inv.GPUs)
+	}
+	if inv.GPUs[1].PCIBusID != "0000:01:00.0" {
+		t.Errorf("bus id %q, want 0000:01:00.0", inv.GPUs[1].PCIBusID)
+	}
+	if inv.DriverVersion != gpusim.DriverVersion {
+		t.Errorf("driver %s, want %s", inv.DriverVersion, gpusim.DriverVersion)
+	}
+}
+
+func TestNodeIsCoherentPerEnforcement(t *testing.T) {
+	for _, tc := range []struct {
+		enforcement inventory.Enforcement
+		driver      string
+		mps         string
+	}{
+		{inventory.EnforcementDMem, gpusim.DriverVersion, inventory.MPSVersionV3},
+		{inventory.EnforcementMPS, gpusim.OldDriverVersion, inventory.MPSVersionLegacy},
+		{inventory.EnforcementNone, gpusim.OldDriverVersion, inventory.MPSVersionNone},
+	} {
+		t.Run(string(tc.enforcement), func(t *testing.T) {
+			_, ctx := ktesting.NewTestContext(t)
+			node, err := gpusim.NewNode("h200x1", "n", tc.enforcement)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inv, err := inventory.Discover(ctx, node.NVML, node.InventoryOptions)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inv.Enforcement != tc.enforcement || inv.DriverVersion != tc.driver || inv.MPSVersion != tc.mps {
+				t.Errorf("got enforcement %s driver %s mps %s; want %s %s %s",
+					inv.Enforcement, inv.DriverVersion, inv.MPSVersion, tc.enforcement, tc.driver, tc.mps)
+			}
+		})
+	}
+	if _, err := gpusim.NewNode("h200x1", "n", "cgroup"); err == nil {
+		t.Error("an unknown enforcement was accepted")
+	}
+}
