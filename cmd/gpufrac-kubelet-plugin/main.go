@@ -1,0 +1,188 @@
+// Command gpufrac-kubelet-plugin is the node side of gpufrac: it registers
+// with the kubelet, publishes the node's GPUs as ResourceSlices and prepares
+// claims. All logic lives in pkg/nodeplugin; this file is flags and wiring.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/cli"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/dynamic-resource-allocation/deviceattribute"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpufrac/gpufrac/pkg/gpusim"
+	"github.com/gpufrac/gpufrac/pkg/inventory"
+	"github.com/gpufrac/gpufrac/pkg/metricsserver"
+	"github.com/gpufrac/gpufrac/pkg/nodeplugin"
+)
+
+type flags struct {
+	nodeName            string
+	kubeconfig          string
+	kubeAPIQPS          float32
+	kubeAPIBurst        int
+	pluginDataDir       string
+	registrarDir        string
+	cdiRoot             string
+	cgroupRoot          string
+	metricsAddress      string
+	simulateGPUs        string
+	simulateEnforcement string
+	printSlices         bool
+	logging             *logsapi.LoggingConfiguration
+}
+
+func main() {
+	os.Exit(cli.Run(newCommand()))
+}
+
+func envOr(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func newCommand() *cobra.Command {
+	f := &flags{logging: logsapi.NewLoggingConfiguration()}
+	cmd := &cobra.Command{
+		Use:          "gpufrac-kubelet-plugin",
+		Short:        "gpufrac's kubelet plugin: publishes GPUs with consumable memory and prepares fractional GPU claims",
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := logsapi.ValidateAndApply(f.logging, nil); err != nil {
+				return err
+			}
+			return run(cmd.Context(), f)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.nodeName, "node-name", envOr("NODE_NAME", ""), "name of this node (env NODE_NAME)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", envOr("KUBECONFIG", ""), "kubeconfig file; empty means in-cluster (env KUBECONFIG)")
+	// The DRA helper GETs every claim before Prepare; client-go's default
+	// of 5 QPS would cap Prepare at 5 claims per second.
+	fs.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 50, "sustained queries per second to the API server")
+	fs.IntVar(&f.kubeAPIBurst, "kube-api-burst", 100, "burst of queries to the API server")
+	fs.StringVar(&f.pluginDataDir, "plugin-data-dir", envOr("PLUGIN_DATA_DIR", "/var/lib/kubelet/plugins/gpufrac.dev"), "directory for the DRA socket and the checkpoint")
+	fs.StringVar(&f.registrarDir, "registrar-dir", envOr("REGISTRAR_DIR", "/var/lib/kubelet/plugins_registry"), "kubelet plugin registration directory")
+	fs.StringVar(&f.cdiRoot, "cdi-root", envOr("CDI_ROOT", "/var/run/cdi"), "directory for CDI specs of prepared claims")
+	fs.StringVar(&f.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "mount point of the cgroup hierarchy (dmem enforcement needs cgroup v2)")
+	fs.StringVar(&f.metricsAddress, "metrics-address", envOr("METRICS_ADDRESS", ":8080"), "address for /metrics and /healthz; empty disables")
+	fs.StringVar(&f.simulateGPUs, "simulate-gpus", envOr("SIMULATE_GPUS", ""),
+		fmt.Sprintf("simulate GPUs instead of using NVML, e.g. h200x8 or h100x4,a100x4 (models: %v)", gpusim.Models()))
+	fs.StringVar(&f.simulateEnforcement, "simulate-enforcement", envOr("SIMULATE_ENFORCEMENT", string(inventory.EnforcementDMem)),
+		"with --simulate-gpus: the memory enforcement to simulate (dmem, mps, none)")
+	fs.BoolVar(&f.printSlices, "print-slices", false, "print the ResourceSlices this node would publish as YAML and exit; needs no API server")
+	logsapi.AddFlags(f.logging, fs)
+	return cmd
+}
+
+func run(ctx context.Context, f *flags) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	// A signal is an orderly stop; a fatal background error is not, and the
+	// exit code must tell them apart.
+	fatal := make(chan error, 1)
+	logger := klog.FromContext(ctx)
+
+	cfg := nodeplugin.Config{
+		NodeName:      f.nodeName,
+		PluginDataDir: f.pluginDataDir,
+		RegistrarDir:  f.registrarDir,
+		CDIRoot:       f.cdiRoot,
+		OnFatal: func(err error) {
+			select {
+			case fatal <- err:
+			default:
+			}
+		},
+		InventoryOptions: inventory.Options{
+			CgroupRoot: f.cgroupRoot,
+		},
+	}
+	if f.simulateGPUs != "" {
+		enforcement, err := inventory.ParseEnforcement(f.simulateEnforcement)
+		if err != nil {
+			return fmt.Errorf("--simulate-enforcement: %w", err)
+		}
+		node, err := gpusim.NewNode(f.simulateGPUs, f.nodeName, enforcement)
+		if err != nil {
+			return fmt.Errorf("--simulate-gpus: %w", err)
+		}
+		logger.Info("Simulating GPUs: no NVML, no real GPU is touched", "gpus", f.simulateGPUs, "enforcement", enforcement)
+		cfg.NVML = node.NVML
+		cfg.InventoryOptions = node.InventoryOptions
+	} else {
+		cfg.NVML = nvml.New()
+		cfg.InventoryOptions.PCIeRoot = func(busID string) (string, error) {
+			attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(busID)
+			if err != nil || attr.Value.StringValue == nil {
+				return "", err
+			}
+			return *attr.Value.StringValue, nil
+		}
+	}
+
+	if f.printSlices {
+		return printSlices(ctx, cfg)
+	}
+
+	restConfig, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig %q: %w", f.kubeconfig, err)
+	}
+	restConfig.QPS, restConfig.Burst = f.kubeAPIQPS, f.kubeAPIBurst
+	restConfig.UserAgent = "gpufrac-kubelet-plugin"
+	if cfg.KubeClient, err = kubernetes.NewForConfig(restConfig); err != nil {
+		return fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+
+	if f.metricsAddress != "" {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		if _, err := metricsserver.Start(ctx, f.metricsAddress, reg); err != nil {
+			return err
+		}
+	}
+
+	plugin, err := nodeplugin.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer plugin.Stop()
+	select {
+	case <-ctx.Done():
+		logger.Info("Kubelet plugin stopping", "reason", context.Cause(ctx))
+		return nil
+	case err := <-fatal:
+		return fmt.Errorf("kubelet plugin stopped: %w", err)
+	}
+}
+
+func printSlices(ctx context.Context, cfg nodeplugin.Config) error {
+	slices, err := nodeplugin.Slices(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	for _, s := range slices {
+		s.APIVersion, s.Kind = "resource.k8s.io/v1", "ResourceSlice"
+		out, err := yaml.Marshal(s)
+		if err != nil {
+			return fmt.Errorf("rendering slice %s: %w", s.Name, err)
+		}
+		fmt.Printf("---\n%s", out)
+	}
+	return nil
+}

@@ -1,0 +1,169 @@
+package nodeplugin_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
+	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpufrac/gpufrac/pkg/gpusim"
+	"github.com/gpufrac/gpufrac/pkg/inventory"
+	"github.com/gpufrac/gpufrac/pkg/nodeplugin"
+)
+
+const nodeName = "node-a"
+
+// shortTempDir keeps socket paths under the 108-byte limit of unix sockets,
+// which t.TempDir() with a long test name can exceed.
+func shortTempDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "gf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+func dial(t *testing.T, path string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dialing %s: %v", path, err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// TestPluginRegistersAndPublishes drives the plugin the way the kubelet does:
+// through its registration socket and its DRA socket, with the kubelet's own
+// generated gRPC clients.
+func TestPluginRegistersAndPublishes(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
+	srv, err := gpusim.New("h200x2", nodeName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := shortTempDir(t)
+	cfg := nodeplugin.Config{
+		NodeName:         nodeName,
+		KubeClient:       client,
+		NVML:             srv,
+		InventoryOptions: inventory.Options{ForceEnforcement: inventory.EnforcementDMem},
+		PluginDataDir:    filepath.Join(root, "plugin"),
+		RegistrarDir:     filepath.Join(root, "registry"),
+		CDIRoot:          filepath.Join(root, "cdi"),
+		OnFatal:          func(err error) { t.Errorf("fatal plugin error: %v", err) },
+	}
+	plugin, err := nodeplugin.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plugin.Stop()
+
+	// Registration, as the kubelet's plugin watcher does it.
+	regSock := filepath.Join(cfg.RegistrarDir, "gpufrac.dev-reg.sock")
+	reg := registerapi.NewRegistrationClient(dial(t, regSock))
+	info, err := reg.GetInfo(ctx, &registerapi.InfoRequest{})
+	if err != nil {
+		t.Fatalf("GetInfo: %v", err)
+	}
+	if info.Type != registerapi.DRAPlugin || info.Name != "gpufrac.dev" {
+		t.Errorf("GetInfo = type %q name %q, want DRAPlugin gpufrac.dev", info.Type, info.Name)
+	}
+	if !strings.HasPrefix(info.Endpoint, cfg.PluginDataDir) {
+		t.Errorf("DRA endpoint %q is not under the plugin data dir %s", info.Endpoint, cfg.PluginDataDir)
+	}
+	found := false
+	for _, v := range info.SupportedVersions {
+		found = found || v == drapb.DRAPluginService
+	}
+	if !found {
+		t.Errorf("supported versions %v lack %s", info.SupportedVersions, drapb.DRAPluginService)
+	}
+	if _, err := reg.NotifyRegistrationStatus(ctx, &registerapi.RegistrationStatus{PluginRegistered: true}); err != nil {
+		t.Fatalf("NotifyRegistrationStatus: %v", err)
+	}
+
+	// The slices reach the API: one pool named after the node, two GPUs.
+	var slices *resourceapi.ResourceSliceList
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		slices, err = client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		return err == nil && len(slices.Items) > 0, err
+	})
+	if err != nil {
+		t.Fatalf("waiting for ResourceSlices: %v", err)
+	}
+	if len(slices.Items) != 1 {
+		t.Fatalf("got %d slices, want 1", len(slices.Items))
+	}
+	s := slices.Items[0]
+	if s.Spec.Driver != "gpufrac.dev" || s.Spec.Pool.Name != nodeName || ptr.Deref(s.Spec.NodeName, "") != nodeName || len(s.Spec.Devices) != 2 {
+		t.Errorf("slice driver %q pool %q node %v devices %d; want gpufrac.dev, %s, %s, 2",
+			s.Spec.Driver, s.Spec.Pool.Name, s.Spec.NodeName, len(s.Spec.Devices), nodeName, nodeName)
+	}
+	if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "Node" || s.OwnerReferences[0].Name != nodeName {
+		t.Errorf("slice owners %+v, want the Node so the slices go with it", s.OwnerReferences)
+	}
+
+	// The DRA service answers; preparation is refused per claim with a reason.
+	claim := allocatedClaim()
+	if _, err := client.ResourceV1().ResourceClaims(claim.Namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dra := drapb.NewDRAPluginClient(dial(t, info.Endpoint))
+	prep, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{
+		Claims: []*drapb.Claim{{Namespace: claim.Namespace, Name: claim.Name, Uid: string(claim.UID)}},
+	})
+	if err != nil {
+		t.Fatalf("NodePrepareResources: %v", err)
+	}
+	res := prep.Claims[string(claim.UID)]
+	if res == nil || !strings.Contains(res.Error, "cannot prepare claims yet") {
+		t.Errorf("prepare result %+v, want a per-claim error saying preparation is not available", res)
+	}
+	unprep, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{
+		Claims: []*drapb.Claim{{Namespace: claim.Namespace, Name: claim.Name, Uid: string(claim.UID)}},
+	})
+	if err != nil {
+		t.Fatalf("NodeUnprepareResources: %v", err)
+	}
+	if r := unprep.Claims[string(claim.UID)]; r == nil || r.Error != "" {
+		t.Errorf("unprepare of a claim never prepared: %+v, want success", r)
+	}
+}
+
+func allocatedClaim() *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "default", UID: "claim-uid-1"},
+		Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpufrac.dev"},
+		}}}},
+		Status: resourceapi.ResourceClaimStatus{Allocation: &resourceapi.AllocationResult{
+			Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+				Request: "gpu", Driver: "gpufrac.dev", Pool: nodeName, Device: "gpu-0",
+				ShareID:          ptr.To[types.UID]("share-1"),
+				ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("40Gi")},
+			}}},
+		}},
+	}
+}
