@@ -1,0 +1,174 @@
+package manifestcheck
+
+import (
+	"slices"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+)
+
+// memoryCapacity is the capacity a gpufrac.dev device publishes its memory
+// under, and so the one a claim requests.
+const memoryCapacity resourceapi.QualifiedName = "memory"
+
+func opaqueParams(c resourceapi.DeviceConfiguration) ([]byte, bool) {
+	if c.Opaque == nil || c.Opaque.Driver != v1alpha1.DriverName {
+		return nil, false // another driver's config is not ours to judge
+	}
+	return c.Opaque.Parameters.Raw, true
+}
+
+func checkDeviceClass(dc *resourceapi.DeviceClass) field.ErrorList {
+	var errs field.ErrorList
+	for i, c := range dc.Spec.Config {
+		raw, ours := opaqueParams(c.DeviceConfiguration)
+		if !ours {
+			continue
+		}
+		p := field.NewPath("spec", "config").Index(i).Child("opaque", "parameters")
+		cfg, decodeErrs := v1alpha1.Decode(raw, p)
+		errs = append(errs, decodeErrs...)
+		errs = append(errs, v1alpha1.Validate(cfg, p)...)
+	}
+	return errs
+}
+
+// classConfigs holds, per DeviceClass name, the gpufrac.dev configs of the
+// classes among the inputs, in their order (the order Merge takes them).
+type classConfigs map[string][]*v1alpha1.FractionConfig
+
+func (cc classConfigs) add(dc *resourceapi.DeviceClass) {
+	for _, c := range dc.Spec.Config {
+		if raw, ours := opaqueParams(c.DeviceConfiguration); ours {
+			// A class config with errors still says what mode it meant;
+			// its own errors are reported on the class.
+			if cfg, _ := v1alpha1.Decode(raw, nil); cfg != nil {
+				cc[dc.Name] = append(cc[dc.Name], cfg)
+			}
+		}
+	}
+}
+
+// mode is the compute mode a class's configs set, "" when they set none,
+// the class is unknown, or its mode is invalid (reported on the class).
+func (cc classConfigs) mode(class string) v1alpha1.ComputeMode {
+	m := v1alpha1.Merge(cc[class]...).ComputeMode
+	if !slices.Contains(v1alpha1.SupportedComputeModes, m) {
+		return ""
+	}
+	return m
+}
+
+// request is one (sub)request of a claim, as config `requests` entries
+// name it: "gpu" for an exact request, "gpu/small" for a subrequest of
+// firstAvailable.
+type request struct {
+	name, parent string
+	class        string
+	memory       *resource.Quantity // nil: the claim states none
+}
+
+func requestsOf(spec *resourceapi.ResourceClaimSpec) []request {
+	var out []request
+	memoryOf := func(c *resourceapi.CapacityRequirements) *resource.Quantity {
+		if c == nil {
+			return nil
+		}
+		if q, ok := c.Requests[memoryCapacity]; ok {
+			return &q
+		}
+		return nil
+	}
+	for _, r := range spec.Devices.Requests {
+		if r.Exactly != nil {
+			out = append(out, request{name: r.Name, parent: r.Name, class: r.Exactly.DeviceClassName, memory: memoryOf(r.Exactly.Capacity)})
+		}
+		for _, s := range r.FirstAvailable {
+			out = append(out, request{name: r.Name + "/" + s.Name, parent: r.Name, class: s.DeviceClassName, memory: memoryOf(s.Capacity)})
+		}
+	}
+	return out
+}
+
+// covered returns the requests a config applies to: all of them when the
+// config names none; a name covers the request and, for firstAvailable,
+// every subrequest of it; "req/sub" covers that subrequest only.
+func covered(all []request, names []string) []request {
+	if len(names) == 0 {
+		return all
+	}
+	var out []request
+	for _, r := range all {
+		if slices.Contains(names, r.name) || slices.Contains(names, r.parent) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func checkClaimSpec(spec *resourceapi.ResourceClaimSpec, root *field.Path, classes classConfigs) field.ErrorList {
+	requests := requestsOf(spec)
+	var errs field.ErrorList
+	for i, c := range spec.Devices.Config {
+		raw, ours := opaqueParams(c.DeviceConfiguration)
+		if !ours {
+			continue
+		}
+		p := root.Child("devices", "config").Index(i).Child("opaque", "parameters")
+		cfg, decodeErrs := v1alpha1.Decode(raw, p)
+		errs = append(errs, decodeErrs...)
+		if cfg == nil {
+			continue
+		}
+		reqs := covered(requests, c.Requests)
+		errs = append(errs, validateUnderClasses(cfg, reqs, classes, p)...)
+		for _, r := range reqs {
+			if r.memory != nil {
+				// Every alternative of firstAvailable may be the one
+				// allocated, so the limit must suit each.
+				errs = append(errs, v1alpha1.ValidateAgainstRequest(cfg, *r.memory, nil, p)...)
+			}
+		}
+	}
+	return dedupe(errs)
+}
+
+// validateUnderClasses validates a claim config the way the driver will
+// see it: when the config leaves computeMode unset, the mode comes from the
+// DeviceClass config of the request it applies to. Only the mode is
+// borrowed, so every problem reported is one in the claim's own config.
+func validateUnderClasses(cfg *v1alpha1.FractionConfig, reqs []request, classes classConfigs, p *field.Path) field.ErrorList {
+	if cfg.ComputeMode != "" || len(reqs) == 0 {
+		return v1alpha1.Validate(cfg, p)
+	}
+	var modes []v1alpha1.ComputeMode
+	for _, r := range reqs {
+		if m := classes.mode(r.class); !slices.Contains(modes, m) {
+			modes = append(modes, m)
+		}
+	}
+	var errs field.ErrorList
+	for _, m := range modes {
+		layer := cfg.DeepCopy()
+		layer.ComputeMode = m
+		errs = append(errs, v1alpha1.Validate(layer, p)...)
+	}
+	return errs
+}
+
+// dedupe drops repeated problems, which arise when a config applies to
+// several requests that judge it alike.
+func dedupe(errs field.ErrorList) field.ErrorList {
+	seen := map[string]bool{}
+	out := errs[:0]
+	for _, e := range errs {
+		if s := e.Error(); !seen[s] {
+			seen[s] = true
+			out = append(out, e)
+		}
+	}
+	return out
+}

@@ -1,0 +1,286 @@
+package manifestcheck
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+)
+
+// Input is one source of manifests.
+type Input struct {
+	// Name identifies the source in error lines: a file name, or "<stdin>".
+	Name string
+	Data []byte
+}
+
+// Result is the verdict on one object, or on a document that could not be
+// read as one.
+type Result struct {
+	Source   string // Input.Name
+	Document int    // 1-based position among the non-empty documents of Source
+	Kind     string
+	Name     string
+
+	// Ignored objects are not ours to check; Note may say why.
+	Ignored bool
+	Note    string
+	// Err is set when the document could not be decoded at all.
+	Err error
+	// Problems are the objects's problems, with paths inside the object.
+	Problems field.ErrorList
+}
+
+// Failed reports whether the result is an error or has problems.
+func (r Result) Failed() bool { return r.Err != nil || len(r.Problems) > 0 }
+
+// Lines renders the result the way `kubectl gpufrac validate` prints it:
+//
+//	<Kind>/<name>: valid
+//	<Kind>/<name>: <field path>: <reason>      (one line per problem)
+//	<Kind>/<name>: ignored[ (<note>)]
+//	<source>: document <n>: [<Kind>/<name>: ]<error>
+func (r Result) Lines() []string {
+	obj := r.Kind + "/" + r.Name
+	switch {
+	case r.Err != nil:
+		prefix := fmt.Sprintf("%s: document %d: ", r.Source, r.Document)
+		if r.Kind != "" {
+			prefix += obj + ": "
+		}
+		return []string{prefix + oneLine(r.Err.Error())}
+	case r.Ignored && r.Note != "":
+		return []string{obj + ": ignored (" + r.Note + ")"}
+	case r.Ignored:
+		return []string{obj + ": ignored"}
+	case len(r.Problems) == 0:
+		return []string{obj + ": valid"}
+	}
+	lines := make([]string, 0, len(r.Problems))
+	for _, e := range r.Problems {
+		if e.Field == "" {
+			lines = append(lines, obj+": "+oneLine(e.ErrorBody()))
+		} else {
+			lines = append(lines, obj+": "+e.Field+": "+oneLine(e.ErrorBody()))
+		}
+	}
+	return lines
+}
+
+// CheckReader reads all of r and checks it as one input.
+func CheckReader(r io.Reader, name string) ([]Result, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", name, err)
+	}
+	return Check(Input{Name: name, Data: data}), nil
+}
+
+// Check checks every object of every input and returns one result per
+// object (or per undecodable document), in input order.
+//
+// Inputs are checked together: a claim config that leaves computeMode unset
+// is judged under the mode that the configs of its requests' DeviceClasses
+// set, when those classes are among the inputs, exactly as the driver will
+// merge them. A class that is not among the inputs counts as setting no
+// mode (TimeSlicing), so pass the classes along to check a claim that
+// relies on, say, sm-sharing.gpufrac.dev.
+func Check(inputs ...Input) []Result {
+	var objs []*parsed
+	for _, in := range inputs {
+		objs = append(objs, parse(in)...)
+	}
+
+	classes := classConfigs{}
+	for _, o := range objs {
+		if dc, ok := o.obj.(*resourceapi.DeviceClass); ok {
+			classes.add(dc)
+		}
+	}
+
+	results := make([]Result, 0, len(objs))
+	for _, o := range objs {
+		switch obj := o.obj.(type) {
+		case *resourceapi.DeviceClass:
+			o.Problems = append(o.Problems, checkDeviceClass(obj)...)
+		case *resourceapi.ResourceClaim:
+			o.Problems = append(o.Problems, checkClaimSpec(&obj.Spec, field.NewPath("spec"), classes)...)
+		case *resourceapi.ResourceClaimTemplate:
+			o.Problems = append(o.Problems, checkClaimSpec(&obj.Spec.Spec, field.NewPath("spec", "spec"), classes)...)
+		}
+		results = append(results, o.Result)
+	}
+	return results
+}
+
+// parsed is a Result on its way: obj is the typed object to check, nil
+// when there is nothing to check.
+type parsed struct {
+	Result
+	obj runtime.Object
+}
+
+// header is what is read of a document before deciding whether to decode
+// it: most kinds are not ours, and decoding them strictly would report
+// problems that are none of our business.
+type header struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name         string `json:"name"`
+		GenerateName string `json:"generateName"`
+	} `json:"metadata"`
+	Items []json.RawMessage `json:"items"`
+}
+
+func parse(in Input) []*parsed {
+	var out []*parsed
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(in.Data)))
+	for doc := 1; ; {
+		chunk, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return out
+		}
+		if err != nil {
+			// The reader cannot resynchronise after a broken separator.
+			return append(out, &parsed{Result: Result{Source: in.Name, Document: doc, Err: err}})
+		}
+		// Strict: a key given twice in YAML leaves it to chance which
+		// value the API server keeps, so such a document is refused.
+		data, err := yaml.YAMLToJSONStrict(chunk)
+		if err != nil {
+			out = append(out, &parsed{Result: Result{Source: in.Name, Document: doc, Err: err}})
+			doc++
+			continue
+		}
+		if d := bytes.TrimSpace(data); len(d) == 0 || bytes.Equal(d, []byte("null")) {
+			continue // only comments, or a separator with nothing after it
+		}
+		out = append(out, parseObject(in.Name, doc, data, nil)...)
+		doc++
+	}
+}
+
+// parseObject reads one object, or the items of a List. list is the
+// enclosing list's header, if any.
+func parseObject(source string, doc int, data []byte, list *header) []*parsed {
+	res := &parsed{Result: Result{Source: source, Document: doc}}
+	var h header
+	if d := bytes.TrimSpace(data); len(d) == 0 || d[0] != '{' {
+		res.Err = errors.New("not a Kubernetes object: expected a mapping with apiVersion, kind and metadata")
+		return []*parsed{res}
+	}
+	if err := json.Unmarshal(data, &h); err != nil {
+		res.Err = fmt.Errorf("not a Kubernetes object: %w", err)
+		return []*parsed{res}
+	}
+	if h.Kind == "" && list != nil && strings.HasSuffix(list.Kind, "List") && list.Kind != "List" {
+		// Items of a typed list (ResourceClaimList) may leave out their
+		// apiVersion and kind: they are the list's.
+		h.APIVersion, h.Kind = list.APIVersion, strings.TrimSuffix(list.Kind, "List")
+		var err error
+		if data, err = withTypeMeta(data, h.APIVersion, h.Kind); err != nil {
+			res.Err = err
+			return []*parsed{res}
+		}
+	}
+	if list == nil && strings.HasSuffix(h.Kind, "List") && h.Items != nil {
+		var out []*parsed
+		for _, item := range h.Items {
+			out = append(out, parseObject(source, doc, item, &h)...)
+		}
+		return out
+	}
+
+	res.Kind, res.Name = h.Kind, h.Metadata.Name
+	if res.Name == "" {
+		res.Name = h.Metadata.GenerateName
+	}
+	if h.Kind == "" {
+		res.Err = errors.New("not a Kubernetes object: kind is not set")
+		return []*parsed{res}
+	}
+
+	gv, _, _ := strings.Cut(h.APIVersion, "/")
+	switch {
+	case gv != resourceapi.GroupName || !checkedKinds[h.Kind]:
+		res.Ignored = true
+		return []*parsed{res}
+	case h.APIVersion != resourceapi.SchemeGroupVersion.String():
+		res.Ignored = true
+		res.Note = fmt.Sprintf("only %s is checked, not %s", resourceapi.SchemeGroupVersion, h.APIVersion)
+		return []*parsed{res}
+	}
+
+	obj, _, err := strictDecoder.Decode(data, nil, nil)
+	if strict, ok := runtime.AsStrictDecodingError(err); ok {
+		// The object decoded; only its strictness failed. A misspelled
+		// field (say `capcity`) would otherwise drop the memory request
+		// without a word, so it is reported, and the object still checked.
+		res.Problems = append(res.Problems, strictProblems(strict.Errors())...)
+	} else if err != nil {
+		res.Err = err
+		return []*parsed{res}
+	}
+	res.obj = obj
+	return []*parsed{res}
+}
+
+var checkedKinds = map[string]bool{"ResourceClaim": true, "ResourceClaimTemplate": true, "DeviceClass": true}
+
+var strictDecoder = kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
+	kjson.SerializerOptions{Strict: true})
+
+func withTypeMeta(data []byte, apiVersion, kind string) ([]byte, error) {
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("not a Kubernetes object: %w", err)
+	}
+	m["apiVersion"], m["kind"] = apiVersion, kind
+	return json.Marshal(m)
+}
+
+// strictProblems turns the decoder's `unknown field "spec.a.b"` into a
+// problem at spec.a naming b, the same shape v1alpha1.Decode reports
+// unknown fields in a FractionConfig.
+func strictProblems(errs []error) field.ErrorList {
+	var out field.ErrorList
+	for _, err := range errs {
+		var fe interface{ FieldPath() string }
+		if !errors.As(err, &fe) {
+			out = append(out, field.Forbidden(nil, err.Error()))
+			continue
+		}
+		what, _, _ := strings.Cut(err.Error(), ` "`)
+		path := fe.FieldPath()
+		parent, leaf := "", path
+		if i := strings.LastIndexByte(path, '.'); i >= 0 {
+			parent, leaf = path[:i], path[i+1:]
+		}
+		out = append(out, &field.Error{Type: field.ErrorTypeForbidden, Field: parent, BadValue: "",
+			Detail: what + " " + strconv.Quote(leaf)})
+	}
+	return out
+}
+
+// oneLine keeps one problem on one line, so that output can be grepped and
+// counted; YAML errors come in several.
+func oneLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	for i := range lines {
+		lines[i] = strings.TrimSpace(lines[i])
+	}
+	return strings.Join(lines, " ")
+}
