@@ -1,0 +1,35 @@
+# gpufrac: the two commands a newcomer needs are `make demo` and `make test`.
+# Everything they need is built or fetched from the Go module proxy by these
+# targets themselves; nothing has to be installed by hand beyond Go and gcc.
+
+GO            ?= go
+BIN           := $(CURDIR)/bin
+STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# go-nvml's cgo wrapper uses deprecated NVML declarations on purpose (it
+# binds every entry point); the warnings drown real build output.
+export CGO_CFLAGS ?= -Wno-deprecated-declarations
+export CGO_ENABLED = 1
+
+.PHONY: all build test lint demo clean
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# The whole suite, with the race detector. -count=1 because several tests
+# exercise real sockets and processes whose results must not be cached.
+test:
+	$(GO) test -race -count=1 ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+demo: build
+	@./demo/run.sh
+
+clean:
+	rm -rf $(BIN)
