@@ -14,6 +14,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/google/uuid"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 )
@@ -154,4 +155,33 @@ func New(spec, nodeName string) (*server.Server, error) {
 		}
 	}
 	return srv, nil
+}
+
+// NVIDIA's character device major, fixed by the driver; the UVM major is
+// assigned at load time, so the simulator picks one from the range Linux
+// hands out dynamically.
+const (
+	nvidiaMajor = 195
+	uvmMajor    = 510
+)
+
+// DeviceNode describes the device nodes of simulated GPUs with the numbers
+// a real node has, so CDI injection works on hosts without /dev/nvidia*.
+func DeviceNode(path string) (cdispec.DeviceNode, error) {
+	node := cdispec.DeviceNode{Path: path, Type: "c", Major: nvidiaMajor}
+	switch path {
+	case "/dev/nvidiactl":
+		node.Minor = 255
+	case "/dev/nvidia-uvm":
+		node.Major = uvmMajor
+	case "/dev/nvidia-uvm-tools":
+		node.Major, node.Minor = uvmMajor, 1
+	default:
+		minor, err := strconv.Atoi(strings.TrimPrefix(path, "/dev/nvidia"))
+		if err != nil || !strings.HasPrefix(path, "/dev/nvidia") {
+			return cdispec.DeviceNode{}, fmt.Errorf("simulated node has no device %s", path)
+		}
+		node.Minor = int64(minor)
+	}
+	return node, nil
 }

@@ -1,0 +1,61 @@
+package gpusim
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+)
+
+// RecordFile is where a simulated node's hook records limits, under the
+// plugin data directory.
+const RecordFile = "simulated-memory-limits.jsonl"
+
+// LimitRecord is one SetMemoryLimits_v1 call seen by the recording NVML.
+type LimitRecord struct {
+	UUID   string `json:"uuid"`
+	Cgroup string `json:"cgroup"`
+	Soft   uint64 `json:"soft"`
+	Hard   uint64 `json:"hard"`
+}
+
+// RecordingNVML stands in for NVML in gpufrac-cdi-hook on simulated nodes:
+// every GPU exists, and setting memory limits appends a LimitRecord line
+// to path, so tests and the demo can see what a real node would enforce.
+func RecordingNVML(path string) nvml.Interface {
+	lib := &mock.Interface{
+		InitFunc:     func() nvml.Return { return nvml.SUCCESS },
+		ShutdownFunc: func() nvml.Return { return nvml.SUCCESS },
+	}
+	ext := &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return nil }}
+	lib.ExtensionsFunc = func() nvml.ExtendedInterface { return ext }
+	lib.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
+		return &mock.Device{SetMemoryLimits_v1Func: func(cgroup string, soft, hard uint64) nvml.Return {
+			if err := appendRecord(path, LimitRecord{UUID: uuid, Cgroup: cgroup, Soft: soft, Hard: hard}); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return nvml.ERROR_UNKNOWN
+			}
+			return nvml.SUCCESS
+		}}, nvml.SUCCESS
+	}
+	return lib
+}
+
+func appendRecord(path string, r LimitRecord) error {
+	line, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("recording simulated memory limits: %w", err)
+	}
+	// One write per record: appends of a short line do not interleave.
+	if _, err := f.Write(append(line, '\n')); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("recording simulated memory limits: %w", err)
+	}
+	return f.Close()
+}
