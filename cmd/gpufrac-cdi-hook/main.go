@@ -1,0 +1,56 @@
+// Command gpufrac-cdi-hook is the OCI createContainer hook in gpufrac's CDI
+// specs: it applies a container's GPU memory limits to its cgroup. The logic
+// is in pkg/cdihook; this file is flags and wiring.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/spf13/cobra"
+
+	"github.com/gpufrac/gpufrac/pkg/cdihook"
+	"github.com/gpufrac/gpufrac/pkg/gpusim"
+)
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		// The runtime shows this to the user as the container's error.
+		fmt.Fprintln(os.Stderr, "gpufrac-cdi-hook:", err)
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	root := &cobra.Command{Use: "gpufrac-cdi-hook", SilenceUsage: true, SilenceErrors: true}
+	var gpus []string
+	var simulateRecord string
+	opts := cdihook.Options{}
+	apply := &cobra.Command{
+		Use:   "apply --gpu UUID=SOFT:HARD [--gpu ...] < OCI-state",
+		Short: "Apply per-container GPU memory limits (bytes) to the container's cgroup",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, g := range gpus {
+				l, err := cdihook.ParseLimit(g)
+				if err != nil {
+					return err
+				}
+				opts.Limits = append(opts.Limits, l)
+			}
+			var lib nvml.Interface
+			if simulateRecord != "" {
+				lib, opts.Simulated = gpusim.RecordingNVML(simulateRecord), true
+			} else {
+				lib = nvml.New()
+			}
+			return cdihook.Run(cmd.InOrStdin(), lib, opts)
+		},
+	}
+	apply.Flags().StringArrayVar(&gpus, "gpu", nil, "UUID=SOFT:HARD limits in bytes, once per GPU")
+	apply.Flags().StringVar(&opts.ProcRoot, "proc-root", "/proc", "where /proc is mounted")
+	apply.Flags().StringVar(&opts.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the cgroup hierarchy is mounted")
+	apply.Flags().StringVar(&simulateRecord, "simulate-record", "", "simulated node: record the limits to this file instead of calling NVML")
+	root.AddCommand(apply)
+	return root
+}

@@ -1,0 +1,181 @@
+// Package cdihook is the logic of gpufrac-cdi-hook, the OCI createContainer
+// hook that gpufrac's CDI specs run: it finds the new container's cgroup
+// from the OCI state on stdin and applies each GPU's soft (guaranteed) and
+// hard (ceiling) memory limit to it through NVML, so the limits are exact
+// per container and need no change to the workload. Any failure fails the
+// container's creation with a message a user can act on; running a
+// container without the limits it was promised would be worse.
+package cdihook
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Limit is one GPU's limits for the container, in bytes.
+type Limit struct {
+	UUID string
+	Soft uint64
+	Hard uint64
+}
+
+// ParseLimit reads the hook argument form UUID=SOFT:HARD.
+func ParseLimit(s string) (Limit, error) {
+	uuid, rest, ok := strings.Cut(s, "=")
+	softStr, hardStr, ok2 := strings.Cut(rest, ":")
+	if !ok || !ok2 || uuid == "" {
+		return Limit{}, fmt.Errorf("--gpu %q: want UUID=SOFT:HARD in bytes", s)
+	}
+	soft, err := strconv.ParseUint(softStr, 10, 64)
+	if err != nil {
+		return Limit{}, fmt.Errorf("--gpu %q: soft limit %q is not a number of bytes", s, softStr)
+	}
+	hard, err := strconv.ParseUint(hardStr, 10, 64)
+	if err != nil {
+		return Limit{}, fmt.Errorf("--gpu %q: hard limit %q is not a number of bytes", s, hardStr)
+	}
+	if soft > hard {
+		return Limit{}, fmt.Errorf("--gpu %q: soft limit %d is above hard limit %d", s, soft, hard)
+	}
+	return Limit{UUID: uuid, Soft: soft, Hard: hard}, nil
+}
+
+// ReadState decodes the OCI state the runtime passes on stdin.
+func ReadState(r io.Reader) (*oci.State, error) {
+	var st oci.State
+	if err := json.NewDecoder(r).Decode(&st); err != nil {
+		return nil, fmt.Errorf("reading the OCI container state from stdin: %w", err)
+	}
+	if st.Pid <= 0 {
+		return nil, fmt.Errorf("OCI state of container %q has no pid; gpufrac-cdi-hook must run as a createContainer hook", st.ID)
+	}
+	return &st, nil
+}
+
+// Cgroup is where a container's processes are accounted.
+type Cgroup struct {
+	// Path is the full sysfs path NVML expects.
+	Path string
+	// V2 is false on a cgroup v1 host, where NVML cannot set limits.
+	V2 bool
+}
+
+// FindCgroup reads /proc/<pid>/cgroup under procRoot and resolves the
+// container's cgroup under cgroupRoot.
+func FindCgroup(procRoot, cgroupRoot string, pid int) (Cgroup, error) {
+	file := filepath.Join(procRoot, strconv.Itoa(pid), "cgroup")
+	f, err := os.Open(file)
+	if err != nil {
+		return Cgroup{}, fmt.Errorf("cgroup of the container not found: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	var v1Memory, v1First string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// hierarchy-ID:controller-list:cgroup-path
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			return Cgroup{Path: filepath.Join(cgroupRoot, parts[2]), V2: true}, nil
+		}
+		if v1First == "" {
+			v1First = filepath.Join(cgroupRoot, parts[1], parts[2])
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == "memory" {
+				v1Memory = filepath.Join(cgroupRoot, "memory", parts[2])
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return Cgroup{}, fmt.Errorf("reading %s: %w", file, err)
+	}
+	switch {
+	case v1Memory != "":
+		return Cgroup{Path: v1Memory}, nil
+	case v1First != "":
+		return Cgroup{Path: v1First}, nil
+	}
+	return Cgroup{}, fmt.Errorf("cgroup of the container not found: %s lists no cgroup", file)
+}
+
+// setMemoryLimitsSymbol must be exported by libnvidia-ml for limits to work.
+const setMemoryLimitsSymbol = "nvmlDeviceSetMemoryLimits_v1"
+
+// Apply sets every limit on cgroup through lib.
+func Apply(lib nvml.Interface, cg Cgroup, limits []Limit) error {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return fmt.Errorf("NVML is not available (is the NVIDIA driver installed on this node?): %w", ret)
+	}
+	defer func() { _ = lib.Shutdown() }()
+	if ext := lib.Extensions(); ext != nil {
+		if err := ext.LookupSymbol(setMemoryLimitsSymbol); err != nil {
+			return fmt.Errorf("this NVIDIA driver cannot set per-container GPU memory limits (needs r615 / CUDA 13.4 or later; %s missing)", setMemoryLimitsSymbol)
+		}
+	}
+	var errs []error
+	for _, l := range limits {
+		dev, ret := lib.DeviceGetHandleByUUID(l.UUID)
+		if ret != nvml.SUCCESS {
+			errs = append(errs, fmt.Errorf("GPU %s is not on this node: %w", l.UUID, ret))
+			continue
+		}
+		if ret := dev.SetMemoryLimits_v1(cg.Path, l.Soft, l.Hard); ret != nvml.SUCCESS {
+			errs = append(errs, fmt.Errorf("setting GPU %s memory limits (soft %d, hard %d bytes) on cgroup %s: %s", l.UUID, l.Soft, l.Hard, cg.Path, explain(ret)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func explain(ret nvml.Return) string {
+	switch ret {
+	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
+		return fmt.Sprintf("%v: this driver or GPU does not support per-cgroup memory limits (MIG GPUs never do)", ret)
+	case nvml.ERROR_NO_PERMISSION:
+		return fmt.Sprintf("%v: the hook must run as root", ret)
+	case nvml.ERROR_INVALID_ARGUMENT:
+		return fmt.Sprintf("%v: a limit is above the GPU's memory, the soft limit is above the hard one, or the cgroup is not a cgroup v2 directory", ret)
+	}
+	return ret.Error()
+}
+
+// Options are the hook's inputs besides the OCI state.
+type Options struct {
+	Limits     []Limit
+	ProcRoot   string
+	CgroupRoot string
+	// Simulated is true when lib records instead of enforcing; then a
+	// cgroup v1 path is recorded rather than refused.
+	Simulated bool
+}
+
+// Run is the whole hook: state in, limits applied.
+func Run(stdin io.Reader, lib nvml.Interface, opts Options) error {
+	if len(opts.Limits) == 0 {
+		return errors.New("no --gpu limits given: nothing to apply")
+	}
+	st, err := ReadState(stdin)
+	if err != nil {
+		return err
+	}
+	cg, err := FindCgroup(opts.ProcRoot, opts.CgroupRoot, st.Pid)
+	if err != nil {
+		return err
+	}
+	if !cg.V2 && !opts.Simulated {
+		return fmt.Errorf("container %s is in cgroup v1 (%s): NVIDIA per-container memory limits need cgroup v2; run this node with the unified hierarchy or select nodes whose memoryEnforcement is not dmem", st.ID, cg.Path)
+	}
+	return Apply(lib, cg, opts.Limits)
+}

@@ -1,0 +1,179 @@
+package cdihook_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/gpufrac/gpufrac/pkg/cdihook"
+	"github.com/gpufrac/gpufrac/pkg/gpusim"
+)
+
+func TestParseLimit(t *testing.T) {
+	for _, tc := range []struct{ in, err string }{
+		{"GPU-1=1024:2048", ""},
+		{"GPU-1", `--gpu "GPU-1": want UUID=SOFT:HARD in bytes`},
+		{"GPU-1=10", `--gpu "GPU-1=10": want UUID=SOFT:HARD in bytes`},
+		{"GPU-1=x:2", `--gpu "GPU-1=x:2": soft limit "x" is not a number of bytes`},
+		{"GPU-1=1:40Gi", `--gpu "GPU-1=1:40Gi": hard limit "40Gi" is not a number of bytes`},
+		{"GPU-1=3:2", `--gpu "GPU-1=3:2": soft limit 3 is above hard limit 2`},
+	} {
+		l, err := cdihook.ParseLimit(tc.in)
+		if tc.err == "" {
+			if err != nil || l != (cdihook.Limit{UUID: "GPU-1", Soft: 1024, Hard: 2048}) {
+				t.Errorf("ParseLimit(%q) = %+v, %v", tc.in, l, err)
+			}
+			continue
+		}
+		if err == nil || err.Error() != tc.err {
+			t.Errorf("ParseLimit(%q) error %v, want %q", tc.in, err, tc.err)
+		}
+	}
+}
+
+// procTree fakes /proc/<pid>/cgroup.
+func procTree(t *testing.T, pid, content string) string {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, pid), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, pid, "cgroup"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+const v2Cgroup = "0::/kubepods.slice/kubepods-burstable.slice/cri-containerd-abc.scope\n"
+const v1Cgroup = "12:pids:/kubepods/burstable/podX/abc\n4:memory:/kubepods/burstable/podX/abc\n1:name=systemd:/kubepods/burstable/podX/abc\n"
+
+func TestFindCgroup(t *testing.T) {
+	cg, err := cdihook.FindCgroup(procTree(t, "42", v2Cgroup), "/sys/fs/cgroup", 42)
+	if err != nil || !cg.V2 || cg.Path != "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cri-containerd-abc.scope" {
+		t.Errorf("v2: %+v %v", cg, err)
+	}
+	cg, err = cdihook.FindCgroup(procTree(t, "42", v1Cgroup), "/sys/fs/cgroup", 42)
+	if err != nil || cg.V2 || cg.Path != "/sys/fs/cgroup/memory/kubepods/burstable/podX/abc" {
+		t.Errorf("v1: %+v %v", cg, err)
+	}
+	if _, err := cdihook.FindCgroup(t.TempDir(), "/sys/fs/cgroup", 42); err == nil || !strings.Contains(err.Error(), "cgroup of the container not found") {
+		t.Errorf("missing process: %v", err)
+	}
+}
+
+type call struct {
+	uuid, cgroup string
+	soft, hard   uint64
+}
+
+func recordingServer(ret nvml.Return) (*server.Server, *[]call) {
+	srv := dgxh200.New()
+	var calls []call
+	for _, d := range srv.Devices {
+		dev := d.(*server.Device)
+		dev.SetMemoryLimits_v1Func = func(cgroup string, soft, hard uint64) nvml.Return {
+			calls = append(calls, call{dev.UUID, cgroup, soft, hard})
+			return ret
+		}
+	}
+	return srv, &calls
+}
+
+const state = `{"ociVersion":"1.2.0","id":"abc","status":"created","pid":42,"bundle":"/run/b"}`
+
+func TestRunAppliesEveryLimitThroughNVML(t *testing.T) {
+	srv, calls := recordingServer(nvml.SUCCESS)
+	u0, u5 := srv.Devices[0].(*server.Device).UUID, srv.Devices[5].(*server.Device).UUID
+	err := cdihook.Run(strings.NewReader(state), srv, cdihook.Options{
+		Limits:   []cdihook.Limit{{UUID: u0, Soft: 40 << 30, Hard: 60 << 30}, {UUID: u5, Soft: 1 << 30, Hard: 1 << 30}},
+		ProcRoot: procTree(t, "42", v2Cgroup), CgroupRoot: "/sys/fs/cgroup",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cri-containerd-abc.scope"
+	want := []call{{u0, path, 40 << 30, 60 << 30}, {u5, path, 1 << 30, 1 << 30}}
+	if len(*calls) != 2 || (*calls)[0] != want[0] || (*calls)[1] != want[1] {
+		t.Errorf("NVML calls %+v, want %+v", *calls, want)
+	}
+}
+
+func TestRunFailuresSayWhatToDo(t *testing.T) {
+	okProc := func(t *testing.T) string { return procTree(t, "42", v2Cgroup) }
+	for _, tc := range []struct {
+		name  string
+		setup func(srv *server.Server)
+		ret   nvml.Return
+		proc  func(t *testing.T) string
+		state string
+		uuid  string
+		want  string
+	}{
+		{name: "no driver", setup: func(s *server.Server) { s.InitFunc = func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND } },
+			want: "NVML is not available (is the NVIDIA driver installed on this node?)"},
+		{name: "old driver", setup: func(s *server.Server) {
+			s.LookupSymbolFunc = func(string) error { return errors.New("undefined symbol") }
+		}, want: "this NVIDIA driver cannot set per-container GPU memory limits (needs r615 / CUDA 13.4 or later; nvmlDeviceSetMemoryLimits_v1 missing)"},
+		{name: "unsupported", ret: nvml.ERROR_NOT_SUPPORTED, want: "does not support per-cgroup memory limits"},
+		{name: "not root", ret: nvml.ERROR_NO_PERMISSION, want: "the hook must run as root"},
+		{name: "unknown GPU", uuid: "GPU-gone", want: "GPU GPU-gone is not on this node"},
+		{name: "cgroup v1 with real NVML", proc: func(t *testing.T) string { return procTree(t, "42", v1Cgroup) },
+			want: "container abc is in cgroup v1 (/sys/fs/cgroup/memory/kubepods/burstable/podX/abc): NVIDIA per-container memory limits need cgroup v2"},
+		{name: "not a createContainer hook", state: `{"ociVersion":"1.2.0","id":"abc","status":"creating"}`,
+			want: `OCI state of container "abc" has no pid; gpufrac-cdi-hook must run as a createContainer hook`},
+		{name: "garbage on stdin", state: `not json`, want: "reading the OCI container state from stdin"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ret := tc.ret
+			if ret == 0 {
+				ret = nvml.SUCCESS
+			}
+			srv, _ := recordingServer(ret)
+			if tc.setup != nil {
+				tc.setup(srv)
+			}
+			proc := okProc
+			if tc.proc != nil {
+				proc = tc.proc
+			}
+			st := state
+			if tc.state != "" {
+				st = tc.state
+			}
+			uuid := srv.Devices[0].(*server.Device).UUID
+			if tc.uuid != "" {
+				uuid = tc.uuid
+			}
+			err := cdihook.Run(strings.NewReader(st), srv, cdihook.Options{
+				Limits: []cdihook.Limit{{UUID: uuid, Soft: 1, Hard: 2}}, ProcRoot: proc(t), CgroupRoot: "/sys/fs/cgroup",
+			})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSimulatedNodeRecordsEvenOnCgroupV1(t *testing.T) {
+	rec := filepath.Join(t.TempDir(), gpusim.RecordFile)
+	err := cdihook.Run(strings.NewReader(state), gpusim.RecordingNVML(rec), cdihook.Options{
+		Limits:   []cdihook.Limit{{UUID: "GPU-x", Soft: 5, Hard: 7}},
+		ProcRoot: procTree(t, "42", v1Cgroup), CgroupRoot: "/sys/fs/cgroup", Simulated: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"uuid":"GPU-x","cgroup":"/sys/fs/cgroup/memory/kubepods/burstable/podX/abc","soft":5,"hard":7}` + "\n"
+	if string(raw) != want {
+		t.Errorf("record %q, want %q", raw, want)
+	}
+}
