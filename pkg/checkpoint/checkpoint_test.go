@@ -1,0 +1,161 @@
+package checkpoint_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpufrac/gpufrac/pkg/checkpoint"
+	"github.com/gpufrac/gpufrac/pkg/plan"
+)
+
+func entry(uid string, state checkpoint.State) checkpoint.Entry {
+	return checkpoint.Entry{State: state, Plan: plan.Claim{UID: types.UID(uid), Namespace: "ns", Name: "c-" + uid,
+		Devices: []plan.Device{{Request: "gpu", Pool: "n", Device: "gpu-0", SoftLimitBytes: 1 << 30, HardLimitBytes: 2 << 30}}}}
+}
+
+func TestSurvivesRestart(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	path := filepath.Join(t.TempDir(), "checkpoint.json")
+	c, err := checkpoint.Open(ctx, path, "boot-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []checkpoint.Entry{entry("a", checkpoint.Started), entry("b", checkpoint.Completed), entry("a", checkpoint.Completed)} {
+		if err := c.Put(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Delete("zzz"); err != nil {
+		t.Errorf("deleting an unknown claim: %v", err)
+	}
+	reopened, err := checkpoint.Open(ctx, path, "boot-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := reopened.Entries()
+	if len(got) != 2 || got[0].Plan.UID != "a" || got[0].State != checkpoint.Completed || got[1].Plan.UID != "b" {
+		t.Fatalf("entries after restart: %+v", got)
+	}
+	if got[0].Plan.Devices[0].HardLimitBytes != 2<<30 {
+		t.Errorf("plan not preserved: %+v", got[0].Plan)
+	}
+	if err := reopened.Delete("a"); err != nil {
+		t.Fatal(err)
+	}
+	again, _ := checkpoint.Open(ctx, path, "boot-1")
+	if _, ok := again.Get("a"); ok {
+		t.Error("deleted claim came back")
+	}
+	leftovers, _ := filepath.Glob(path + ".tmp-*")
+	if len(leftovers) > 0 {
+		t.Errorf("temp files left behind: %v", leftovers)
+	}
+}
+
+func TestRebootInvalidates(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	path := filepath.Join(t.TempDir(), "checkpoint.json")
+	c, _ := checkpoint.Open(ctx, path, "boot-1")
+	if err := c.Put(entry("a", checkpoint.Completed)); err != nil {
+		t.Fatal(err)
+	}
+	after, err := checkpoint.Open(ctx, path, "boot-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(after.Entries()); n != 0 {
+		t.Errorf("%d entries survived a reboot", n)
+	}
+}
+
+func TestCorruptCheckpointIsMovedAsideNotLost(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "checkpoint.json")
+	c, _ := checkpoint.Open(ctx, path, "boot-1")
+	if err := c.Put(entry("a", checkpoint.Completed)); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := os.ReadFile(path)
+	torn := bytes.Replace(raw, []byte(`"c-a"`), []byte(`"c-X"`), 1)
+	if err := os.WriteFile(path, torn, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := checkpoint.Decode(torn); err == nil || !strings.Contains(err.Error(), "does not match its data") {
+		t.Errorf("Decode of an edited checkpoint: %v", err)
+	}
+	fresh, err := checkpoint.Open(ctx, path, "boot-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fresh.Entries()) != 0 {
+		t.Error("entries read from a corrupt checkpoint")
+	}
+	aside, _ := filepath.Glob(path + ".corrupt-*")
+	if len(aside) != 1 {
+		t.Fatalf("corrupt checkpoint not kept for inspection: %v", aside)
+	}
+	kept, _ := os.ReadFile(aside[0])
+	if !bytes.Equal(kept, torn) {
+		t.Error("the file moved aside differs from the corrupt one")
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	good, err := checkpoint.Encode("b", map[types.UID]checkpoint.Entry{"a": entry("a", checkpoint.Started)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		raw  string
+		want string
+	}{
+		"future version": {strings.Replace(string(good), `"version":1`, `"version":2`, 1), "checkpoint version 2, this plugin reads version 1"},
+		"unknown field":  {strings.Replace(string(good), `"version":1`, `"version":1,"extra":true`, 1), `unknown field "extra"`},
+		"truncated":      {string(good[:len(good)/2]), "decoding checkpoint"},
+	} {
+		if _, err := checkpoint.Decode([]byte(tc.raw)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", name, err, tc.want)
+		}
+	}
+	d, err := checkpoint.Decode(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := checkpoint.Encode(d.BootID, d.Claims)
+	if !bytes.Equal(again, good) {
+		t.Errorf("re-encoding changed the bytes:\n%s\n%s", good, again)
+	}
+}
+
+func TestConcurrentPutsNeverTear(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	path := filepath.Join(t.TempDir(), "checkpoint.json")
+	c, _ := checkpoint.Open(ctx, path, "boot-1")
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			uid := string(rune('a' + i))
+			if err := c.Put(entry(uid, checkpoint.Completed)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	reopened, err := checkpoint.Open(ctx, path, "boot-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(reopened.Entries()); n != 20 {
+		t.Errorf("%d entries on disk, want 20", n)
+	}
+}
