@@ -1,0 +1,227 @@
+// Package claimstatus publishes what the plugin did with each claim in the
+// claim's status.devices, so `kubectl describe resourceclaim` shows the GPU,
+// the guaranteed memory, the limit, the compute mode and how the limit is
+// enforced. Writes are server-side applies owned by this node's field
+// manager, made from a work queue so Prepare never waits for them: the
+// latest desired state of a claim wins, and failures retry with backoff.
+//
+// RBAC (Kubernetes 1.37, granular status authorization): patch on
+// resourceclaims/status, and verb "associated-node:patch" on the synthetic
+// subresource resourceclaims/driver with resourceNames [gpufrac.dev] (the
+// plugin's service account token is bound to its node; "arbitrary-node:patch"
+// would allow writing claims of other nodes and is not needed).
+package claimstatus
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/pkg/plan"
+)
+
+// ConditionReady is the condition set on every prepared share.
+const ConditionReady = "Ready"
+
+// DeviceData is the driver-specific data of a share in status.devices.
+type DeviceData struct {
+	UUID          string `json:"uuid"`
+	MemoryRequest string `json:"memoryRequest"`
+	MemoryLimit   string `json:"memoryLimit"`
+	ComputeMode   string `json:"computeMode"`
+	Enforcement   string `json:"enforcement"`
+	// MPSServer is the host pipe directory of the GPU's MPS control daemon.
+	MPSServer              string `json:"mpsServer,omitempty"`
+	ActiveThreadPercentage *int32 `json:"activeThreadPercentage,omitempty"`
+}
+
+// Data renders a share's status data.
+func Data(d plan.Device) DeviceData {
+	out := DeviceData{
+		UUID:                   d.GPU.UUID,
+		MemoryRequest:          quantity(d.SoftLimitBytes),
+		MemoryLimit:            quantity(d.HardLimitBytes),
+		ComputeMode:            string(d.ComputeMode),
+		Enforcement:            string(d.Enforcement),
+		ActiveThreadPercentage: d.ActiveThreadPercentage,
+	}
+	if d.MPS != nil {
+		out.MPSServer = d.MPS.PipeDir
+	}
+	return out
+}
+
+func quantity(bytes int64) string {
+	return resource.NewQuantity(bytes, resource.BinarySI).String()
+}
+
+// readyMessage says in one line what the share got.
+func readyMessage(d plan.Device) string {
+	switch d.Enforcement {
+	case "none":
+		return fmt.Sprintf("%s guaranteed on GPU %s, %s; no limit enforced on this node", quantity(d.SoftLimitBytes), d.GPU.UUID, d.ComputeMode)
+	default:
+		return fmt.Sprintf("%s guaranteed, %s limit enforced by %s on GPU %s, %s",
+			quantity(d.SoftLimitBytes), quantity(d.HardLimitBytes), d.Enforcement, d.GPU.UUID, d.ComputeMode)
+	}
+}
+
+// ApplyConfiguration is the status this node's field manager owns for c;
+// nil c (or no devices) clears it.
+func ApplyConfiguration(namespace, name string, uid types.UID, c *plan.Claim, now time.Time) (*resourceac.ResourceClaimApplyConfiguration, error) {
+	status := resourceac.ResourceClaimStatus()
+	// An empty list, not a missing one: applying it drops the entries this
+	// manager owned.
+	status.Devices = []resourceac.AllocatedDeviceStatusApplyConfiguration{}
+	if c != nil {
+		for _, d := range c.Devices {
+			data, err := json.Marshal(Data(d))
+			if err != nil {
+				return nil, fmt.Errorf("encoding status data: %w", err)
+			}
+			dev := resourceac.AllocatedDeviceStatus().
+				WithDriver(v1alpha1.DriverName).WithPool(d.Pool).WithDevice(d.Device).
+				WithData(runtime.RawExtension{Raw: data}).
+				WithConditions(metav1ac.Condition().
+					WithType(ConditionReady).WithStatus(metav1.ConditionTrue).
+					WithReason("Prepared").WithMessage(readyMessage(d)).
+					WithLastTransitionTime(metav1.NewTime(now)))
+			if d.ShareID != nil {
+				dev.WithShareID(string(*d.ShareID))
+			}
+			status.WithDevices(dev)
+		}
+	}
+	return resourceac.ResourceClaim(name, namespace).WithUID(uid).WithStatus(status), nil
+}
+
+type key struct {
+	namespace, name string
+	uid             types.UID
+}
+
+// Writer applies claim status in the background.
+type Writer struct {
+	client       kubernetes.Interface
+	fieldManager string
+	queue        workqueue.TypedRateLimitingInterface[key]
+
+	mu      sync.Mutex
+	desired map[key]*plan.Claim // nil value: clear
+}
+
+// NewWriter writes as fieldManager (one per node, so nodes never fight over
+// each other's entries).
+func NewWriter(client kubernetes.Interface, fieldManager string) *Writer {
+	return &Writer{
+		client:       client,
+		fieldManager: fieldManager,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[key](),
+			workqueue.TypedRateLimitingQueueConfig[key]{Name: "gpufrac-claim-status"}),
+		desired: map[key]*plan.Claim{},
+	}
+}
+
+// Prepared records that c is prepared; the status follows.
+func (w *Writer) Prepared(c *plan.Claim) {
+	w.set(key{c.Namespace, c.Name, c.UID}, c)
+}
+
+// Unprepared records that a claim is no longer prepared here.
+func (w *Writer) Unprepared(namespace, name string, uid types.UID) {
+	w.set(key{namespace, name, uid}, nil)
+}
+
+func (w *Writer) set(k key, c *plan.Claim) {
+	w.mu.Lock()
+	w.desired[k] = c
+	w.mu.Unlock()
+	w.queue.Add(k)
+}
+
+// Run applies queued changes until ctx ends.
+func (w *Writer) Run(ctx context.Context, workers int) {
+	defer w.queue.ShutDown()
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wait.UntilWithContext(ctx, w.work, time.Second)
+		}()
+	}
+	<-ctx.Done()
+	w.queue.ShutDown()
+	wg.Wait()
+}
+
+func (w *Writer) work(ctx context.Context) {
+	for w.processNext(ctx) {
+	}
+}
+
+func (w *Writer) processNext(ctx context.Context) bool {
+	k, quit := w.queue.Get()
+	if quit {
+		return false
+	}
+	defer w.queue.Done(k)
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(k.namespace, k.name), "claimUID", k.uid)
+
+	w.mu.Lock()
+	c := w.desired[k]
+	w.mu.Unlock()
+
+	err := w.Apply(ctx, k.namespace, k.name, k.uid, c)
+	switch {
+	case err == nil || apierrors.IsNotFound(err):
+		// A claim that is gone has no status to keep.
+		w.mu.Lock()
+		if w.desired[k] == c {
+			delete(w.desired, k)
+		}
+		w.mu.Unlock()
+		w.queue.Forget(k)
+	default:
+		logger.Error(err, "Updating claim status failed; will retry", "attempt", w.queue.NumRequeues(k)+1)
+		w.queue.AddRateLimited(k)
+	}
+	return true
+}
+
+// Apply writes the status of one claim now.
+func (w *Writer) Apply(ctx context.Context, namespace, name string, uid types.UID, c *plan.Claim) error {
+	cfg, err := ApplyConfiguration(namespace, name, uid, c, time.Now())
+	if err != nil {
+		return err
+	}
+	_, err = w.client.ResourceV1().ResourceClaims(namespace).ApplyStatus(ctx, cfg,
+		metav1.ApplyOptions{FieldManager: w.fieldManager, Force: true})
+	if err != nil {
+		return fmt.Errorf("applying status of claim %s/%s: %w", namespace, name, err)
+	}
+	return nil
+}
+
+// Pending is the number of claims whose status is not written yet.
+func (w *Writer) Pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.desired)
+}
