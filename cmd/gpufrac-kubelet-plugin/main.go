@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -22,6 +23,8 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpufrac/gpufrac/pkg/cdispec"
+	"github.com/gpufrac/gpufrac/pkg/checkpoint"
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/metricsserver"
@@ -36,6 +39,7 @@ type flags struct {
 	pluginDataDir       string
 	registrarDir        string
 	cdiRoot             string
+	cdiHookPath         string
 	cgroupRoot          string
 	metricsAddress      string
 	simulateGPUs        string
@@ -78,6 +82,8 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.pluginDataDir, "plugin-data-dir", envOr("PLUGIN_DATA_DIR", "/var/lib/kubelet/plugins/gpufrac.dev"), "directory for the DRA socket and the checkpoint")
 	fs.StringVar(&f.registrarDir, "registrar-dir", envOr("REGISTRAR_DIR", "/var/lib/kubelet/plugins_registry"), "kubelet plugin registration directory")
 	fs.StringVar(&f.cdiRoot, "cdi-root", envOr("CDI_ROOT", "/var/run/cdi"), "directory for CDI specs of prepared claims")
+	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", envOr("CDI_HOOK_PATH", "/var/lib/gpufrac/bin/gpufrac-cdi-hook"),
+		"host path of gpufrac-cdi-hook, which CDI specs run when a container is created")
 	fs.StringVar(&f.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "mount point of the cgroup hierarchy (dmem enforcement needs cgroup v2)")
 	fs.StringVar(&f.metricsAddress, "metrics-address", envOr("METRICS_ADDRESS", ":8080"), "address for /metrics and /healthz; empty disables")
 	fs.StringVar(&f.simulateGPUs, "simulate-gpus", envOr("SIMULATE_GPUS", ""),
@@ -97,11 +103,17 @@ func run(ctx context.Context, f *flags) error {
 	fatal := make(chan error, 1)
 	logger := klog.FromContext(ctx)
 
+	bootID, err := checkpoint.BootID()
+	if err != nil {
+		return err
+	}
 	cfg := nodeplugin.Config{
 		NodeName:      f.nodeName,
 		PluginDataDir: f.pluginDataDir,
 		RegistrarDir:  f.registrarDir,
 		CDIRoot:       f.cdiRoot,
+		BootID:        bootID,
+		CDI:           cdispec.Options{HookPath: f.cdiHookPath, DeviceNode: cdispec.HostDeviceNode},
 		OnFatal: func(err error) {
 			select {
 			case fatal <- err:
@@ -124,6 +136,10 @@ func run(ctx context.Context, f *flags) error {
 		logger.Info("Simulating GPUs: no NVML, no real GPU is touched", "gpus", f.simulateGPUs, "enforcement", enforcement)
 		cfg.NVML = node.NVML
 		cfg.InventoryOptions = node.InventoryOptions
+		cfg.CDI.DeviceNode = gpusim.DeviceNode
+		// The hook of a simulated node records the limits it would set
+		// instead of calling NVML.
+		cfg.CDI.HookArgs = []string{"--simulate-record=" + filepath.Join(f.pluginDataDir, gpusim.RecordFile)}
 	} else {
 		cfg.NVML = nvml.New()
 		cfg.InventoryOptions.PCIeRoot = func(busID string) (string, error) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	resourceapi "k8s.io/api/resource/v1"
@@ -14,7 +16,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/pkg/cdispec"
+	"github.com/gpufrac/gpufrac/pkg/checkpoint"
+	"github.com/gpufrac/gpufrac/pkg/claimstatus"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
+	"github.com/gpufrac/gpufrac/pkg/plan"
+	"github.com/gpufrac/gpufrac/pkg/preparer"
 	"github.com/gpufrac/gpufrac/pkg/resourceslices"
 )
 
@@ -26,12 +33,21 @@ type Config struct {
 	// simulated server.
 	NVML             nvml.Interface
 	InventoryOptions inventory.Options
-	// PluginDataDir holds the DRA socket (and, later, the checkpoint).
+	// PluginDataDir holds the DRA socket, the checkpoint and the MPS
+	// directories.
 	PluginDataDir string
 	// RegistrarDir is the kubelet's plugin registry directory.
 	RegistrarDir string
 	// CDIRoot is where CDI specs for prepared claims are written.
 	CDIRoot string
+	// CDI holds the spec options: hook path and arguments, device nodes.
+	CDI cdispec.Options
+	// BootID invalidates the checkpoint after a reboot.
+	BootID string
+	// MPS runs SMSharing claims' MPS servers; nil refuses SMSharing.
+	MPS preparer.MPS
+	// Failpoint is for crash tests only; see preparer.Config.
+	Failpoint func(name string) error
 	// OnFatal is called for background errors that retrying cannot fix,
 	// such as slices the API server rejects; the caller should shut down.
 	OnFatal func(error)
@@ -48,22 +64,35 @@ func (c *Config) validate() error {
 	if c.NVML == nil {
 		errs = append(errs, errors.New("an NVML library is required"))
 	}
-	if c.PluginDataDir == "" || c.RegistrarDir == "" {
-		errs = append(errs, errors.New("plugin data and registrar directories are required"))
+	if c.PluginDataDir == "" || c.RegistrarDir == "" || c.CDIRoot == "" {
+		errs = append(errs, errors.New("plugin data, registrar and CDI directories are required"))
+	}
+	if c.CDI.HookPath == "" || c.CDI.DeviceNode == nil {
+		errs = append(errs, errors.New("the CDI hook path and a device node resolver are required"))
+	}
+	if c.BootID == "" {
+		errs = append(errs, errors.New("the boot id is required"))
 	}
 	return errors.Join(errs...)
 }
+
+// CheckpointFile is the checkpoint's name under the plugin data directory.
+const CheckpointFile = "checkpoint.json"
 
 // Plugin is a running kubelet plugin.
 type Plugin struct {
 	cfg       Config
 	inventory *inventory.Inventory
+	preparer  *preparer.Preparer
 	helper    *kubeletplugin.Helper
+	cancel    context.CancelFunc
+	done      sync.WaitGroup
 }
 
-// Start discovers GPUs, starts the kubelet plugin servers (registration and
-// DRA sockets) and publishes the node's ResourceSlices. It returns once the
-// sockets listen; publishing continues in the background.
+// Start discovers GPUs, recovers the checkpoint, starts the kubelet plugin
+// servers (registration and DRA sockets) and publishes the node's
+// ResourceSlices. It returns once the sockets listen; publishing and status
+// writes continue in the background until Stop.
 func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	logger := klog.FromContext(ctx)
 	if err := cfg.validate(); err != nil {
@@ -82,63 +111,110 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 			return nil, fmt.Errorf("creating directory %s: %w", dir, err)
 		}
 	}
+	ckpt, err := checkpoint.Open(ctx, filepath.Join(cfg.PluginDataDir, CheckpointFile), cfg.BootID)
+	if err != nil {
+		return nil, err
+	}
+	cdi, err := cdispec.NewWriter(cfg.CDIRoot, cfg.CDI)
+	if err != nil {
+		return nil, err
+	}
 
-	p := &Plugin{cfg: cfg, inventory: inv}
+	bgCtx, cancel := context.WithCancel(ctx)
+	p := &Plugin{cfg: cfg, inventory: inv, cancel: cancel}
+	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
+	events := newEventReporter(bgCtx, cfg.KubeClient, cfg.NodeName)
+	p.done.Add(1)
+	go func() {
+		defer p.done.Done()
+		status.Run(bgCtx, 4)
+	}()
+	p.preparer = preparer.New(preparer.Config{
+		Inventory:   inv,
+		PlanOptions: plan.Options{NodeName: cfg.NodeName, MPSRoot: filepath.Join(cfg.PluginDataDir, "mps")},
+		Checkpoint:  ckpt,
+		CDI:         cdi,
+		Status:      status,
+		Events:      events,
+		MPS:         cfg.MPS,
+		Failpoint:   cfg.Failpoint,
+	})
+	if err := p.preparer.Recover(ctx); err != nil {
+		cancel()
+		p.done.Wait()
+		return nil, fmt.Errorf("recovering prepared claims from the checkpoint: %w", err)
+	}
+
 	helper, err := kubeletplugin.Start(ctx, p,
 		kubeletplugin.DriverName(v1alpha1.DriverName),
 		kubeletplugin.KubeClient(cfg.KubeClient),
 		kubeletplugin.NodeName(cfg.NodeName),
 		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),
 		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
+		// Claims of different pods prepare in parallel; the preparer
+		// serialises calls for one claim itself.
+		kubeletplugin.Serialize(false),
 	)
 	if err != nil {
+		cancel()
+		p.done.Wait()
 		return nil, fmt.Errorf("starting the kubelet plugin helper: %w", err)
 	}
 	p.helper = helper
 	if err := helper.PublishResources(ctx, resources); err != nil {
-		helper.Stop()
+		p.Stop()
 		return nil, fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
 	logger.Info("Kubelet plugin started", "node", cfg.NodeName, "gpus", len(inv.GPUs),
-		"enforcement", inv.Enforcement, "pluginDataDir", cfg.PluginDataDir, "registrarDir", cfg.RegistrarDir)
+		"enforcement", inv.Enforcement, "prepared", len(p.preparer.Prepared()),
+		"pluginDataDir", cfg.PluginDataDir, "registrarDir", cfg.RegistrarDir, "cdiRoot", cfg.CDIRoot)
 	return p, nil
 }
 
 // Inventory is what discovery found at start.
 func (p *Plugin) Inventory() *inventory.Inventory { return p.inventory }
 
-// Stop closes the sockets. Published slices stay: a restarted plugin takes
-// them over, and removing them would make the scheduler forget the node's
-// GPUs during an upgrade.
+// Stop closes the sockets and ends background work. Published slices stay:
+// a restarted plugin takes them over, and removing them would make the
+// scheduler forget the node's GPUs during an upgrade.
 func (p *Plugin) Stop() {
 	p.helper.Stop()
+	p.cancel()
+	p.done.Wait()
 }
 
-// ErrPrepareUnsupported is the per-claim error until claim preparation lands:
-// the kubelet retries and the pod stays in ContainerCreating with this reason
-// instead of starting without its limits.
-var ErrPrepareUnsupported = errors.New("gpufrac: this plugin version cannot prepare claims yet; the pod waits until a version that can is rolled out")
-
-// PrepareResourceClaims implements kubeletplugin.DRAPlugin.
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin: every claim is
+// prepared concurrently and fails or succeeds on its own.
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
-	result := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	for _, claim := range claims {
-		result[claim.UID] = kubeletplugin.PrepareResult{
-			Err: fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, ErrPrepareUnsupported),
-		}
+	results := make([]kubeletplugin.PrepareResult, len(claims))
+	var wg sync.WaitGroup
+	for i, claim := range claims {
+		wg.Go(func() {
+			devs, err := p.preparer.Prepare(ctx, claim)
+			results[i] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
+		})
 	}
-	return result, nil
+	wg.Wait()
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for i, claim := range claims {
+		out[claim.UID] = results[i]
+	}
+	return out, nil
 }
 
-// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. Nothing is
-// ever prepared by this version, and unpreparing an unknown claim is a
-// success by the kubelet's contract.
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
-	result := make(map[types.UID]error, len(claims))
-	for _, claim := range claims {
-		result[claim.UID] = nil
+	results := make([]error, len(claims))
+	var wg sync.WaitGroup
+	for i, claim := range claims {
+		wg.Go(func() { results[i] = p.preparer.Unprepare(ctx, claim) })
 	}
-	return result, nil
+	wg.Wait()
+	out := make(map[types.UID]error, len(claims))
+	for i, claim := range claims {
+		out[claim.UID] = results[i]
+	}
+	return out, nil
 }
 
 // HandleError implements kubeletplugin.DRAPlugin: recoverable errors are

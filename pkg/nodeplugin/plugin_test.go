@@ -2,6 +2,7 @@ package nodeplugin_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/pkg/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/nodeplugin"
@@ -72,6 +74,8 @@ func TestPluginRegistersAndPublishes(t *testing.T) {
 		PluginDataDir:    filepath.Join(root, "plugin"),
 		RegistrarDir:     filepath.Join(root, "registry"),
 		CDIRoot:          filepath.Join(root, "cdi"),
+		CDI:              cdispec.Options{HookPath: "/opt/gpufrac/gpufrac-cdi-hook", DeviceNode: gpusim.DeviceNode},
+		BootID:           "boot-1",
 		OnFatal:          func(err error) { t.Errorf("fatal plugin error: %v", err) },
 	}
 	plugin, err := nodeplugin.Start(ctx, cfg)
@@ -125,30 +129,67 @@ func TestPluginRegistersAndPublishes(t *testing.T) {
 		t.Errorf("slice owners %+v, want the Node so the slices go with it", s.OwnerReferences)
 	}
 
-	// The DRA service answers; preparation is refused per claim with a reason.
+	// Prepare over the DRA socket: CDI devices come back, the spec is on
+	// disk, and the claim's status says what was done.
 	claim := allocatedClaim()
 	if _, err := client.ResourceV1().ResourceClaims(claim.Namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	dra := drapb.NewDRAPluginClient(dial(t, info.Endpoint))
-	prep, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{
-		Claims: []*drapb.Claim{{Namespace: claim.Namespace, Name: claim.Name, Uid: string(claim.UID)}},
-	})
+	ref := []*drapb.Claim{{Namespace: claim.Namespace, Name: claim.Name, Uid: string(claim.UID)}}
+	prep, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: ref})
 	if err != nil {
 		t.Fatalf("NodePrepareResources: %v", err)
 	}
 	res := prep.Claims[string(claim.UID)]
-	if res == nil || !strings.Contains(res.Error, "cannot prepare claims yet") {
-		t.Errorf("prepare result %+v, want a per-claim error saying preparation is not available", res)
+	if res == nil || res.Error != "" || len(res.Devices) != 1 {
+		t.Fatalf("prepare result %+v, want one device", res)
 	}
-	unprep, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{
-		Claims: []*drapb.Claim{{Namespace: claim.Namespace, Name: claim.Name, Uid: string(claim.UID)}},
+	d := res.Devices[0]
+	if d.PoolName != nodeName || d.DeviceName != "gpu-0" || ptr.Deref(d.ShareId, "") != "share-1" ||
+		len(d.CdiDeviceIds) != 1 || d.CdiDeviceIds[0] != "k8s.gpufrac.dev/fraction=claim-uid-1-gpu-0-share-1" {
+		t.Errorf("device %+v", d)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.CDIRoot, "k8s.gpufrac.dev-fraction_claim-uid-1.json")); err != nil {
+		t.Errorf("CDI spec: %v", err)
+	}
+	var got *resourceapi.ResourceClaim
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err = client.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+		return err == nil && len(got.Status.Devices) == 1, err
 	})
+	if err != nil {
+		t.Fatalf("waiting for status.devices: %v", err)
+	}
+	st := got.Status.Devices[0]
+	if st.Driver != "gpufrac.dev" || st.Device != "gpu-0" || ptr.Deref(st.ShareID, "") != "share-1" ||
+		len(st.Conditions) != 1 || st.Conditions[0].Type != "Ready" || st.Conditions[0].Status != metav1.ConditionTrue {
+		t.Errorf("status.devices[0] = %+v", st)
+	}
+	var data map[string]any
+	if err := json.Unmarshal(st.Data.Raw, &data); err != nil {
+		t.Fatal(err)
+	}
+	if data["memoryRequest"] != "40Gi" || data["memoryLimit"] != "40Gi" || data["computeMode"] != "TimeSlicing" || data["enforcement"] != "dmem" {
+		t.Errorf("status data %v", data)
+	}
+
+	unprep, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: ref})
 	if err != nil {
 		t.Fatalf("NodeUnprepareResources: %v", err)
 	}
 	if r := unprep.Claims[string(claim.UID)]; r == nil || r.Error != "" {
-		t.Errorf("unprepare of a claim never prepared: %+v, want success", r)
+		t.Errorf("unprepare: %+v, want success", r)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.CDIRoot, "k8s.gpufrac.dev-fraction_claim-uid-1.json")); !os.IsNotExist(err) {
+		t.Errorf("CDI spec after unprepare: %v", err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		got, err = client.ResourceV1().ResourceClaims(claim.Namespace).Get(ctx, claim.Name, metav1.GetOptions{})
+		return err == nil && len(got.Status.Devices) == 0, err
+	})
+	if err != nil {
+		t.Errorf("status.devices not cleared: %v (%+v)", err, got.Status.Devices)
 	}
 }
 

@@ -1,0 +1,27 @@
+package nodeplugin
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+)
+
+// eventReporter puts Prepare failures on the claim, where `kubectl describe
+// resourceclaim` shows them next to the allocation.
+type eventReporter struct {
+	recorder events.EventRecorder
+}
+
+func newEventReporter(ctx context.Context, client kubernetes.Interface, nodeName string) *eventReporter {
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	broadcaster.StartRecordingToSink(ctx.Done())
+	return &eventReporter{recorder: broadcaster.NewRecorder(scheme.Scheme, "gpufrac-kubelet-plugin/"+nodeName)}
+}
+
+func (r *eventReporter) PrepareFailed(claim *resourceapi.ResourceClaim, err error) {
+	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "PrepareFailed", "Prepare", "%s", err.Error())
+}

@@ -1,0 +1,296 @@
+// Package preparer carries out claim preparation on a node: it computes a
+// claim's plan, records it in the checkpoint, joins the MPS server for
+// SMSharing shares, writes the CDI spec and reports status, and undoes all
+// of it on Unprepare. The order makes crashes safe: the checkpoint records
+// intent (Started) before any side effect and completion (Completed) after
+// the last, so a restarted plugin knows what to finish or roll back, and a
+// Prepare that fails leaves no CDI file, no checkpoint entry and no MPS
+// reference behind.
+package preparer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/keymutex"
+
+	"github.com/gpufrac/gpufrac/pkg/cdispec"
+	"github.com/gpufrac/gpufrac/pkg/checkpoint"
+	"github.com/gpufrac/gpufrac/pkg/inventory"
+	"github.com/gpufrac/gpufrac/pkg/plan"
+)
+
+// MPS manages the per-GPU MPS control daemons SMSharing shares join.
+type MPS interface {
+	// Acquire makes sure the GPU's daemon runs and is ready, counting the
+	// claim as one of its users. It must be idempotent per claim.
+	Acquire(ctx context.Context, binding plan.MPSBinding, c *plan.Claim) error
+	// Release drops the claim's use; the last user's release stops the
+	// daemon. Releasing an unknown claim is not an error.
+	Release(ctx context.Context, binding plan.MPSBinding, claimUID types.UID) error
+}
+
+// Status receives what was prepared; the claimstatus writer implements it.
+type Status interface {
+	Prepared(c *plan.Claim)
+	Unprepared(namespace, name string, uid types.UID)
+}
+
+// Events reports failures on the claim object.
+type Events interface {
+	PrepareFailed(claim *resourceapi.ResourceClaim, err error)
+}
+
+// Config holds the preparer's collaborators.
+type Config struct {
+	Inventory   *inventory.Inventory
+	PlanOptions plan.Options
+	Checkpoint  *checkpoint.Checkpoint
+	CDI         *cdispec.Writer
+	Status      Status
+	Events      Events
+	// MPS is nil on nodes where SMSharing cannot run yet; such claims
+	// then fail with that reason.
+	MPS MPS
+	// Failpoint, when set (tests only), is called at every step boundary
+	// of Prepare and Unprepare with the step's name; an error it returns
+	// fails the step there, as a crash or an I/O error would.
+	Failpoint func(name string) error
+}
+
+// Preparer is safe for concurrent use: different claims proceed in
+// parallel, calls for the same claim one after the other.
+type Preparer struct {
+	cfg   Config
+	locks keymutex.KeyMutex
+}
+
+// New returns a Preparer. Call Recover before serving the kubelet.
+func New(cfg Config) *Preparer {
+	return &Preparer{cfg: cfg, locks: keymutex.NewHashed(0)}
+}
+
+// ErrNoMPS fails SMSharing claims where no MPS manager runs.
+var ErrNoMPS = errors.New("SMSharing needs the managed MPS server, which this plugin does not run")
+
+func (p *Preparer) failpoint(name string) error {
+	if p.cfg.Failpoint == nil {
+		return nil
+	}
+	if err := p.cfg.Failpoint(name); err != nil {
+		return fmt.Errorf("failpoint %s: %w", name, err)
+	}
+	return nil
+}
+
+// Prepare prepares one allocated claim and returns its devices for the
+// kubelet. A claim prepared before (even by an earlier process) returns the
+// same devices without redoing its side effects.
+func (p *Preparer) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	p.locks.LockKey(string(claim.UID))
+	defer func() { _ = p.locks.UnlockKey(string(claim.UID)) }()
+	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
+
+	if entry, ok := p.cfg.Checkpoint.Get(claim.UID); ok {
+		if entry.State == checkpoint.Completed {
+			return p.resume(ctx, &entry.Plan)
+		}
+		// An earlier attempt stopped halfway (crash or error): undo it and
+		// start over, so every side effect comes from one attempt.
+		logger.Info("Rolling back an unfinished earlier Prepare")
+		if err := p.rollback(ctx, &entry.Plan); err != nil {
+			return nil, fmt.Errorf("rolling back the unfinished Prepare of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+	}
+
+	pl, err := plan.Compute(claim, p.cfg.Inventory, p.cfg.PlanOptions)
+	if err == nil && pl.MPS() != nil && p.cfg.MPS == nil {
+		err = fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, ErrNoMPS)
+	}
+	if err != nil {
+		p.report(claim, err)
+		return nil, err
+	}
+	if err := p.apply(ctx, pl); err != nil {
+		if rbErr := p.rollback(ctx, pl); rbErr != nil {
+			err = errors.Join(err, fmt.Errorf("rolling back: %w", rbErr))
+		}
+		p.report(claim, err)
+		return nil, err
+	}
+	logger.V(2).Info("Prepared claim", "devices", len(pl.Devices))
+	return devices(pl), nil
+}
+
+func (p *Preparer) report(claim *resourceapi.ResourceClaim, err error) {
+	if p.cfg.Events != nil {
+		p.cfg.Events.PrepareFailed(claim, err)
+	}
+}
+
+// apply performs the side effects of a plan, recording progress.
+func (p *Preparer) apply(ctx context.Context, pl *plan.Claim) error {
+	if err := p.failpoint("prepare-before-checkpoint-started"); err != nil {
+		return err
+	}
+	if err := p.cfg.Checkpoint.Put(checkpoint.Entry{State: checkpoint.Started, Plan: *pl}); err != nil {
+		return fmt.Errorf("recording Prepare of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	}
+	if err := p.failpoint("prepare-after-checkpoint-started"); err != nil {
+		return err
+	}
+	if mps := pl.MPS(); mps != nil {
+		if err := p.cfg.MPS.Acquire(ctx, *mps, pl); err != nil {
+			return fmt.Errorf("joining the MPS server of GPU %s: %w", mps.GPUUUID, err)
+		}
+		if err := p.failpoint("prepare-after-mps"); err != nil {
+			return err
+		}
+	}
+	if _, err := p.cfg.CDI.Write(pl); err != nil {
+		return err
+	}
+	if err := p.failpoint("prepare-after-cdi-write"); err != nil {
+		return err
+	}
+	if err := p.cfg.Checkpoint.Put(checkpoint.Entry{State: checkpoint.Completed, Plan: *pl}); err != nil {
+		return fmt.Errorf("recording completion of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	}
+	if err := p.failpoint("prepare-after-checkpoint-completed"); err != nil {
+		// Past this point the claim is prepared; a crash here is resumed.
+		return err
+	}
+	p.cfg.Status.Prepared(pl)
+	return nil
+}
+
+// resume answers a repeated Prepare of a completed claim. Only a CDI spec
+// lost since (the CDI root is often a tmpfs) is written again.
+func (p *Preparer) resume(ctx context.Context, pl *plan.Claim) ([]kubeletplugin.Device, error) {
+	exists, err := p.cfg.CDI.Exists(pl.UID)
+	if err != nil {
+		return nil, fmt.Errorf("checking the CDI spec of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	}
+	if !exists {
+		klog.FromContext(ctx).Info("CDI spec of a prepared claim is missing; writing it again", "claim", klog.KRef(pl.Namespace, pl.Name))
+		if _, err := p.cfg.CDI.Write(pl); err != nil {
+			return nil, err
+		}
+	}
+	p.cfg.Status.Prepared(pl)
+	return devices(pl), nil
+}
+
+// rollback undoes whatever part of pl was applied. Every step tolerates
+// work that was never done.
+func (p *Preparer) rollback(ctx context.Context, pl *plan.Claim) error {
+	var errs []error
+	if err := p.cfg.CDI.Remove(pl.UID); err != nil {
+		errs = append(errs, err)
+	}
+	if mps := pl.MPS(); mps != nil && p.cfg.MPS != nil {
+		if err := p.cfg.MPS.Release(ctx, *mps, pl.UID); err != nil {
+			errs = append(errs, fmt.Errorf("releasing the MPS server of GPU %s: %w", mps.GPUUUID, err))
+		}
+	}
+	if len(errs) > 0 {
+		// Keep the entry so that the next attempt retries the cleanup.
+		return errors.Join(errs...)
+	}
+	if err := p.cfg.Checkpoint.Delete(pl.UID); err != nil {
+		return fmt.Errorf("forgetting claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	}
+	return nil
+}
+
+// Unprepare undoes Prepare. A claim this node never prepared (or already
+// unprepared) succeeds.
+func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedObject) error {
+	p.locks.LockKey(string(ref.UID))
+	defer func() { _ = p.locks.UnlockKey(string(ref.UID)) }()
+
+	entry, ok := p.cfg.Checkpoint.Get(ref.UID)
+	if !ok {
+		// Nothing recorded; a spec file may still be an orphan of a crash
+		// before the first checkpoint write of an older version.
+		return p.cfg.CDI.Remove(ref.UID)
+	}
+	if err := p.failpoint("unprepare-before-rollback"); err != nil {
+		return err
+	}
+	if err := p.rollback(ctx, &entry.Plan); err != nil {
+		return fmt.Errorf("unpreparing claim %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	if err := p.failpoint("unprepare-after-rollback"); err != nil {
+		return err
+	}
+	p.cfg.Status.Unprepared(ref.Namespace, ref.Name, ref.UID)
+	return nil
+}
+
+// Recover makes the node consistent after a restart: claims whose Prepare
+// stopped halfway are rolled back, and CDI specs no checkpoint entry
+// accounts for are removed. Completed claims are kept as they are.
+func (p *Preparer) Recover(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	known := map[types.UID]bool{}
+	var errs []error
+	for _, e := range p.cfg.Checkpoint.Entries() {
+		if e.State == checkpoint.Completed {
+			known[e.Plan.UID] = true
+			continue
+		}
+		logger.Info("Rolling back a Prepare interrupted by a restart", "claim", klog.KRef(e.Plan.Namespace, e.Plan.Name), "claimUID", e.Plan.UID)
+		if err := p.rollback(ctx, &e.Plan); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	specs, err := p.cfg.CDI.List()
+	if err != nil {
+		return err
+	}
+	for _, uid := range specs {
+		if known[uid] {
+			continue
+		}
+		if _, ok := p.cfg.Checkpoint.Get(uid); ok {
+			continue // a rollback above failed and kept its entry
+		}
+		logger.Info("Removing a CDI spec no prepared claim accounts for", "claimUID", uid)
+		if err := p.cfg.CDI.Remove(uid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Prepared returns the plans of every prepared claim, for metrics and the
+// MPS reference counts.
+func (p *Preparer) Prepared() []plan.Claim {
+	var out []plan.Claim
+	for _, e := range p.cfg.Checkpoint.Entries() {
+		if e.State == checkpoint.Completed {
+			out = append(out, e.Plan)
+		}
+	}
+	return out
+}
+
+func devices(pl *plan.Claim) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, len(pl.Devices))
+	for i, d := range pl.Devices {
+		out[i] = kubeletplugin.Device{
+			Requests:     []string{d.Request},
+			PoolName:     d.Pool,
+			DeviceName:   d.Device,
+			CDIDeviceIDs: []string{cdispec.DeviceID(pl.UID, d)},
+			ShareID:      d.ShareID,
+		}
+	}
+	return out
+}
