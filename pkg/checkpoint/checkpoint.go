@@ -60,12 +60,23 @@ type file struct {
 }
 
 // Checkpoint is safe for concurrent use; every change is on disk before the
-// call returns.
+// call returns. Concurrent changes share one write (group commit): each
+// change gets a generation, and one fsync of the file covers every
+// generation it contains, so parallel Prepares do not queue behind each
+// other's fsyncs.
 type Checkpoint struct {
 	path   string
-	mu     sync.Mutex
 	bootID string
+
+	mu     sync.Mutex // guards claims, changed and gen
 	claims map[types.UID]Entry
+	// changed is the generation of each claim's latest change, so a failed
+	// commit undoes its own change and never a later one.
+	changed map[types.UID]uint64
+	gen     uint64
+
+	flushMu sync.Mutex // one writer of the file at a time
+	flushed uint64     // highest generation on disk; guarded by flushMu
 }
 
 // Open loads the checkpoint at path, or starts an empty one. A checkpoint
@@ -73,7 +84,7 @@ type Checkpoint struct {
 // (never silently overwritten) and the plugin starts empty.
 func Open(ctx context.Context, path, bootID string) (*Checkpoint, error) {
 	logger := klog.FromContext(ctx)
-	c := &Checkpoint{path: path, bootID: bootID, claims: map[types.UID]Entry{}}
+	c := &Checkpoint{path: path, bootID: bootID, claims: map[types.UID]Entry{}, changed: map[types.UID]uint64{}}
 	raw, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -161,17 +172,15 @@ func (c *Checkpoint) Entries() []Entry {
 
 // Put records e for its claim and persists it.
 func (c *Checkpoint) Put(e Entry) error {
+	uid := e.Plan.UID
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	prev, had := c.claims[e.Plan.UID]
-	c.claims[e.Plan.UID] = e
-	if err := c.persist(); err != nil {
+	prev, had := c.claims[uid]
+	c.claims[uid] = e
+	gen := c.bump(uid)
+	c.mu.Unlock()
+	if err := c.commit(gen); err != nil {
 		// Memory must not run ahead of disk.
-		if had {
-			c.claims[e.Plan.UID] = prev
-		} else {
-			delete(c.claims, e.Plan.UID)
-		}
+		c.undo(uid, gen, prev, had)
 		return err
 	}
 	return nil
@@ -180,29 +189,71 @@ func (c *Checkpoint) Put(e Entry) error {
 // Delete forgets a claim and persists that; an unknown claim is a no-op.
 func (c *Checkpoint) Delete(uid types.UID) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	prev, had := c.claims[uid]
 	if !had {
+		c.mu.Unlock()
 		return nil
 	}
 	delete(c.claims, uid)
-	if err := c.persist(); err != nil {
-		c.claims[uid] = prev
+	gen := c.bump(uid)
+	c.mu.Unlock()
+	if err := c.commit(gen); err != nil {
+		c.undo(uid, gen, prev, true)
 		return err
 	}
 	return nil
 }
 
-func (c *Checkpoint) persist() error {
+// bump starts a new generation for a change of uid; c.mu must be held.
+func (c *Checkpoint) bump(uid types.UID) uint64 {
+	c.gen++
+	c.changed[uid] = c.gen
+	return c.gen
+}
+
+// undo restores uid's value from before the change of generation gen,
+// unless a later change of uid happened since.
+func (c *Checkpoint) undo(uid types.UID, gen uint64, prev Entry, had bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.changed[uid] != gen {
+		return
+	}
+	if had {
+		c.claims[uid] = prev
+	} else {
+		delete(c.claims, uid)
+	}
+}
+
+// commit returns once generation gen is on disk, writing the file itself
+// unless a write that started after gen already covered it.
+func (c *Checkpoint) commit(gen uint64) error {
+	c.flushMu.Lock()
+	defer c.flushMu.Unlock()
+	if c.flushed >= gen {
+		return nil
+	}
+	c.mu.Lock()
+	snapshot := c.gen
 	raw, err := Encode(c.bootID, c.claims)
+	c.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(c.path)
+	if err := writeAtomically(c.path, raw); err != nil {
+		return err
+	}
+	c.flushed = snapshot
+	return nil
+}
+
+func writeAtomically(path string, raw []byte) error {
+	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return fmt.Errorf("creating checkpoint directory: %w", err)
 	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(c.path)+".tmp-*")
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return fmt.Errorf("creating checkpoint temp file: %w", err)
 	}
@@ -218,7 +269,7 @@ func (c *Checkpoint) persist() error {
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("closing checkpoint: %w", err)
 	}
-	if err := os.Rename(tmp.Name(), c.path); err != nil {
+	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("replacing checkpoint: %w", err)
 	}
 	// The rename is durable only once the directory entry is.

@@ -159,3 +159,42 @@ func TestConcurrentPutsNeverTear(t *testing.T) {
 		t.Errorf("%d entries on disk, want 20", n)
 	}
 }
+
+func TestFailedWriteDoesNotRunAhead(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sub", "checkpoint.json")
+	c, _ := checkpoint.Open(ctx, path, "boot-1")
+	if err := c.Put(entry("a", checkpoint.Completed)); err != nil {
+		t.Fatal(err)
+	}
+	// Make the directory unwritable (and the test not root-dependent: a
+	// file where the temp file must go).
+	if err := os.Chmod(filepath.Dir(path), 0o500); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = os.Chmod(filepath.Dir(path), 0o750) }()
+	if os.Geteuid() == 0 {
+		t.Log("running as root: permissions do not stop writes; replacing the directory by a file instead")
+		_ = os.Chmod(filepath.Dir(path), 0o750)
+		if err := os.RemoveAll(filepath.Dir(path)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Dir(path), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = os.Remove(filepath.Dir(path)) }()
+	}
+	if err := c.Put(entry("b", checkpoint.Started)); err == nil {
+		t.Fatal("a write that cannot reach disk succeeded")
+	}
+	if _, ok := c.Get("b"); ok {
+		t.Error("an entry that never reached disk is visible")
+	}
+	if err := c.Delete("a"); err == nil {
+		t.Fatal("a delete that cannot reach disk succeeded")
+	}
+	if _, ok := c.Get("a"); !ok {
+		t.Error("a delete that never reached disk took effect in memory")
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
@@ -91,7 +92,7 @@ func (m *fakeMPS) Release(_ context.Context, b plan.MPSBinding, uid types.UID) e
 }
 
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	dataDir  string
 	cdiDir   string
 	inv      *inventory.Inventory
@@ -103,8 +104,12 @@ type env struct {
 	ckpt     *checkpoint.Checkpoint
 }
 
-func newEnv(t *testing.T) *env {
-	_, ctx := ktesting.NewTestContext(t)
+func newEnv(t *testing.T) *env { return newEnvB(t, t) }
+
+// newEnvB sets up over tb, logging through t when it is a test.
+func newEnvB(tb testing.TB, _ *testing.T) *env {
+	t := tb
+	ctx := klog.NewContext(context.Background(), klog.Background().V(1))
 	n, err := gpusim.NewNode("h200x2", node, inventory.EnforcementDMem)
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +126,7 @@ func newEnv(t *testing.T) *env {
 // restart builds a new preparer over the same files, as a restarted plugin
 // process does.
 func (e *env) restart() {
-	_, ctx := ktesting.NewTestContext(e.t)
+	ctx := klog.NewContext(context.Background(), klog.Background().V(1))
 	ckpt, err := checkpoint.Open(ctx, filepath.Join(e.dataDir, "checkpoint.json"), "boot-1")
 	if err != nil {
 		e.t.Fatal(err)
