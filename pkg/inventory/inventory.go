@@ -65,6 +65,62 @@ type GPU struct {
 	PCIBusID              string // "0000:3b:00.0"
 	PCIeRoot              string // "pci0000:3a", empty when unknown
 	MemoryBytes           uint64
+	// ComputeModes is the node's policy for this GPU (see ComputeModes*),
+	// set from the plugin's --sm-sharing-gpus after discovery.
+	ComputeModes string
+}
+
+// Values of GPU.ComputeModes and of the computeModes device attribute.
+const (
+	// ComputeModesAny: either mode, but never both at once on the GPU.
+	ComputeModesAny = "Any"
+	// ComputeModesTimeSlicing and ComputeModesSMSharing reserve the GPU
+	// for one mode, so DeviceClasses can keep the modes apart when
+	// scheduling.
+	ComputeModesTimeSlicing = "TimeSlicing"
+	ComputeModesSMSharing   = "SMSharing"
+)
+
+// AssignComputeModes applies a --sm-sharing-gpus setting: "" leaves every
+// GPU open to both modes; "all", "none" or a comma list of GPU indices
+// reserve the listed GPUs for SMSharing and the others for TimeSlicing.
+func (inv *Inventory) AssignComputeModes(setting string) error {
+	setting = strings.TrimSpace(setting)
+	sm := map[int]bool{}
+	switch setting {
+	case "":
+		for i := range inv.GPUs {
+			inv.GPUs[i].ComputeModes = ComputeModesAny
+		}
+		return nil
+	case "all":
+		for _, g := range inv.GPUs {
+			sm[g.Index] = true
+		}
+	case "none":
+	default:
+		for _, f := range strings.Split(setting, ",") {
+			idx, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("--sm-sharing-gpus %q: %q is not a GPU index (want all, none or a list such as 0,1)", setting, f)
+			}
+			found := false
+			for _, g := range inv.GPUs {
+				found = found || g.Index == idx
+			}
+			if !found {
+				return fmt.Errorf("--sm-sharing-gpus %q: this node has no GPU %d", setting, idx)
+			}
+			sm[idx] = true
+		}
+	}
+	for i := range inv.GPUs {
+		inv.GPUs[i].ComputeModes = ComputeModesTimeSlicing
+		if sm[inv.GPUs[i].Index] {
+			inv.GPUs[i].ComputeModes = ComputeModesSMSharing
+		}
+	}
+	return nil
 }
 
 // Inventory is everything discovery found on one node.

@@ -166,3 +166,37 @@ func TestParseEnforcement(t *testing.T) {
 		t.Errorf("got %v %v", e, err)
 	}
 }
+
+func TestAssignComputeModes(t *testing.T) {
+	inv := &inventory.Inventory{GPUs: []inventory.GPU{{Index: 0}, {Index: 1}, {Index: 2}}}
+	modes := func() []string {
+		var out []string
+		for _, g := range inv.GPUs {
+			out = append(out, g.ComputeModes)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		setting string
+		want    []string
+		err     string
+	}{
+		{"", []string{"Any", "Any", "Any"}, ""},
+		{"all", []string{"SMSharing", "SMSharing", "SMSharing"}, ""},
+		{"none", []string{"TimeSlicing", "TimeSlicing", "TimeSlicing"}, ""},
+		{"0, 2", []string{"SMSharing", "TimeSlicing", "SMSharing"}, ""},
+		{"7", nil, `--sm-sharing-gpus "7": this node has no GPU 7`},
+		{"first", nil, `--sm-sharing-gpus "first": "first" is not a GPU index (want all, none or a list such as 0,1)`},
+	} {
+		err := inv.AssignComputeModes(tc.setting)
+		if tc.err != "" {
+			if err == nil || err.Error() != tc.err {
+				t.Errorf("%q: error %v, want %q", tc.setting, err, tc.err)
+			}
+			continue
+		}
+		if got := modes(); err != nil || strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%q: %v %v, want %v", tc.setting, got, err, tc.want)
+		}
+	}
+}

@@ -170,6 +170,11 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 		ComputeMode:            cfg.EffectiveComputeMode(),
 		ActiveThreadPercentage: cfg.ActiveThreadPercentage,
 	}
+	if gpu.ComputeModes != "" && gpu.ComputeModes != inventory.ComputeModesAny && gpu.ComputeModes != string(dev.ComputeMode) {
+		errs = append(errs, field.Forbidden(cfgPath.Child("computeMode"), fmt.Sprintf(
+			"GPU %s is reserved for %s on this node (--sm-sharing-gpus); select GPUs with device.attributes[\"gpufrac.dev\"].computeModes != \"%s\"",
+			r.Device, gpu.ComputeModes, gpu.ComputeModes)))
+	}
 	enforcement, enfErr := enforcementFor(inv, dev.ComputeMode, cfg.MemoryLimit != nil, cfgPath)
 	if enfErr != nil {
 		errs = append(errs, enfErr)

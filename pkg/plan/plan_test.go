@@ -257,6 +257,14 @@ func TestComputeInvalid(t *testing.T) {
 		}, fromClass(fc(`,"computeMode":"SMSharing"`))),
 		want: `status.allocation.devices.results: Forbidden: SMSharing shares on 2 GPUs in one claim: a container joins one MPS server, and servers are per GPU; use one GPU per SMSharing claim`,
 	}, {
+		name: "a mode the GPU is not reserved for", inv: func() *inventory.Inventory {
+			inv := testInventory(inventory.EnforcementDMem, inventory.MPSVersionV3)
+			inv.GPUs[0].ComputeModes = inventory.ComputeModesTimeSlicing
+			return inv
+		}(),
+		claim: claim(one, fromClaim(fc(`,"computeMode":"SMSharing"`))),
+		want:  `status.allocation.devices.results[0].config.computeMode: Forbidden: GPU gpu-0 is reserved for TimeSlicing on this node (--sm-sharing-gpus); select GPUs with device.attributes["gpufrac.dev"].computeModes != "TimeSlicing"`,
+	}, {
 		name: "every problem is reported", inv: dmem,
 		claim: claim([]result{
 			{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"},

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -68,6 +69,9 @@ type Config struct {
 type Preparer struct {
 	cfg   Config
 	locks keymutex.KeyMutex
+	// admit serialises the mode-conflict check with the Started record, so
+	// two claims of different modes cannot both pass it for one GPU.
+	admit sync.Mutex
 }
 
 // New returns a Preparer. Call Recover before serving the kubelet.
@@ -138,8 +142,8 @@ func (p *Preparer) apply(ctx context.Context, pl *plan.Claim) error {
 	if err := p.failpoint("prepare-before-checkpoint-started"); err != nil {
 		return err
 	}
-	if err := p.cfg.Checkpoint.Put(checkpoint.Entry{State: checkpoint.Started, Plan: *pl}); err != nil {
-		return fmt.Errorf("recording Prepare of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	if err := p.admitClaim(pl); err != nil {
+		return err
 	}
 	if err := p.failpoint("prepare-after-checkpoint-started"); err != nil {
 		return err
@@ -166,6 +170,24 @@ func (p *Preparer) apply(ctx context.Context, pl *plan.Claim) error {
 		return err
 	}
 	p.cfg.Status.Prepared(pl)
+	return nil
+}
+
+// admitClaim records the start of a Prepare unless the claim's compute
+// mode conflicts with a claim prepared (or being prepared) on its GPUs.
+func (p *Preparer) admitClaim(pl *plan.Claim) error {
+	p.admit.Lock()
+	defer p.admit.Unlock()
+	var others []plan.Claim
+	for _, e := range p.cfg.Checkpoint.Entries() {
+		others = append(others, e.Plan)
+	}
+	if err := plan.CheckModeConflicts(pl, others); err != nil {
+		return err
+	}
+	if err := p.cfg.Checkpoint.Put(checkpoint.Entry{State: checkpoint.Started, Plan: *pl}); err != nil {
+		return fmt.Errorf("recording Prepare of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	}
 	return nil
 }
 

@@ -403,3 +403,30 @@ func TestConcurrentPrepares(t *testing.T) {
 		t.Errorf("%d claims prepared after restart, want %d", got, n)
 	}
 }
+
+func TestModesNeverMixOnOneGPU(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	e := newEnv(t)
+	if _, err := e.preparer.Prepare(ctx, allocated("ts", "gpu-0", "s1", "10Gi", "")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.preparer.Prepare(ctx, allocated("sm", "gpu-0", "s2", "10Gi", `,"computeMode":"SMSharing"`))
+	var conflict *plan.ModeConflictError
+	if !errors.As(err, &conflict) {
+		t.Fatalf("got %v, want a mode conflict", err)
+	}
+	if len(e.cdiFiles()) != 1 || len(e.ckpt.Entries()) != 1 || len(e.mps.users) != 0 {
+		t.Errorf("the refused claim left state: cdi %v, entries %d, mps %v", e.cdiFiles(), len(e.ckpt.Entries()), e.mps.users)
+	}
+	// On the other GPU it is fine; once the TimeSlicing claim goes, so is gpu-0.
+	if _, err := e.preparer.Prepare(ctx, allocated("sm2", "gpu-1", "s3", "10Gi", `,"computeMode":"SMSharing"`)); err != nil {
+		t.Errorf("SMSharing on a free GPU: %v", err)
+	}
+	ref := kubeletplugin.NamespacedObject{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "ts"}, UID: "uid-ts"}
+	if err := e.preparer.Unprepare(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.preparer.Prepare(ctx, allocated("sm", "gpu-0", "s2", "10Gi", `,"computeMode":"SMSharing"`)); err != nil {
+		t.Errorf("after the TimeSlicing claim left: %v", err)
+	}
+}

@@ -36,6 +36,7 @@ const (
 	AttrCUDADriverVersion     resourceapi.QualifiedName = "cudaDriverVersion"
 	AttrMemoryEnforcement     resourceapi.QualifiedName = "memoryEnforcement"
 	AttrMPSVersion            resourceapi.QualifiedName = "mpsVersion"
+	AttrComputeModes          resourceapi.QualifiedName = "computeModes"
 )
 
 var (
@@ -98,6 +99,7 @@ func Device(gpu inventory.GPU, inv *inventory.Inventory) (resourceapi.Device, er
 		AttrCUDADriverVersion:     {VersionValue: ptr.To(cudaVersion)},
 		AttrMemoryEnforcement:     {StringValue: ptr.To(string(inv.Enforcement))},
 		AttrMPSVersion:            {StringValue: ptr.To(inv.MPSVersion)},
+		AttrComputeModes:          {StringValue: ptr.To(computeModes(gpu))},
 	}
 	if gpu.PCIBusID != "" {
 		attrs[deviceattribute.StandardDeviceAttributePCIBusID] = resourceapi.DeviceAttribute{StringValue: ptr.To(gpu.PCIBusID)}
@@ -124,6 +126,13 @@ func Device(gpu inventory.GPU, inv *inventory.Inventory) (resourceapi.Device, er
 			},
 		},
 	}, nil
+}
+
+func computeModes(gpu inventory.GPU) string {
+	if gpu.ComputeModes == "" {
+		return inventory.ComputeModesAny
+	}
+	return gpu.ComputeModes
 }
 
 // maxAttributeLength is the API's limit on string attribute values.
