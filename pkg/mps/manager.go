@@ -1,0 +1,432 @@
+package mps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/keymutex"
+
+	"github.com/gpufrac/gpufrac/pkg/inventory"
+	"github.com/gpufrac/gpufrac/pkg/plan"
+)
+
+// Config of the manager.
+type Config struct {
+	Client    kubernetes.Interface
+	Namespace string
+	NodeName  string
+	// Template is the text of templates/mps-control-daemon.yaml.
+	Template string
+	Image    string
+	// Version is the node's MPS version (inventory.MPSVersionV3 or
+	// inventory.MPSVersionLegacy).
+	Version string
+	// ReadyTimeout bounds how long Prepare waits for a new daemon.
+	ReadyTimeout time.Duration
+	// Events reports daemon trouble on the claims that use it; optional.
+	Events Events
+}
+
+// Events are reported on claims whose daemon had trouble.
+type Events interface {
+	DaemonRestarted(c *plan.Claim, reason string)
+}
+
+// user is one claim's use of a GPU's daemon.
+type user struct {
+	claim   plan.Claim
+	hardMiB int64
+}
+
+// Manager implements preparer.MPS.
+type Manager struct {
+	cfg   Config
+	locks keymutex.KeyMutex // per GPU: one daemon change at a time
+
+	mu    sync.Mutex
+	users map[string]map[types.UID]user // GPU UUID → claim → use
+}
+
+// NewManager validates cfg.
+func NewManager(cfg Config) (*Manager, error) {
+	if cfg.Client == nil || cfg.Namespace == "" || cfg.NodeName == "" || cfg.Template == "" || cfg.Image == "" {
+		return nil, errors.New("the MPS manager needs a client, namespace, node name, template and image")
+	}
+	if cfg.Version != inventory.MPSVersionV3 && cfg.Version != inventory.MPSVersionLegacy {
+		return nil, fmt.Errorf("MPS version %q: this node has no usable MPS", cfg.Version)
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 60 * time.Second
+	}
+	return &Manager{cfg: cfg, locks: keymutex.NewHashed(0), users: map[string]map[types.UID]user{}}, nil
+}
+
+func hardMiB(c *plan.Claim, gpu string) int64 {
+	var sum int64
+	for _, d := range c.Devices {
+		if d.MPS != nil && d.GPU.UUID == gpu {
+			sum += d.HardLimitBytes
+		}
+	}
+	return sum >> 20
+}
+
+// Acquire implements preparer.MPS: the GPU's daemon runs and is ready, and
+// its ceiling covers this claim, before it returns.
+func (m *Manager) Acquire(ctx context.Context, b plan.MPSBinding, c *plan.Claim) error {
+	m.locks.LockKey(b.GPUUUID)
+	defer func() { _ = m.locks.UnlockKey(b.GPUUUID) }()
+
+	m.mu.Lock()
+	if m.users[b.GPUUUID] == nil {
+		m.users[b.GPUUUID] = map[types.UID]user{}
+	}
+	_, had := m.users[b.GPUUUID][c.UID]
+	m.users[b.GPUUUID][c.UID] = user{claim: *c, hardMiB: hardMiB(c, b.GPUUUID)}
+	ceiling := m.ceilingLocked(b.GPUUUID)
+	m.mu.Unlock()
+
+	err := m.ensure(ctx, b, ceiling)
+	if err != nil && !had {
+		// Leave nothing behind: forget the use and, if it was the only
+		// one, the daemon that never became ready.
+		if relErr := m.release(ctx, b, c.UID); relErr != nil {
+			err = errors.Join(err, relErr)
+		}
+	}
+	return err
+}
+
+// ceilingLocked is the daemon-side pinned memory limit: the largest hard
+// limit among the GPU's SMSharing claims. Each client's environment lowers
+// it to its own limit; the daemon's value is what no client can exceed.
+func (m *Manager) ceilingLocked(gpu string) int64 {
+	var ceiling int64
+	for _, u := range m.users[gpu] {
+		ceiling = max(ceiling, u.hardMiB)
+	}
+	return ceiling
+}
+
+// ensure makes the daemon exist with the ceiling and waits until it is
+// ready.
+func (m *Manager) ensure(ctx context.Context, b plan.MPSBinding, ceilingMiB int64) error {
+	logger := klog.FromContext(ctx).WithValues("gpu", b.GPUUUID)
+	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
+	name := PodName(m.cfg.NodeName, b.GPUUUID)
+	pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		pod, err = m.create(ctx, b, ceilingMiB)
+		if err != nil {
+			return err
+		}
+		logger.Info("Started MPS control daemon", "pod", klog.KObj(pod), "pinnedMemLimitMiB", ceilingMiB)
+	case err != nil:
+		return fmt.Errorf("looking up MPS daemon %s/%s: %w", m.cfg.Namespace, name, err)
+	case pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+		return fmt.Errorf("MPS daemon %s/%s of GPU %s is terminating or has stopped (%s); it is being replaced, retry shortly", m.cfg.Namespace, name, b.GPUUUID, pod.Status.Phase)
+	default:
+		// A running daemon picks up a changed ceiling from its config.
+		if err := writeConfig(b, ceilingMiB); err != nil {
+			return err
+		}
+	}
+	return m.waitReady(ctx, b, name)
+}
+
+func (m *Manager) create(ctx context.Context, b plan.MPSBinding, ceilingMiB int64) (*corev1.Pod, error) {
+	for _, dir := range []string{b.PipeDir, b.LogDir, b.ShmDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("creating MPS directory %s: %w", dir, err)
+		}
+	}
+	if err := writeConfig(b, ceilingMiB); err != nil {
+		return nil, err
+	}
+	pod, err := Render(m.cfg.Template, DaemonParams{
+		Name: PodName(m.cfg.NodeName, b.GPUUUID), Namespace: m.cfg.Namespace, NodeName: m.cfg.NodeName,
+		GPUUUID: b.GPUUUID, Image: m.cfg.Image, Version: m.cfg.Version,
+		PipeDir: b.PipeDir, LogDir: b.LogDir, ShmDir: b.ShmDir, ConfigDir: ConfigDir(b),
+		PinnedMemLimitMiB: ceilingMiB,
+	})
+	if err != nil {
+		return nil, err
+	}
+	created, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating MPS daemon %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return created, nil
+}
+
+// writeConfig records the ceiling where the daemon's script reads it.
+func writeConfig(b plan.MPSBinding, ceilingMiB int64) error {
+	dir := ConfigDir(b)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating MPS config directory: %w", err)
+	}
+	tmp := filepath.Join(dir, ConfigFile+".tmp")
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(ceilingMiB, 10)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("writing MPS pinned memory limit: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, ConfigFile)); err != nil {
+		return fmt.Errorf("writing MPS pinned memory limit: %w", err)
+	}
+	return nil
+}
+
+// waitReady polls the daemon Pod's Ready condition, which its startup
+// probe gates on the control daemon answering, with a bounded backoff.
+func (m *Manager) waitReady(ctx context.Context, b plan.MPSBinding, name string) error {
+	var last *corev1.Pod
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+	defer cancel()
+	backoff := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Cap: 2 * time.Second, Steps: 1 << 30}
+	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
+		pod, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = pod
+		return podReady(pod), nil
+	})
+	if err == nil {
+		return nil
+	}
+	state := "not found"
+	if last != nil {
+		state = describePod(last)
+	}
+	return fmt.Errorf("MPS daemon %s/%s of GPU %s is not ready after %s (%s); last daemon log lines: %s",
+		m.cfg.Namespace, name, b.GPUUUID, m.cfg.ReadyTimeout, state, tailLog(b.LogDir, 5))
+}
+
+func podReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func describePod(pod *corev1.Pod) string {
+	parts := []string{"phase " + string(pod.Status.Phase)}
+	for _, cs := range pod.Status.ContainerStatuses {
+		switch {
+		case cs.State.Waiting != nil:
+			parts = append(parts, fmt.Sprintf("%s waiting: %s %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message))
+		case cs.State.Terminated != nil:
+			parts = append(parts, fmt.Sprintf("%s terminated: %s (exit %d)", cs.Name, cs.State.Terminated.Reason, cs.State.Terminated.ExitCode))
+		case cs.RestartCount > 0:
+			parts = append(parts, fmt.Sprintf("%s restarted %d times", cs.Name, cs.RestartCount))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// tailLog returns the last lines of the control daemon's log, the first
+// thing anyone debugging a daemon that will not start needs.
+func tailLog(dir string, n int) string {
+	raw, err := os.ReadFile(filepath.Join(dir, "control.log"))
+	if err != nil || len(raw) == 0 {
+		return "(no control.log in " + dir + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// Release implements preparer.MPS.
+func (m *Manager) Release(ctx context.Context, b plan.MPSBinding, claimUID types.UID) error {
+	m.locks.LockKey(b.GPUUUID)
+	defer func() { _ = m.locks.UnlockKey(b.GPUUUID) }()
+	return m.release(ctx, b, claimUID)
+}
+
+func (m *Manager) release(ctx context.Context, b plan.MPSBinding, claimUID types.UID) error {
+	m.mu.Lock()
+	delete(m.users[b.GPUUUID], claimUID)
+	remaining := len(m.users[b.GPUUUID])
+	ceiling := m.ceilingLocked(b.GPUUUID)
+	if remaining == 0 {
+		delete(m.users, b.GPUUUID)
+	}
+	m.mu.Unlock()
+	if remaining > 0 {
+		// Lowering the ceiling to the remaining claims keeps a departed
+		// claim's larger limit from lingering.
+		return writeConfig(b, ceiling)
+	}
+	return m.stop(ctx, b)
+}
+
+// stop deletes the GPU's daemon and its directories.
+func (m *Manager) stop(ctx context.Context, b plan.MPSBinding) error {
+	name := PodName(m.cfg.NodeName, b.GPUUUID)
+	err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting MPS daemon %s/%s: %w", m.cfg.Namespace, name, err)
+	}
+	klog.FromContext(ctx).Info("Stopped MPS control daemon: no SMSharing claims left", "gpu", b.GPUUUID, "pod", klog.KRef(m.cfg.Namespace, name))
+	// Orphaned pipe and shm directories are a known cause of a new daemon
+	// failing to start; the log stays for inspection.
+	for _, dir := range []string{b.PipeDir, b.ShmDir, ConfigDir(b)} {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("removing MPS directory %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// Users returns how many claims use each GPU's daemon.
+func (m *Manager) Users() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int{}
+	for gpu, us := range m.users {
+		out[gpu] = len(us)
+	}
+	return out
+}
+
+// Restore rebuilds the reference counts from the prepared claims (the
+// checkpoint) and then reconciles the daemons with them.
+func (m *Manager) Restore(ctx context.Context, prepared []plan.Claim) error {
+	m.mu.Lock()
+	for i := range prepared {
+		c := &prepared[i]
+		if b := c.MPS(); b != nil {
+			if m.users[b.GPUUUID] == nil {
+				m.users[b.GPUUUID] = map[types.UID]user{}
+			}
+			m.users[b.GPUUUID][c.UID] = user{claim: *c, hardMiB: hardMiB(c, b.GPUUUID)}
+		}
+	}
+	m.mu.Unlock()
+	return m.reconcile(ctx)
+}
+
+// Run reconciles every interval until ctx ends.
+func (m *Manager) Run(ctx context.Context, interval time.Duration) {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if err := m.reconcile(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Reconciling MPS daemons")
+		}
+	}, interval)
+}
+
+// reconcile deletes daemons of GPUs no claim uses (left by a crash or an
+// upgrade) and recreates daemons that died while claims use them.
+func (m *Manager) reconcile(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	pods, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: LabelComponent + "=" + ComponentValue + "," + LabelNode + "=" + m.cfg.NodeName,
+	})
+	if err != nil {
+		return fmt.Errorf("listing MPS daemons: %w", err)
+	}
+	running := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		running[pods.Items[i].Labels[LabelGPU]] = &pods.Items[i]
+	}
+	m.mu.Lock()
+	users := map[string][]user{}
+	for gpu, us := range m.users {
+		for _, u := range us {
+			users[gpu] = append(users[gpu], u)
+		}
+	}
+	m.mu.Unlock()
+
+	var errs []error
+	for gpu, pod := range running {
+		if len(users[gpu]) > 0 {
+			continue
+		}
+		m.locks.LockKey(gpu)
+		err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{})
+		_ = m.locks.UnlockKey(gpu)
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting unused MPS daemon %s: %w", pod.Name, err))
+			continue
+		}
+		logger.Info("Deleted an MPS daemon no claim uses", "pod", klog.KObj(pod), "gpu", gpu)
+	}
+	for gpu, us := range users {
+		pod := running[gpu]
+		if pod != nil && pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded {
+			continue
+		}
+		reason := "the MPS daemon of GPU " + gpu + " is gone"
+		if pod != nil {
+			reason = fmt.Sprintf("the MPS daemon of GPU %s stopped (%s)", gpu, describePod(pod))
+		}
+		created, err := m.recreate(ctx, us[0].claim, gpu, pod)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !created {
+			continue
+		}
+		logger.Info("Recreated an MPS daemon claims depend on", "gpu", gpu, "claims", len(us), "reason", reason)
+		if m.cfg.Events != nil {
+			for _, u := range us {
+				m.cfg.Events.DaemonRestarted(&u.claim, reason+"; it was recreated, and its clients must reconnect")
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// recreate replaces a dead daemon; it reports whether a new Pod was
+// created (a stopped one is deleted first, and replaced on a later pass
+// because the new Pod takes the same name).
+func (m *Manager) recreate(ctx context.Context, c plan.Claim, gpu string, old *corev1.Pod) (bool, error) {
+	m.locks.LockKey(gpu)
+	defer func() { _ = m.locks.UnlockKey(gpu) }()
+	b := c.MPS()
+	if b == nil {
+		return false, nil
+	}
+	if old != nil {
+		if old.DeletionTimestamp == nil {
+			err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return false, fmt.Errorf("deleting stopped MPS daemon %s: %w", old.Name, err)
+			}
+		}
+		return false, nil
+	}
+	m.mu.Lock()
+	ceiling := m.ceilingLocked(gpu)
+	m.mu.Unlock()
+	if _, err := m.create(ctx, *b, ceiling); err != nil {
+		return false, err
+	}
+	return true, nil
+}

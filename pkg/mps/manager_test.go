@@ -1,0 +1,262 @@
+package mps_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/pkg/inventory"
+	"github.com/gpufrac/gpufrac/pkg/mps"
+	"github.com/gpufrac/gpufrac/pkg/plan"
+	"github.com/gpufrac/gpufrac/templates"
+)
+
+const (
+	ns   = "gpufrac-system"
+	node = "node-a"
+)
+
+// kubelet marks daemon pods Running and Ready, as a node whose startup
+// probe passed would; ready=false plays a daemon that never answers.
+func kubelet(ctx context.Context, t *testing.T, client *fake.Clientset, ready bool) {
+	go func() {
+		for ctx.Err() == nil {
+			pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err == nil {
+				for _, p := range pods.Items {
+					if p.Status.Phase == corev1.PodRunning {
+						continue
+					}
+					p.Status.Phase = corev1.PodRunning
+					status := corev1.ConditionFalse
+					if ready {
+						status = corev1.ConditionTrue
+					}
+					p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+					_, _ = client.CoreV1().Pods(ns).UpdateStatus(ctx, &p, metav1.UpdateOptions{})
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+}
+
+type restartEvents struct {
+	mu     sync.Mutex
+	claims []string
+}
+
+func (e *restartEvents) DaemonRestarted(c *plan.Claim, reason string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.claims = append(e.claims, c.Name+": "+reason)
+}
+
+func newManager(t *testing.T, client *fake.Clientset, timeout time.Duration, ev mps.Events) *mps.Manager {
+	m, err := mps.NewManager(mps.Config{
+		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
+		Image: "gpufrac/mps:test", Version: inventory.MPSVersionLegacy, ReadyTimeout: timeout, Events: ev,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func smClaim(root, name, gpu string, hardGiB int64) *plan.Claim {
+	return &plan.Claim{UID: types.UID("uid-" + name), Namespace: "ns", Name: name, Devices: []plan.Device{{
+		Request: "gpu", Pool: node, Device: "gpu-0", GPU: inventory.GPU{UUID: gpu},
+		SoftLimitBytes: 8 << 30, HardLimitBytes: hardGiB << 30, ComputeMode: v1alpha1.SMSharing,
+		MPS: plan.MPSBindingFor(root, gpu),
+	}}}
+}
+
+func daemonPods(t *testing.T, client *fake.Clientset) []corev1.Pod {
+	pods, err := client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+func ceiling(t *testing.T, b *plan.MPSBinding) string {
+	raw, err := os.ReadFile(filepath.Join(mps.ConfigDir(*b), mps.ConfigFile))
+	if err != nil {
+		return "<none>"
+	}
+	return strings.TrimSpace(string(raw))
+}
+
+func TestLifecycle(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	kubelet(ctx, t, client, true)
+	root := t.TempDir()
+	m := newManager(t, client, 10*time.Second, nil)
+
+	first := smClaim(root, "first", "GPU-a", 24)
+	if err := m.Acquire(ctx, *first.MPS(), first); err != nil {
+		t.Fatal(err)
+	}
+	pods := daemonPods(t, client)
+	if len(pods) != 1 {
+		t.Fatalf("%d daemon pods, want 1", len(pods))
+	}
+	p := pods[0]
+	if p.Name != mps.PodName(node, "GPU-a") || p.Spec.NodeName != node || p.Labels[mps.LabelGPU] != "GPU-a" || !p.Spec.HostPID {
+		t.Errorf("daemon pod %s node %s labels %v hostPID %v", p.Name, p.Spec.NodeName, p.Labels, p.Spec.HostPID)
+	}
+	vols := map[string]string{}
+	for _, v := range p.Spec.Volumes {
+		vols[v.Name] = v.HostPath.Path
+	}
+	b := first.MPS()
+	if vols["pipe"] != b.PipeDir || vols["log"] != b.LogDir || vols["shm"] != b.ShmDir || vols["config"] != mps.ConfigDir(*b) {
+		t.Errorf("volumes %v do not match binding %+v", vols, b)
+	}
+	if got := ceiling(t, b); got != "24576" {
+		t.Errorf("ceiling %s MiB, want 24576", got)
+	}
+
+	// A second claim joins the same daemon and raises the ceiling.
+	second := smClaim(root, "second", "GPU-a", 40)
+	if err := m.Acquire(ctx, *second.MPS(), second); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(daemonPods(t, client)); n != 1 {
+		t.Errorf("%d daemon pods after a second claim, want 1", n)
+	}
+	if got := ceiling(t, b); got != "40960" {
+		t.Errorf("ceiling %s MiB, want the larger limit 40960", got)
+	}
+	if users := m.Users(); users["GPU-a"] != 2 {
+		t.Errorf("users %v", users)
+	}
+
+	// The larger claim leaves: the ceiling comes down, the daemon stays.
+	if err := m.Release(ctx, *b, second.UID); err != nil {
+		t.Fatal(err)
+	}
+	if got := ceiling(t, b); got != "24576" {
+		t.Errorf("ceiling %s MiB after release, want 24576", got)
+	}
+	if n := len(daemonPods(t, client)); n != 1 {
+		t.Errorf("daemon gone while a claim uses it")
+	}
+	// The last claim leaves: daemon and directories go, the log stays.
+	if err := m.Release(ctx, *b, first.UID); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(daemonPods(t, client)); n != 0 {
+		t.Errorf("%d daemon pods after the last release", n)
+	}
+	for _, dir := range []string{b.PipeDir, b.ShmDir, mps.ConfigDir(*b)} {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s left behind", dir)
+		}
+	}
+	if err := m.Release(ctx, *b, "never-acquired"); err != nil {
+		t.Errorf("releasing an unknown claim: %v", err)
+	}
+}
+
+func TestDaemonThatNeverBecomesReadyFailsAndLeavesNothing(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	kubelet(ctx, t, client, false)
+	root := t.TempDir()
+	c := smClaim(root, "c", "GPU-a", 8)
+	b := c.MPS()
+	if err := os.MkdirAll(b.LogDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b.LogDir, "control.log"), []byte("[start]\n[ERROR] cannot open /dev/nvidia0: permission denied\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := newManager(t, client, 300*time.Millisecond, nil)
+	err := m.Acquire(ctx, *b, c)
+	if err == nil {
+		t.Fatal("Acquire succeeded without a ready daemon")
+	}
+	for _, want := range []string{mps.PodName(node, "GPU-a"), "GPU-a is not ready after 300ms", "phase Running", "cannot open /dev/nvidia0: permission denied"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if n := len(daemonPods(t, client)); n != 0 {
+		t.Errorf("%d daemon pods left after a failed start", n)
+	}
+	if len(m.Users()) != 0 {
+		t.Errorf("reference left after a failed start: %v", m.Users())
+	}
+}
+
+func TestRestoreRebuildsCountsAndCollectsGarbage(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	kubelet(ctx, t, client, true)
+	root := t.TempDir()
+	before := newManager(t, client, 10*time.Second, nil)
+	used, unused := smClaim(root, "used", "GPU-a", 8), smClaim(root, "unused", "GPU-b", 8)
+	for _, c := range []*plan.Claim{used, unused} {
+		if err := before.Acquire(ctx, *c.MPS(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The plugin restarts; the checkpoint says only "used" is prepared
+	// (the other was unprepared while the plugin was down).
+	ev := &restartEvents{}
+	after := newManager(t, client, 10*time.Second, ev)
+	if err := after.Restore(ctx, []plan.Claim{*used, {UID: "tslice", Devices: []plan.Device{{ComputeMode: v1alpha1.TimeSlicing}}}}); err != nil {
+		t.Fatal(err)
+	}
+	pods := daemonPods(t, client)
+	if len(pods) != 1 || pods[0].Labels[mps.LabelGPU] != "GPU-a" {
+		t.Fatalf("daemons after restore: %d, want only GPU-a's", len(pods))
+	}
+	if users := after.Users(); users["GPU-a"] != 1 || len(users) != 1 {
+		t.Errorf("users after restore %v", users)
+	}
+	// A daemon that disappears while used is recreated, and its claims told.
+	if err := client.CoreV1().Pods(ns).Delete(ctx, pods[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := after.Restore(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(daemonPods(t, client)); n != 1 {
+		t.Errorf("%d daemons after the used one vanished, want it recreated", n)
+	}
+	if len(ev.claims) != 1 || !strings.Contains(ev.claims[0], "used: the MPS daemon of GPU GPU-a is gone") {
+		t.Errorf("events %v", ev.claims)
+	}
+}
+
+func TestRenderRefusesATemplateThatDropsTheLabels(t *testing.T) {
+	broken := strings.Replace(templates.MPSControlDaemon, "gpufrac.dev/gpu: \"{{.GPUUUID}}\"", "", 1)
+	_, err := mps.Render(broken, mps.DaemonParams{Name: "n", Namespace: ns, NodeName: node, GPUUUID: "GPU-a", Image: "i", Version: "legacy"})
+	if err == nil || !strings.Contains(err.Error(), "must keep the labels") {
+		t.Errorf("got %v", err)
+	}
+	_, err = mps.Render("{{.Nope}}", mps.DaemonParams{})
+	if err == nil || !strings.Contains(err.Error(), "rendering the MPS daemon template") {
+		t.Errorf("got %v", err)
+	}
+}
