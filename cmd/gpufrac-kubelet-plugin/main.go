@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/metricsserver"
 	"github.com/gpufrac/gpufrac/pkg/nodeplugin"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 type flags struct {
@@ -45,6 +47,11 @@ type flags struct {
 	simulateGPUs        string
 	simulateEnforcement string
 	printSlices         bool
+	namespace           string
+	mpsImage            string
+	mpsTemplate         string
+	mpsReadyTimeout     time.Duration
+	smSharingGPUs       string
 	logging             *logsapi.LoggingConfiguration
 }
 
@@ -90,6 +97,12 @@ func newCommand() *cobra.Command {
 		fmt.Sprintf("simulate GPUs instead of using NVML, e.g. h200x8 or h100x4,a100x4 (models: %v)", gpusim.Models()))
 	fs.StringVar(&f.simulateEnforcement, "simulate-enforcement", envOr("SIMULATE_ENFORCEMENT", string(inventory.EnforcementDMem)),
 		"with --simulate-gpus: the memory enforcement to simulate (dmem, mps, none)")
+	fs.StringVar(&f.namespace, "namespace", envOr("POD_NAMESPACE", "gpufrac-system"), "the plugin's namespace, where MPS daemon Pods run (env POD_NAMESPACE)")
+	fs.StringVar(&f.mpsImage, "mps-image", envOr("MPS_IMAGE", ""), "image of the MPS control daemon Pods; empty turns SMSharing off on this node")
+	fs.StringVar(&f.mpsTemplate, "mps-template", envOr("MPS_TEMPLATE", ""), "file with the MPS daemon Pod template; empty uses the built-in templates/mps-control-daemon.yaml")
+	fs.DurationVar(&f.mpsReadyTimeout, "mps-ready-timeout", 60*time.Second, "how long Prepare waits for a new MPS daemon to become ready")
+	fs.StringVar(&f.smSharingGPUs, "sm-sharing-gpus", envOr("SM_SHARING_GPUS", ""),
+		"reserve GPUs for SMSharing: all, none, or indices such as 0,1 (the others serve TimeSlicing); empty lets every GPU serve either mode, one at a time")
 	fs.BoolVar(&f.printSlices, "print-slices", false, "print the ResourceSlices this node would publish as YAML and exit; needs no API server")
 	logsapi.AddFlags(f.logging, fs)
 	return cmd
@@ -113,7 +126,11 @@ func run(ctx context.Context, f *flags) error {
 		RegistrarDir:  f.registrarDir,
 		CDIRoot:       f.cdiRoot,
 		BootID:        bootID,
-		CDI:           cdispec.Options{HookPath: f.cdiHookPath, DeviceNode: cdispec.HostDeviceNode},
+		SMSharingGPUs: f.smSharingGPUs,
+		MPS: nodeplugin.MPSConfig{
+			Namespace: f.namespace, Image: f.mpsImage, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
+		},
+		CDI: cdispec.Options{HookPath: f.cdiHookPath, DeviceNode: cdispec.HostDeviceNode},
 		OnFatal: func(err error) {
 			select {
 			case fatal <- err:
@@ -151,6 +168,13 @@ func run(ctx context.Context, f *flags) error {
 		}
 	}
 
+	if f.mpsTemplate != "" {
+		raw, err := os.ReadFile(f.mpsTemplate)
+		if err != nil {
+			return fmt.Errorf("--mps-template: %w", err)
+		}
+		cfg.MPS.Template = string(raw)
+	}
 	if f.printSlices {
 		return printSlices(ctx, cfg)
 	}

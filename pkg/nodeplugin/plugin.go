@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	resourceapi "k8s.io/api/resource/v1"
@@ -20,6 +21,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/checkpoint"
 	"github.com/gpufrac/gpufrac/pkg/claimstatus"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
+	"github.com/gpufrac/gpufrac/pkg/mps"
 	"github.com/gpufrac/gpufrac/pkg/plan"
 	"github.com/gpufrac/gpufrac/pkg/preparer"
 	"github.com/gpufrac/gpufrac/pkg/resourceslices"
@@ -44,8 +46,12 @@ type Config struct {
 	CDI cdispec.Options
 	// BootID invalidates the checkpoint after a reboot.
 	BootID string
-	// MPS runs SMSharing claims' MPS servers; nil refuses SMSharing.
-	MPS preparer.MPS
+	// SMSharingGPUs reserves GPUs per compute mode (see
+	// inventory.AssignComputeModes); empty leaves every GPU open to both.
+	SMSharingGPUs string
+	// MPS configures the managed MPS servers. Without an image the node
+	// refuses SMSharing claims, saying why.
+	MPS MPSConfig
 	// Failpoint is for crash tests only; see preparer.Config.
 	Failpoint func(name string) error
 	// OnFatal is called for background errors that retrying cannot fix,
@@ -76,6 +82,15 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
+// MPSConfig is what the MPS daemons need from the command line.
+type MPSConfig struct {
+	// Namespace is the plugin's own namespace, where daemon Pods live.
+	Namespace    string
+	Image        string
+	Template     string
+	ReadyTimeout time.Duration
+}
+
 // CheckpointFile is the checkpoint's name under the plugin data directory.
 const CheckpointFile = "checkpoint.json"
 
@@ -101,6 +116,9 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	inv, err := inventory.Discover(ctx, cfg.NVML, cfg.InventoryOptions)
 	if err != nil {
 		return nil, fmt.Errorf("discovering GPUs: %w", err)
+	}
+	if err := inv.AssignComputeModes(cfg.SMSharingGPUs); err != nil {
+		return nil, err
 	}
 	resources, err := resourceslices.DriverResources(cfg.NodeName, inv)
 	if err != nil {
@@ -129,20 +147,41 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		defer p.done.Done()
 		status.Run(bgCtx, 4)
 	}()
-	p.preparer = preparer.New(preparer.Config{
+	mpsManager, err := newMPSManager(ctx, cfg, inv, events)
+	if err != nil {
+		cancel()
+		p.done.Wait()
+		return nil, err
+	}
+	pcfg := preparer.Config{
 		Inventory:   inv,
 		PlanOptions: plan.Options{NodeName: cfg.NodeName, MPSRoot: filepath.Join(cfg.PluginDataDir, "mps")},
 		Checkpoint:  ckpt,
 		CDI:         cdi,
 		Status:      status,
 		Events:      events,
-		MPS:         cfg.MPS,
 		Failpoint:   cfg.Failpoint,
-	})
+	}
+	if mpsManager != nil {
+		pcfg.MPS = mpsManager
+	}
+	p.preparer = preparer.New(pcfg)
 	if err := p.preparer.Recover(ctx); err != nil {
 		cancel()
 		p.done.Wait()
 		return nil, fmt.Errorf("recovering prepared claims from the checkpoint: %w", err)
+	}
+	if mpsManager != nil {
+		// Reference counts come from the checkpoint; daemons of GPUs no
+		// claim uses any more go, missing ones come back.
+		if err := mpsManager.Restore(ctx, p.preparer.Prepared()); err != nil {
+			logger.Error(err, "Reconciling MPS daemons at start; retrying in the background")
+		}
+		p.done.Add(1)
+		go func() {
+			defer p.done.Done()
+			mpsManager.Run(bgCtx, 10*time.Second)
+		}()
 	}
 
 	helper, err := kubeletplugin.Start(ctx, p,
@@ -169,6 +208,28 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		"enforcement", inv.Enforcement, "prepared", len(p.preparer.Prepared()),
 		"pluginDataDir", cfg.PluginDataDir, "registrarDir", cfg.RegistrarDir, "cdiRoot", cfg.CDIRoot)
 	return p, nil
+}
+
+// newMPSManager returns nil, and says why, where SMSharing cannot run.
+func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, events *eventReporter) (*mps.Manager, error) {
+	logger := klog.FromContext(ctx)
+	switch {
+	case inv.MPSVersion == inventory.MPSVersionNone:
+		logger.Info("SMSharing is off on this node: no MPS (nvidia-cuda-mps-control not found)")
+		return nil, nil
+	case cfg.MPS.Image == "" || cfg.MPS.Namespace == "":
+		logger.Info("SMSharing is off on this node: no MPS daemon image or namespace configured (--mps-image, --namespace)")
+		return nil, nil
+	}
+	m, err := mps.NewManager(mps.Config{
+		Client: cfg.KubeClient, Namespace: cfg.MPS.Namespace, NodeName: cfg.NodeName,
+		Template: cfg.MPS.Template, Image: cfg.MPS.Image, Version: inv.MPSVersion,
+		ReadyTimeout: cfg.MPS.ReadyTimeout, Events: events,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("configuring MPS daemons: %w", err)
+	}
+	return m, nil
 }
 
 // Inventory is what discovery found at start.
@@ -245,6 +306,9 @@ func Slices(ctx context.Context, cfg Config) ([]*resourceapi.ResourceSlice, erro
 	inv, err := inventory.Discover(ctx, cfg.NVML, cfg.InventoryOptions)
 	if err != nil {
 		return nil, fmt.Errorf("discovering GPUs: %w", err)
+	}
+	if err := inv.AssignComputeModes(cfg.SMSharingGPUs); err != nil {
+		return nil, err
 	}
 	resources, err := resourceslices.DriverResources(cfg.NodeName, inv)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
@@ -27,6 +28,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/nodeplugin"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 const nodeName = "node-a"
@@ -190,6 +192,99 @@ func TestPluginRegistersAndPublishes(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("status.devices not cleared: %v (%+v)", err, got.Status.Devices)
+	}
+}
+
+// TestSMSharingStartsTheGPUsMPSDaemon prepares an SMSharing claim over the
+// DRA socket: the GPU's daemon Pod is created in the plugin's namespace,
+// Prepare waits until it is Ready, and the last Unprepare deletes it.
+func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
+	node, err := gpusim.NewNode("h200x2", nodeName, inventory.EnforcementMPS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := shortTempDir(t)
+	cfg := nodeplugin.Config{
+		NodeName: nodeName, KubeClient: client, NVML: node.NVML, InventoryOptions: node.InventoryOptions,
+		PluginDataDir: filepath.Join(root, "plugin"), RegistrarDir: filepath.Join(root, "registry"), CDIRoot: filepath.Join(root, "cdi"),
+		CDI:           cdispec.Options{HookPath: "/hook", DeviceNode: gpusim.DeviceNode},
+		BootID:        "boot-1",
+		SMSharingGPUs: "1",
+		MPS:           nodeplugin.MPSConfig{Namespace: "gpufrac-system", Image: "mps:test", Template: templates.MPSControlDaemon, ReadyTimeout: 30 * time.Second},
+	}
+	plugin, err := nodeplugin.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plugin.Stop()
+	// The node runs the daemon Pod and its startup probe passes.
+	go func() {
+		for ctx.Err() == nil {
+			pods, _ := client.CoreV1().Pods("gpufrac-system").List(ctx, metav1.ListOptions{})
+			for _, p := range pods.Items {
+				if p.Status.Phase != v1.PodRunning {
+					p.Status.Phase = v1.PodRunning
+					p.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}
+					_, _ = client.CoreV1().Pods("gpufrac-system").UpdateStatus(ctx, &p, metav1.UpdateOptions{})
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+
+	claim := allocatedClaim()
+	claim.Status.Allocation.Devices.Results[0].Device = "gpu-1"
+	claim.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{
+		Source: resourceapi.AllocationConfigSourceClass,
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{
+			Driver: "gpufrac.dev", Parameters: runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpufrac.dev/v1alpha1","kind":"FractionConfig","computeMode":"SMSharing"}`)},
+		}},
+	}}
+	if _, err := client.ResourceV1().ResourceClaims(claim.Namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	regInfo, err := registerapi.NewRegistrationClient(dial(t, filepath.Join(cfg.RegistrarDir, "gpufrac.dev-reg.sock"))).GetInfo(ctx, &registerapi.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dra := drapb.NewDRAPluginClient(dial(t, regInfo.Endpoint))
+	ref := []*drapb.Claim{{Namespace: claim.Namespace, Name: claim.Name, Uid: string(claim.UID)}}
+	prep, err := dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := prep.Claims[string(claim.UID)]; r == nil || r.Error != "" {
+		t.Fatalf("prepare: %+v", r)
+	}
+	pods, _ := client.CoreV1().Pods("gpufrac-system").List(ctx, metav1.ListOptions{})
+	if len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != nodeName {
+		t.Fatalf("daemon pods %d, want one on %s", len(pods.Items), nodeName)
+	}
+	// gpu-0 is reserved for TimeSlicing by --sm-sharing-gpus=1.
+	other := allocatedClaim()
+	other.Name, other.UID = "other", "claim-uid-2"
+	other.Status.Allocation.Devices.Config = claim.Status.Allocation.Devices.Config
+	if _, err := client.ResourceV1().ResourceClaims(other.Namespace).Create(ctx, other, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	prep, err = dra.NodePrepareResources(ctx, &drapb.NodePrepareResourcesRequest{Claims: []*drapb.Claim{{Namespace: "default", Name: "other", Uid: "claim-uid-2"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := prep.Claims["claim-uid-2"]; r == nil || !strings.Contains(r.Error, "GPU gpu-0 is reserved for TimeSlicing on this node") {
+		t.Errorf("SMSharing on a TimeSlicing GPU: %+v", r)
+	}
+
+	if _, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: ref}); err != nil {
+		t.Fatal(err)
+	}
+	pods, _ = client.CoreV1().Pods("gpufrac-system").List(ctx, metav1.ListOptions{})
+	if len(pods.Items) != 0 {
+		t.Errorf("%d daemon pods after the last SMSharing claim went", len(pods.Items))
 	}
 }
 
