@@ -5,19 +5,16 @@ import (
 	"fmt"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
-	"k8s.io/dynamic-resource-allocation/cel"
-	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
+	"github.com/gpufrac/gpufrac/pkg/placement"
 	"github.com/gpufrac/gpufrac/pkg/resourceslices"
 )
 
@@ -27,33 +24,10 @@ const (
 	className = "gpufrac.dev"
 )
 
-type classLister map[string]*resourceapi.DeviceClass
-
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
-	var out []*resourceapi.DeviceClass
-	for _, c := range l {
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
-	if c, ok := l[name]; ok {
-		return c, nil
-	}
-	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
-}
-
-// cluster places claims one at a time with the scheduler's allocator, the
-// way kube-scheduler does for consecutive pods, remembering what earlier
-// claims consumed.
+// cluster places claims one at a time with the scheduler's allocator.
 type cluster struct {
-	t         *testing.T
-	node      *v1.Node
-	slices    []*resourceapi.ResourceSlice
-	classes   classLister
-	cache     *cel.Cache
-	allocated []resourceapi.AllocationResult
+	t *testing.T
+	*placement.Cluster
 }
 
 func newCluster(t *testing.T, spec string) *cluster {
@@ -70,56 +44,25 @@ func newCluster(t *testing.T, spec string) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &cluster{
-		t:      t,
-		node:   &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}},
-		slices: resourceslices.Objects(driver, res),
-		classes: classLister{className: {
-			ObjectMeta: metav1.ObjectMeta{Name: className},
-			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
-				CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpufrac.dev"`},
-			}}},
-		}},
-		cache: cel.NewCache(10, cel.Features{EnableConsumableCapacity: true}),
+	class := &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: className},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+			CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpufrac.dev"`},
+		}}},
 	}
-}
-
-func (c *cluster) state() structured.AllocatedState {
-	st := structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
-	for _, a := range c.allocated {
-		for _, r := range a.Devices.Results {
-			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-			if r.ShareID == nil {
-				st.AllocatedDevices.Insert(id)
-				continue
-			}
-			st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
-			st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
-		}
-	}
-	return st
+	return &cluster{t: t, Cluster: placement.New(resourceslices.Objects(driver, res), []*resourceapi.DeviceClass{class})}
 }
 
 // allocate returns nil when the claim does not fit, as the scheduler sees it.
 func (c *cluster) allocate(claim *resourceapi.ResourceClaim) *resourceapi.AllocationResult {
 	c.t.Helper()
-	ctx := context.Background()
-	alloc, err := structured.NewAllocator(ctx, structured.Features{ConsumableCapacity: true}, c.state(), c.classes, c.slices, c.cache)
-	if err != nil {
-		c.t.Fatalf("creating allocator: %v", err)
-	}
-	results, err := alloc.Allocate(ctx, c.node, []*resourceapi.ResourceClaim{claim})
+	results, _, err := c.Allocate(context.Background(), claim)
 	if err != nil {
 		c.t.Fatalf("allocating %s: %v", claim.Name, err)
 	}
 	if results == nil {
 		return nil
 	}
-	c.allocated = append(c.allocated, results[0])
 	return &results[0]
 }
 
