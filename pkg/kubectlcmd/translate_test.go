@@ -1,0 +1,58 @@
+package kubectlcmd
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestTranslateCommand(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "pods.yaml")
+	if err := os.WriteFile(file, []byte(`apiVersion: v1
+kind: Pod
+metadata:
+  name: half
+  annotations:
+    gpu-fraction: "0.5"
+spec:
+  containers:
+  - name: main
+    image: busybox
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: broken
+  annotations:
+    gpu-memory: "lots"
+spec:
+  containers:
+  - name: main
+    image: busybox
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	root := NewRootCommand(IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	root.SetArgs([]string{"translate", "-f", file, "--gpu-memory", "141Gi"})
+	err := root.Execute()
+	if code := ExitCode(err, &errOut); code != 1 {
+		t.Errorf("exit %d, want 1 for the refused pod", code)
+	}
+	got := out.String()
+	for _, want := range []string{
+		"kind: ResourceClaimTemplate",
+		"name: size-141gi",
+		"memory: 72192Mi",
+		"resourceClaimTemplateName: gpufrac-kai-",
+		"- name: gpufrac-main",
+		`# Pod/broken: refused: cannot translate KAI GPU-sharing annotations: annotation gpu-memory="lots": must be a positive whole number of MiB`,
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+}
