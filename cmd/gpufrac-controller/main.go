@@ -1,0 +1,77 @@
+// Command gpufrac-controller serves gpufrac's admission webhooks: KAI
+// GPU-sharing annotations become claims, and invalid gpufrac.dev configs are
+// refused. The logic is in pkg/controller and pkg/webhook; this file is
+// flags and wiring.
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/cli"
+	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/gpufrac/gpufrac/pkg/controller"
+)
+
+func main() {
+	os.Exit(cli.Run(newCommand()))
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func newCommand() *cobra.Command {
+	logging := logsapi.NewLoggingConfiguration()
+	var kubeconfig string
+	cfg := controller.Config{}
+	cmd := &cobra.Command{
+		Use:          "gpufrac-controller",
+		Short:        "gpufrac's admission webhooks: KAI GPU-sharing annotations to claims, gpufrac config validation",
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := logsapi.ValidateAndApply(logging, nil); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+			if err != nil {
+				return fmt.Errorf("loading kubeconfig %q: %w", kubeconfig, err)
+			}
+			restConfig.UserAgent = "gpufrac-controller"
+			if cfg.Client, err = kubernetes.NewForConfig(restConfig); err != nil {
+				return fmt.Errorf("creating the Kubernetes client: %w", err)
+			}
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			cfg.Metrics = reg
+			return controller.Run(ctx, cfg)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&kubeconfig, "kubeconfig", envOr("KUBECONFIG", ""), "kubeconfig file; empty means in-cluster")
+	fs.StringVar(&cfg.WebhookAddress, "webhook-address", ":9443", "HTTPS address of the admission webhooks")
+	fs.StringVar(&cfg.MetricsAddress, "metrics-address", ":8080", "address of /metrics and /healthz; empty disables")
+	fs.StringVar(&cfg.CertDir, "cert-dir", "", "directory with tls.crt and tls.key (e.g. from cert-manager); empty makes a self-signed certificate")
+	fs.StringVar(&cfg.Cert.Namespace, "namespace", envOr("POD_NAMESPACE", "gpufrac-system"), "namespace of the webhook Service and certificate Secret")
+	fs.StringVar(&cfg.Cert.SecretName, "cert-secret", "gpufrac-webhook-tls", "Secret that keeps the self-signed certificate")
+	fs.StringVar(&cfg.Cert.ServiceName, "service", "gpufrac-webhook", "the webhook Service; the certificate names it")
+	fs.StringVar(&cfg.Cert.MutatingConfig, "mutating-webhook-configuration", "gpufrac", "MutatingWebhookConfiguration whose CA bundle to set; empty skips")
+	fs.StringVar(&cfg.Cert.ValidatingConfig, "validating-webhook-configuration", "gpufrac", "ValidatingWebhookConfiguration whose CA bundle to set; empty skips")
+	fs.StringVar(&cfg.KAI.TimeSlicingClass, "time-slicing-class", "gpufrac.dev", "DeviceClass for translated TimeSlicing claims")
+	fs.StringVar(&cfg.KAI.SMSharingClass, "sm-sharing-class", "sm-sharing.gpufrac.dev", "DeviceClass for translated SMSharing claims")
+	logsapi.AddFlags(logging, fs)
+	return cmd
+}
