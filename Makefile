@@ -10,7 +10,7 @@ STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
 
-.PHONY: all build test lint demo clean
+.PHONY: all build test lint demo clean fuzz
 
 all: build
 
@@ -22,6 +22,21 @@ build:
 # exercise real sockets and processes whose results must not be cached.
 test:
 	$(GO) test -race -count=1 ./...
+
+# Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time);
+# `make test` runs their seed corpora already.
+FUZZTIME ?= 1m
+FUZZ_TARGETS := \
+	FuzzDecodeValidate:./api/gpufrac.dev/v1alpha1 \
+	FuzzTranslate:./pkg/kai \
+	FuzzDecode:./pkg/checkpoint \
+	FuzzReadState:./pkg/cdihook \
+	FuzzParseLimit:./pkg/cdihook
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		echo "== $${t%%:*} ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) $${t#*:} || exit 1; \
+	done
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

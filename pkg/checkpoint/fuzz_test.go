@@ -1,0 +1,51 @@
+package checkpoint_test
+
+import (
+	"bytes"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufrac/gpufrac/pkg/checkpoint"
+)
+
+// FuzzDecode: a checkpoint that decodes re-encodes to the same bytes, so
+// nothing in it is silently dropped or altered by a restart.
+func FuzzDecode(f *testing.F) {
+	good, _ := checkpoint.Encode("boot", map[types.UID]checkpoint.Entry{
+		"a": entry("a", checkpoint.Completed), "b": entry("b", checkpoint.Started)})
+	empty, _ := checkpoint.Encode("boot", map[types.UID]checkpoint.Entry{})
+	for _, seed := range [][]byte{good, empty, []byte(`{}`), []byte(`{"version":1}`), good[:len(good)/3]} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		d, err := checkpoint.Decode(raw)
+		if err != nil {
+			return
+		}
+		again, err := checkpoint.Encode(d.BootID, d.Claims)
+		if err != nil {
+			t.Fatalf("re-encoding a decoded checkpoint: %v", err)
+		}
+		// The file's own bytes may differ in whitespace or key order; what
+		// must hold is that decoding the re-encoding gives the same data,
+		// and that re-encoding is a fixed point.
+		d2, err := checkpoint.Decode(again)
+		if err != nil {
+			t.Fatalf("re-encoded checkpoint does not decode: %v", err)
+		}
+		third, _ := checkpoint.Encode(d2.BootID, d2.Claims)
+		if !bytes.Equal(again, third) {
+			t.Fatalf("encoding is not stable:\n%s\n%s", again, third)
+		}
+		if isCanonical(raw, again) && !bytes.Equal(raw, again) {
+			t.Fatalf("a canonical checkpoint re-encodes differently")
+		}
+	})
+}
+
+// isCanonical: the input was written by Encode (same length and prefix),
+// where byte equality must hold.
+func isCanonical(raw, encoded []byte) bool {
+	return len(raw) == len(encoded) && bytes.HasPrefix(raw, []byte(`{"version":1,"checksum":"sha256:`))
+}
