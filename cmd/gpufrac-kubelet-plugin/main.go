@@ -52,6 +52,7 @@ type flags struct {
 	mpsTemplate         string
 	mpsReadyTimeout     time.Duration
 	smSharingGPUs       string
+	ignoredXIDs         []uint
 	logging             *logsapi.LoggingConfiguration
 }
 
@@ -103,6 +104,8 @@ func newCommand() *cobra.Command {
 	fs.DurationVar(&f.mpsReadyTimeout, "mps-ready-timeout", 60*time.Second, "how long Prepare waits for a new MPS daemon to become ready")
 	fs.StringVar(&f.smSharingGPUs, "sm-sharing-gpus", envOr("SM_SHARING_GPUS", ""),
 		"reserve GPUs for SMSharing: all, none, or indices such as 0,1 (the others serve TimeSlicing); empty lets every GPU serve either mode, one at a time")
+	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", []uint{13, 31, 43, 45, 68, 109},
+		"XIDs caused by applications, which do not make a GPU unhealthy")
 	fs.BoolVar(&f.printSlices, "print-slices", false, "print the ResourceSlices this node would publish as YAML and exit; needs no API server")
 	logsapi.AddFlags(f.logging, fs)
 	return cmd
@@ -157,6 +160,8 @@ func run(ctx context.Context, f *flags) error {
 		// The hook of a simulated node records the limits it would set
 		// instead of calling NVML.
 		cfg.CDI.HookArgs = []string{"--simulate-record=" + filepath.Join(f.pluginDataDir, gpusim.RecordFile)}
+		// Simulated GPUs fail when this file says so.
+		cfg.Health.SimulatedFile = filepath.Join(f.pluginDataDir, gpusim.HealthFile)
 	} else {
 		cfg.NVML = nvml.New()
 		cfg.InventoryOptions.PCIeRoot = func(busID string) (string, error) {
@@ -168,6 +173,9 @@ func run(ctx context.Context, f *flags) error {
 		}
 	}
 
+	for _, x := range f.ignoredXIDs {
+		cfg.Health.IgnoredXIDs = append(cfg.Health.IgnoredXIDs, uint64(x))
+	}
 	if f.mpsTemplate != "" {
 		raw, err := os.ReadFile(f.mpsTemplate)
 		if err != nil {

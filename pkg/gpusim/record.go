@@ -13,6 +13,10 @@ import (
 // plugin data directory.
 const RecordFile = "simulated-memory-limits.jsonl"
 
+// HealthFile, under the plugin data directory of a simulated node, makes
+// GPUs unhealthy: a JSON object of GPU UUID to reason (see health.WatchFile).
+const HealthFile = "simulated-health.json"
+
 // LimitRecord is one SetMemoryLimits_v1 call seen by the recording NVML.
 type LimitRecord struct {
 	UUID   string `json:"uuid"`

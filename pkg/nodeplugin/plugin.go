@@ -20,6 +20,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/checkpoint"
 	"github.com/gpufrac/gpufrac/pkg/claimstatus"
+	"github.com/gpufrac/gpufrac/pkg/health"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/mps"
 	"github.com/gpufrac/gpufrac/pkg/plan"
@@ -52,6 +53,8 @@ type Config struct {
 	// MPS configures the managed MPS servers. Without an image the node
 	// refuses SMSharing claims, saying why.
 	MPS MPSConfig
+	// Health configures where GPU health comes from.
+	Health HealthConfig
 	// Failpoint is for crash tests only; see preparer.Config.
 	Failpoint func(name string) error
 	// OnFatal is called for background errors that retrying cannot fix,
@@ -82,6 +85,15 @@ func (c *Config) validate() error {
 	return errors.Join(errs...)
 }
 
+// HealthConfig says where GPU health comes from.
+type HealthConfig struct {
+	// SimulatedFile, when set, replaces NVML events: a JSON object of GPU
+	// UUID to reason, re-read every second (see health.WatchFile).
+	SimulatedFile string
+	// IgnoredXIDs are application errors that do not make a GPU unhealthy.
+	IgnoredXIDs []uint64
+}
+
 // MPSConfig is what the MPS daemons need from the command line.
 type MPSConfig struct {
 	// Namespace is the plugin's own namespace, where daemon Pods live.
@@ -98,6 +110,7 @@ const CheckpointFile = "checkpoint.json"
 type Plugin struct {
 	cfg       Config
 	inventory *inventory.Inventory
+	health    *health.Monitor
 	preparer  *preparer.Preparer
 	helper    *kubeletplugin.Helper
 	cancel    context.CancelFunc
@@ -139,7 +152,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 
 	bgCtx, cancel := context.WithCancel(ctx)
-	p := &Plugin{cfg: cfg, inventory: inv, cancel: cancel}
+	p := &Plugin{cfg: cfg, inventory: inv, cancel: cancel, health: health.NewMonitor()}
 	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
 	events := newEventReporter(bgCtx, cfg.KubeClient, cfg.NodeName)
 	p.done.Add(1)
@@ -204,6 +217,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		p.Stop()
 		return nil, fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
+	p.watchHealth(bgCtx)
 	logger.Info("Kubelet plugin started", "node", cfg.NodeName, "gpus", len(inv.GPUs),
 		"enforcement", inv.Enforcement, "prepared", len(p.preparer.Prepared()),
 		"pluginDataDir", cfg.PluginDataDir, "registrarDir", cfg.RegistrarDir, "cdiRoot", cfg.CDIRoot)
@@ -293,10 +307,84 @@ func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
 	}
 }
 
-// WatchHealthStatus implements kubeletplugin.DRAPlugin. Health from NVML
-// events arrives with the health issue.
+// healthRefresh re-sends reports well within the kubelet's 30 s timeout.
+const healthRefresh = 10 * time.Second
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin: a report of every
+// GPU now, again on every change, and every healthRefresh.
 func (p *Plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	return kubeletplugin.ErrHealthNotSupported
+	ticker := time.NewTicker(healthRefresh)
+	defer ticker.Stop()
+	for {
+		changed := p.health.Changed()
+		report := kubeletplugin.DeviceHealthReport{}
+		now := time.Now()
+		for _, gpu := range p.inventory.GPUs {
+			st := p.health.Get(gpu.UUID)
+			h := kubeletplugin.DeviceHealth{PoolName: p.cfg.NodeName, DeviceName: resourceslices.DeviceName(gpu.Index),
+				Health: kubeletplugin.HealthStatusHealthy, LastUpdated: now, HealthCheckTimeout: 3 * healthRefresh}
+			if !st.Healthy {
+				h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, st.Reason
+			}
+			report.Devices = append(report.Devices, h)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- report:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-ticker.C:
+		}
+	}
+}
+
+// watchHealth starts the health source and republishes the slices, with
+// unhealthy GPUs tainted, whenever health changes.
+func (p *Plugin) watchHealth(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	uuids := make([]string, len(p.inventory.GPUs))
+	for i, g := range p.inventory.GPUs {
+		uuids[i] = g.UUID
+	}
+	p.done.Add(2)
+	go func() {
+		defer p.done.Done()
+		if p.cfg.Health.SimulatedFile != "" {
+			health.WatchFile(ctx, p.cfg.Health.SimulatedFile, uuids, time.Second, p.health)
+			return
+		}
+		if err := health.WatchNVML(ctx, p.cfg.NVML, uuids, p.cfg.Health.IgnoredXIDs, p.health); err != nil {
+			logger.Error(err, "GPU health is not watched")
+		}
+	}()
+	go func() {
+		defer p.done.Done()
+		for {
+			changed := p.health.Changed()
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			unhealthy := map[string]string{}
+			for uuid, st := range p.health.Unhealthy() {
+				unhealthy[uuid] = st.Reason
+			}
+			res, err := resourceslices.DriverResourcesWithHealth(p.cfg.NodeName, p.inventory, unhealthy)
+			if err == nil {
+				err = p.helper.PublishResources(ctx, res)
+			}
+			if err != nil {
+				logger.Error(err, "Republishing ResourceSlices after a health change")
+				continue
+			}
+			logger.Info("Republished ResourceSlices after a health change", "unhealthy", len(unhealthy))
+		}
+	}()
 }
 
 // Slices discovers the GPUs of cfg and returns the ResourceSlices the plugin

@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
+	healthpb "k8s.io/kubelet/pkg/apis/dra-health/v1"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/ptr"
@@ -78,6 +79,7 @@ func TestPluginRegistersAndPublishes(t *testing.T) {
 		CDIRoot:          filepath.Join(root, "cdi"),
 		CDI:              cdispec.Options{HookPath: "/opt/gpufrac/gpufrac-cdi-hook", DeviceNode: gpusim.DeviceNode},
 		BootID:           "boot-1",
+		Health:           nodeplugin.HealthConfig{SimulatedFile: filepath.Join(root, "health.json")},
 		OnFatal:          func(err error) { t.Errorf("fatal plugin error: %v", err) },
 	}
 	plugin, err := nodeplugin.Start(ctx, cfg)
@@ -213,6 +215,7 @@ func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 		PluginDataDir: filepath.Join(root, "plugin"), RegistrarDir: filepath.Join(root, "registry"), CDIRoot: filepath.Join(root, "cdi"),
 		CDI:           cdispec.Options{HookPath: "/hook", DeviceNode: gpusim.DeviceNode},
 		BootID:        "boot-1",
+		Health:        nodeplugin.HealthConfig{SimulatedFile: filepath.Join(root, "health.json")},
 		SMSharingGPUs: "1",
 		MPS:           nodeplugin.MPSConfig{Namespace: "gpufrac-system", Image: "mps:test", Template: templates.MPSControlDaemon, ReadyTimeout: 30 * time.Second},
 	}
@@ -301,5 +304,89 @@ func allocatedClaim() *resourceapi.ResourceClaim {
 				ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("40Gi")},
 			}}},
 		}},
+	}
+}
+
+// TestUnhealthyGPUIsReportedAndTainted marks a simulated GPU unhealthy: the
+// kubelet's health stream (its own gRPC client) reports it, and the
+// published slice taints it NoSchedule; clearing the file recovers both.
+func TestUnhealthyGPUIsReportedAndTainted(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
+	node, err := gpusim.NewNode("h200x2", nodeName, inventory.EnforcementDMem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := shortTempDir(t)
+	healthFile := filepath.Join(root, "health.json")
+	cfg := nodeplugin.Config{
+		NodeName: nodeName, KubeClient: client, NVML: node.NVML, InventoryOptions: node.InventoryOptions,
+		PluginDataDir: filepath.Join(root, "plugin"), RegistrarDir: filepath.Join(root, "registry"), CDIRoot: filepath.Join(root, "cdi"),
+		CDI: cdispec.Options{HookPath: "/hook", DeviceNode: gpusim.DeviceNode}, BootID: "boot-1",
+		Health: nodeplugin.HealthConfig{SimulatedFile: healthFile},
+	}
+	plugin, err := nodeplugin.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plugin.Stop()
+	sick := plugin.Inventory().GPUs[1].UUID
+
+	info, err := registerapi.NewRegistrationClient(dial(t, filepath.Join(cfg.RegistrarDir, "gpufrac.dev-reg.sock"))).GetInfo(ctx, &registerapi.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := healthpb.NewDRAResourceHealthClient(dial(t, info.Endpoint)).NodeWatchResources(ctx, &healthpb.NodeWatchResourcesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() map[string]healthpb.HealthStatus {
+		t.Helper()
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("health stream: %v", err)
+		}
+		out := map[string]healthpb.HealthStatus{}
+		for _, d := range resp.Devices {
+			out[d.Device.DeviceName] = d.Health
+		}
+		return out
+	}
+	if got := next(); got["gpu-0"] != healthpb.HealthStatus_HEALTHY || got["gpu-1"] != healthpb.HealthStatus_HEALTHY {
+		t.Fatalf("initial report %v", got)
+	}
+	taints := func() []resourceapi.DeviceTaint {
+		slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil || len(slices.Items) != 1 {
+			return nil
+		}
+		return slices.Items[0].Spec.Devices[1].Taints
+	}
+	if err := os.WriteFile(healthFile, []byte(`{"`+sick+`": "XID 79"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got["gpu-1"] != healthpb.HealthStatus_UNHEALTHY || got["gpu-0"] != healthpb.HealthStatus_HEALTHY {
+		t.Errorf("report after XID 79: %v", got)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		tt := taints()
+		return len(tt) == 1 && tt[0].Key == "gpufrac.dev/unhealthy" && tt[0].Value == "XID-79" && tt[0].Effect == resourceapi.DeviceTaintEffectNoSchedule, nil
+	})
+	if err != nil {
+		t.Fatalf("taint never published: %+v", taints())
+	}
+	if err := os.WriteFile(healthFile, []byte(`{}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := next(); got["gpu-1"] != healthpb.HealthStatus_HEALTHY {
+		t.Errorf("report after recovery: %v", got)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return len(taints()) == 0, nil
+	})
+	if err != nil {
+		t.Errorf("taint not removed after recovery: %+v", taints())
 	}
 }

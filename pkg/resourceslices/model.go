@@ -8,6 +8,7 @@ package resourceslices
 
 import (
 	"fmt"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -145,15 +146,28 @@ func truncate(s string) string {
 	return s
 }
 
+// TaintUnhealthy is the key of the taint an unhealthy GPU carries.
+const TaintUnhealthy = "gpufrac.dev/unhealthy"
+
 // DriverResources is what the plugin publishes for its node: one pool named
 // after the node, split into slices of at most MaxDevicesPerSlice devices.
 func DriverResources(nodeName string, inv *inventory.Inventory) (resourceslice.DriverResources, error) {
+	return DriverResourcesWithHealth(nodeName, inv, nil)
+}
+
+// DriverResourcesWithHealth also taints the GPUs in unhealthy (UUID to
+// reason) NoSchedule: the scheduler places no new claims there, while
+// running workloads keep their GPU until their owners act.
+func DriverResourcesWithHealth(nodeName string, inv *inventory.Inventory, unhealthy map[string]string) (resourceslice.DriverResources, error) {
 	var slices []resourceslice.Slice
 	var current []resourceapi.Device
 	for _, gpu := range inv.GPUs {
 		dev, err := Device(gpu, inv)
 		if err != nil {
 			return resourceslice.DriverResources{}, err
+		}
+		if reason, bad := unhealthy[gpu.UUID]; bad {
+			dev.Taints = []resourceapi.DeviceTaint{{Key: TaintUnhealthy, Value: taintValue(reason), Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 		}
 		current = append(current, dev)
 		if len(current) == MaxDevicesPerSlice {
@@ -194,4 +208,20 @@ func Objects(driverName string, resources resourceslice.DriverResources) []*reso
 		}
 	}
 	return out
+}
+
+// taintValue fits a reason into a taint value (a label value: at most 63
+// characters of letters, digits, '-', '_' and '.').
+func taintValue(reason string) string {
+	out := make([]byte, 0, len(reason))
+	for i := 0; i < len(reason) && len(out) < 63; i++ {
+		c := reason[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+			out = append(out, c)
+		default:
+			out = append(out, '-')
+		}
+	}
+	return strings.Trim(string(out), "-_.")
 }

@@ -191,3 +191,19 @@ func TestDriverResourcesEmptyNodePublishesEmptyPool(t *testing.T) {
 		t.Errorf("want one empty slice, got %+v", s)
 	}
 }
+
+func TestUnhealthyGPUsAreTainted(t *testing.T) {
+	inv := discover(t, "h200x2", inventory.EnforcementDMem)
+	res, err := resourceslices.DriverResourcesWithHealth(nodeName, inv, map[string]string{inv.GPUs[1].UUID: "XID 79: fell off the bus"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := res.Pools[nodeName].Slices[0].Devices
+	if len(devs[0].Taints) != 0 {
+		t.Errorf("healthy GPU tainted: %+v", devs[0].Taints)
+	}
+	want := resourceapi.DeviceTaint{Key: "gpufrac.dev/unhealthy", Value: "XID-79--fell-off-the-bus", Effect: resourceapi.DeviceTaintEffectNoSchedule}
+	if len(devs[1].Taints) != 1 || devs[1].Taints[0] != want {
+		t.Errorf("taints %+v, want %+v", devs[1].Taints, want)
+	}
+}
