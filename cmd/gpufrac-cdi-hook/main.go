@@ -50,6 +50,8 @@ func newCommand() *cobra.Command {
 	apply.Flags().StringArrayVar(&gpus, "gpu", nil, "UUID=SOFT:HARD limits in bytes, once per GPU")
 	apply.Flags().StringVar(&opts.ProcRoot, "proc-root", "/proc", "where /proc is mounted")
 	apply.Flags().StringVar(&opts.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the cgroup hierarchy is mounted")
+	apply.Flags().StringVar(&opts.ClaimUID, "claim", "", "UID of the claim, for the metrics record")
+	apply.Flags().StringVar(&opts.RecordDir, "record-dir", "", "where to record the container's cgroup for per-fraction metrics")
 	apply.Flags().StringVar(&simulateRecord, "simulate-record", "", "simulated node: record the limits to this file instead of calling NVML")
 	root.AddCommand(apply)
 	return root

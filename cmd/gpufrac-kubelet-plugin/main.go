@@ -200,6 +200,7 @@ func run(ctx context.Context, f *flags) error {
 	if f.metricsAddress != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		cfg.Metrics = reg
 		if _, err := metricsserver.Start(ctx, f.metricsAddress, reg); err != nil {
 			return err
 		}

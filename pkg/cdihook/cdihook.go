@@ -159,6 +159,55 @@ type Options struct {
 	// Simulated is true when lib records instead of enforcing; then a
 	// cgroup v1 path is recorded rather than refused.
 	Simulated bool
+	// ClaimUID and RecordDir, when set, make the hook record the container
+	// (see Record) for the plugin's per-fraction metrics.
+	ClaimUID  string
+	RecordDir string
+}
+
+// Record is what the hook leaves for the plugin's metrics: which container
+// of which pod holds a claim's GPUs, and its cgroup.
+type Record struct {
+	ClaimUID  string   `json:"claimUID"`
+	Namespace string   `json:"namespace"`
+	Pod       string   `json:"pod"`
+	Container string   `json:"container"`
+	Cgroup    string   `json:"cgroup"`
+	GPUs      []string `json:"gpus"`
+}
+
+// CRI annotations on the OCI spec that name the container (containerd and
+// CRI-O set both).
+const (
+	annotationNamespace = "io.kubernetes.pod.namespace"
+	annotationPod       = "io.kubernetes.pod.name"
+	annotationContainer = "io.kubernetes.container.name"
+)
+
+// RecordPath is where the record of a container of a claim lives.
+func RecordPath(dir, claimUID, containerID string) string {
+	return filepath.Join(dir, claimUID, containerID+".json")
+}
+
+func writeRecord(st *oci.State, cg Cgroup, opts Options) error {
+	r := Record{ClaimUID: opts.ClaimUID, Namespace: st.Annotations[annotationNamespace], Pod: st.Annotations[annotationPod],
+		Container: st.Annotations[annotationContainer], Cgroup: cg.Path}
+	for _, l := range opts.Limits {
+		r.GPUs = append(r.GPUs, l.UUID)
+	}
+	raw, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	path := RecordPath(opts.RecordDir, opts.ClaimUID, st.ID)
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, raw, 0o640); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // Run is the whole hook: state in, limits applied.
@@ -177,5 +226,14 @@ func Run(stdin io.Reader, lib nvml.Interface, opts Options) error {
 	if !cg.V2 && !opts.Simulated {
 		return fmt.Errorf("container %s is in cgroup v1 (%s): NVIDIA per-container memory limits need cgroup v2; run this node with the unified hierarchy or select nodes whose memoryEnforcement is not dmem", st.ID, cg.Path)
 	}
-	return Apply(lib, cg, opts.Limits)
+	if err := Apply(lib, cg, opts.Limits); err != nil {
+		return err
+	}
+	if opts.RecordDir != "" && opts.ClaimUID != "" {
+		// Metrics are not worth failing a container over.
+		if err := writeRecord(st, cg, opts); err != nil {
+			fmt.Fprintf(os.Stderr, "gpufrac-cdi-hook: recording container %s for metrics: %v\n", st.ID, err)
+		}
+	}
+	return nil
 }

@@ -177,3 +177,26 @@ func TestSimulatedNodeRecordsEvenOnCgroupV1(t *testing.T) {
 		t.Errorf("record %q, want %q", raw, want)
 	}
 }
+
+func TestRunRecordsTheContainerForMetrics(t *testing.T) {
+	srv, _ := recordingServer(nvml.SUCCESS)
+	u := srv.Devices[0].(*server.Device).UUID
+	dir := t.TempDir()
+	st := `{"ociVersion":"1.2.0","id":"ctr-1","status":"created","pid":42,"bundle":"/b","annotations":{` +
+		`"io.kubernetes.pod.namespace":"team","io.kubernetes.pod.name":"llm-0","io.kubernetes.container.name":"main"}}`
+	err := cdihook.Run(strings.NewReader(st), srv, cdihook.Options{
+		Limits: []cdihook.Limit{{UUID: u, Soft: 1, Hard: 2}}, ProcRoot: procTree(t, "42", v2Cgroup), CgroupRoot: "/sys/fs/cgroup",
+		ClaimUID: "uid-1", RecordDir: dir,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(cdihook.RecordPath(dir, "uid-1", "ctr-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"claimUID":"uid-1","namespace":"team","pod":"llm-0","container":"main","cgroup":"/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cri-containerd-abc.scope","gpus":["` + u + `"]}`
+	if string(raw) != want {
+		t.Errorf("record\n got %s\nwant %s", raw, want)
+	}
+}

@@ -51,6 +51,9 @@ type Options struct {
 	// HookArgs are appended to the hook's arguments (the simulator points
 	// the hook at its recording NVML with them).
 	HookArgs []string
+	// RecordDir, when set, is where the hook records each container's
+	// cgroup for per-fraction metrics.
+	RecordDir string
 	// DeviceNode fills in the type and numbers of a device node. Giving them
 	// explicitly means the runtime need not stat the node when it injects.
 	DeviceNode func(path string) (cdispec.DeviceNode, error)
@@ -171,6 +174,9 @@ func hook(c *plan.Claim, opts Options) *cdispec.Hook {
 	args := []string{"gpufrac-cdi-hook", "apply"}
 	for _, g := range c.PerGPU() {
 		args = append(args, "--gpu", fmt.Sprintf("%s=%d:%d", g.UUID, g.SoftLimitBytes, g.HardLimitBytes))
+	}
+	if opts.RecordDir != "" {
+		args = append(args, "--claim", string(c.UID), "--record-dir", opts.RecordDir)
 	}
 	args = append(args, opts.HookArgs...)
 	return &cdispec.Hook{HookName: "createContainer", Path: opts.HookPath, Args: args}

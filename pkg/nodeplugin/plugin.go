@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -20,6 +21,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/checkpoint"
 	"github.com/gpufrac/gpufrac/pkg/claimstatus"
+	"github.com/gpufrac/gpufrac/pkg/fractionmetrics"
 	"github.com/gpufrac/gpufrac/pkg/health"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/mps"
@@ -55,6 +57,8 @@ type Config struct {
 	MPS MPSConfig
 	// Health configures where GPU health comes from.
 	Health HealthConfig
+	// Metrics, when set, gets the per-fraction and driver metrics.
+	Metrics prometheus.Registerer
 	// Failpoint is for crash tests only; see preparer.Config.
 	Failpoint func(name string) error
 	// OnFatal is called for background errors that retrying cannot fix,
@@ -112,6 +116,7 @@ type Plugin struct {
 	inventory *inventory.Inventory
 	health    *health.Monitor
 	preparer  *preparer.Preparer
+	metrics   *fractionmetrics.Collector
 	helper    *kubeletplugin.Helper
 	cancel    context.CancelFunc
 	done      sync.WaitGroup
@@ -146,6 +151,8 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The hook records each container here for per-fraction metrics.
+	cfg.CDI.RecordDir = filepath.Join(cfg.PluginDataDir, "containers")
 	cdi, err := cdispec.NewWriter(cfg.CDIRoot, cfg.CDI)
 	if err != nil {
 		return nil, err
@@ -183,6 +190,21 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		cancel()
 		p.done.Wait()
 		return nil, fmt.Errorf("recovering prepared claims from the checkpoint: %w", err)
+	}
+	var mpsDaemons func() map[string]int
+	if mpsManager != nil {
+		mpsDaemons = mpsManager.Users
+	}
+	p.metrics = fractionmetrics.New(fractionmetrics.Config{
+		NodeName: cfg.NodeName, Inventory: inv, Prepared: p.preparer.Prepared,
+		RecordDir: cfg.CDI.RecordDir, NVML: usageNVML(bgCtx, cfg.NVML), MPSDaemons: mpsDaemons,
+	})
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(p.metrics); err != nil {
+			cancel()
+			p.done.Wait()
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
 	}
 	if mpsManager != nil {
 		// Reference counts come from the checkpoint; daemons of GPUs no
@@ -265,7 +287,9 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	var wg sync.WaitGroup
 	for i, claim := range claims {
 		wg.Go(func() {
+			start := time.Now()
 			devs, err := p.preparer.Prepare(ctx, claim)
+			p.metrics.ObservePrepare(time.Since(start), failureReason(err))
 			results[i] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
 		})
 	}
@@ -282,7 +306,11 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 	results := make([]error, len(claims))
 	var wg sync.WaitGroup
 	for i, claim := range claims {
-		wg.Go(func() { results[i] = p.preparer.Unprepare(ctx, claim) })
+		wg.Go(func() {
+			start := time.Now()
+			results[i] = p.preparer.Unprepare(ctx, claim)
+			p.metrics.ObserveUnprepare(time.Since(start))
+		})
 	}
 	wg.Wait()
 	out := make(map[types.UID]error, len(claims))
@@ -290,6 +318,39 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		out[claim.UID] = results[i]
 	}
 	return out, nil
+}
+
+// failureReason labels a Prepare error for the errors metric.
+func failureReason(err error) string {
+	var invalid *plan.InvalidError
+	var conflict *plan.ModeConflictError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &invalid):
+		return "invalid_claim"
+	case errors.As(err, &conflict):
+		return "mode_conflict"
+	case errors.Is(err, preparer.ErrNoMPS):
+		return "no_mps"
+	default:
+		return "internal"
+	}
+}
+
+// usageNVML opens NVML for the plugin's lifetime so that each scrape reads
+// usage without initialising the library; nil (no usage series) if it
+// cannot.
+func usageNVML(ctx context.Context, lib nvml.Interface) nvml.Interface {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		klog.FromContext(ctx).Info("Per-container GPU memory usage is not collected", "reason", ret.Error())
+		return nil
+	}
+	go func() {
+		<-ctx.Done()
+		_ = lib.Shutdown()
+	}()
+	return lib
 }
 
 // HandleError implements kubeletplugin.DRAPlugin: recoverable errors are

@@ -1,0 +1,195 @@
+// Package fractionmetrics is the kubelet plugin's Prometheus view of what
+// each fraction holds and uses: per share its guaranteed request and hard
+// limit, per container its GPU memory in use (read from NVML for the
+// container's cgroup, which gpufrac-cdi-hook records at creation), per GPU
+// its totals and over-commit ratio, and the driver's own health (Prepare
+// latency, errors by reason, prepared claims, MPS daemons). Everything is
+// computed at scrape time from the checkpoint's plans and the hook's
+// records, so collection never takes a lock Prepare holds for long, and a
+// container that is gone is dropped from the records instead of leaving a
+// stale series.
+package fractionmetrics
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufrac/gpufrac/pkg/cdihook"
+	"github.com/gpufrac/gpufrac/pkg/inventory"
+	"github.com/gpufrac/gpufrac/pkg/plan"
+	"github.com/gpufrac/gpufrac/pkg/resourceslices"
+)
+
+// Config feeds the collector.
+type Config struct {
+	NodeName  string
+	Inventory *inventory.Inventory
+	// Prepared returns the prepared claims (the checkpoint's plans).
+	Prepared func() []plan.Claim
+	// RecordDir is where gpufrac-cdi-hook records containers.
+	RecordDir string
+	// NVML, initialised, reads per-cgroup usage; nil skips usage.
+	NVML nvml.Interface
+	// MPSDaemons returns the number of claims per GPU daemon; optional.
+	MPSDaemons func() map[string]int
+}
+
+// Collector implements prometheus.Collector for the fraction metrics and
+// holds the driver's latency histograms and error counters.
+type Collector struct {
+	cfg Config
+
+	prepareSeconds   *prometheus.HistogramVec
+	unprepareSeconds prometheus.Histogram
+	errorsTotal      *prometheus.CounterVec
+
+	shareRequest, shareLimit, containerUsed           *prometheus.Desc
+	gpuTotal, gpuGuaranteed, gpuLimitSum, gpuOvercommit *prometheus.Desc
+	claimsPrepared, mpsDaemons                        *prometheus.Desc
+}
+
+// New builds the collector; register it with a registry.
+func New(cfg Config) *Collector {
+	share := []string{"node", "namespace", "claim", "gpu_uuid", "device", "share", "compute_mode", "enforcement"}
+	gpu := []string{"node", "gpu_uuid", "device"}
+	return &Collector{
+		cfg: cfg,
+		prepareSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "gpufrac_prepare_duration_seconds", Help: "Time to prepare one claim.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"result"}),
+		unprepareSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gpufrac_unprepare_duration_seconds", Help: "Time to unprepare one claim.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		errorsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gpufrac_prepare_errors_total", Help: "Failed Prepare calls by reason."}, []string{"reason"}),
+		shareRequest:   prometheus.NewDesc("gpufrac_fraction_memory_request_bytes", "Guaranteed GPU memory of a prepared share (its soft limit).", share, nil),
+		shareLimit:     prometheus.NewDesc("gpufrac_fraction_memory_limit_bytes", "Hard GPU memory limit of a prepared share.", share, nil),
+		containerUsed:  prometheus.NewDesc("gpufrac_container_gpu_memory_used_bytes", "GPU memory a container's cgroup uses now (NVML per-cgroup accounting).", []string{"node", "namespace", "pod", "container", "claim_uid", "gpu_uuid"}, nil),
+		gpuTotal:       prometheus.NewDesc("gpufrac_gpu_memory_total_bytes", "GPU memory offered to claims.", gpu, nil),
+		gpuGuaranteed:  prometheus.NewDesc("gpufrac_gpu_memory_guaranteed_bytes", "Sum of the guaranteed requests of the GPU's prepared shares.", gpu, nil),
+		gpuLimitSum:    prometheus.NewDesc("gpufrac_gpu_memory_limit_sum_bytes", "Sum of the hard limits of the GPU's prepared shares.", gpu, nil),
+		gpuOvercommit:  prometheus.NewDesc("gpufrac_gpu_memory_overcommit_ratio", "Sum of hard limits over GPU memory; above 1 the limits are burstable, never the requests.", gpu, nil),
+		claimsPrepared: prometheus.NewDesc("gpufrac_claims_prepared", "Claims prepared on this node.", []string{"node"}, nil),
+		mpsDaemons:     prometheus.NewDesc("gpufrac_mps_daemons", "MPS control daemons the plugin runs.", []string{"node"}, nil),
+	}
+}
+
+// ObservePrepare records one Prepare; reason classifies a failure.
+func (c *Collector) ObservePrepare(d time.Duration, reason string) {
+	result := "success"
+	if reason != "" {
+		result = "error"
+		c.errorsTotal.WithLabelValues(reason).Inc()
+	}
+	c.prepareSeconds.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// ObserveUnprepare records one Unprepare.
+func (c *Collector) ObserveUnprepare(d time.Duration) { c.unprepareSeconds.Observe(d.Seconds()) }
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	c.prepareSeconds.Describe(ch)
+	c.unprepareSeconds.Describe(ch)
+	c.errorsTotal.Describe(ch)
+	for _, d := range []*prometheus.Desc{c.shareRequest, c.shareLimit, c.containerUsed, c.gpuTotal, c.gpuGuaranteed, c.gpuLimitSum, c.gpuOvercommit, c.claimsPrepared, c.mpsDaemons} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.prepareSeconds.Collect(ch)
+	c.unprepareSeconds.Collect(ch)
+	c.errorsTotal.Collect(ch)
+	node := c.cfg.NodeName
+	prepared := c.cfg.Prepared()
+	guaranteed, limits := map[string]float64{}, map[string]float64{}
+	live := map[types.UID]bool{}
+	for _, claim := range prepared {
+		live[claim.UID] = true
+		for _, d := range claim.Devices {
+			share := ""
+			if d.ShareID != nil {
+				share = string(*d.ShareID)
+			}
+			labels := []string{node, claim.Namespace, claim.Name, d.GPU.UUID, d.Device, share, string(d.ComputeMode), string(d.Enforcement)}
+			ch <- prometheus.MustNewConstMetric(c.shareRequest, prometheus.GaugeValue, float64(d.SoftLimitBytes), labels...)
+			ch <- prometheus.MustNewConstMetric(c.shareLimit, prometheus.GaugeValue, float64(d.HardLimitBytes), labels...)
+			guaranteed[d.GPU.UUID] += float64(d.SoftLimitBytes)
+			limits[d.GPU.UUID] += float64(d.HardLimitBytes)
+		}
+	}
+	for _, g := range c.cfg.Inventory.GPUs {
+		labels := []string{node, g.UUID, resourceslices.DeviceName(g.Index)}
+		total := float64(g.MemoryBytes)
+		ch <- prometheus.MustNewConstMetric(c.gpuTotal, prometheus.GaugeValue, total, labels...)
+		ch <- prometheus.MustNewConstMetric(c.gpuGuaranteed, prometheus.GaugeValue, guaranteed[g.UUID], labels...)
+		ch <- prometheus.MustNewConstMetric(c.gpuLimitSum, prometheus.GaugeValue, limits[g.UUID], labels...)
+		ch <- prometheus.MustNewConstMetric(c.gpuOvercommit, prometheus.GaugeValue, limits[g.UUID]/total, labels...)
+	}
+	ch <- prometheus.MustNewConstMetric(c.claimsPrepared, prometheus.GaugeValue, float64(len(prepared)), node)
+	if c.cfg.MPSDaemons != nil {
+		ch <- prometheus.MustNewConstMetric(c.mpsDaemons, prometheus.GaugeValue, float64(len(c.cfg.MPSDaemons())), node)
+	}
+	c.collectUsage(ch, live)
+}
+
+
+// collectUsage reads the hook's records: one series per container and GPU
+// whose cgroup still exists, removing records of containers or claims
+// that are gone.
+func (c *Collector) collectUsage(ch chan<- prometheus.Metric, live map[types.UID]bool) {
+	if c.cfg.RecordDir == "" {
+		return
+	}
+	claims, err := os.ReadDir(c.cfg.RecordDir)
+	if err != nil {
+		return
+	}
+	for _, claimDir := range claims {
+		dir := filepath.Join(c.cfg.RecordDir, claimDir.Name())
+		if !live[types.UID(claimDir.Name())] {
+			_ = os.RemoveAll(dir)
+			continue
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		for _, f := range files {
+			var r cdihook.Record
+			raw, err := os.ReadFile(f)
+			if err != nil || json.Unmarshal(raw, &r) != nil {
+				continue
+			}
+			if _, err := os.Stat(r.Cgroup); errors.Is(err, os.ErrNotExist) {
+				_ = os.Remove(f)
+				continue
+			}
+			c.containerUsage(ch, r)
+		}
+	}
+}
+
+func (c *Collector) containerUsage(ch chan<- prometheus.Metric, r cdihook.Record) {
+	if c.cfg.NVML == nil {
+		return
+	}
+	for _, uuid := range r.GPUs {
+		dev, ret := c.cfg.NVML.DeviceGetHandleByUUID(uuid)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		lim, ret := dev.GetMemoryLimits_v1(r.Cgroup)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(c.containerUsed, prometheus.GaugeValue, float64(lim.CurrentUsed),
+			c.cfg.NodeName, r.Namespace, r.Pod, r.Container, r.ClaimUID, uuid)
+	}
+}
