@@ -50,9 +50,9 @@ type Collector struct {
 	unprepareSeconds prometheus.Histogram
 	errorsTotal      *prometheus.CounterVec
 
-	shareRequest, shareLimit, containerUsed           *prometheus.Desc
+	shareRequest, shareLimit, containerUsed             *prometheus.Desc
 	gpuTotal, gpuGuaranteed, gpuLimitSum, gpuOvercommit *prometheus.Desc
-	claimsPrepared, mpsDaemons                        *prometheus.Desc
+	claimsPrepared, mpsDaemons                          *prometheus.Desc
 }
 
 // New builds the collector; register it with a registry.
@@ -141,7 +141,6 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.collectUsage(ch, live)
 }
-
 
 // collectUsage reads the hook's records: one series per container and GPU
 // whose cgroup still exists, removing records of containers or claims
