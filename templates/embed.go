@@ -10,3 +10,9 @@ import _ "embed"
 //
 //go:embed mps-control-daemon.yaml
 var MPSControlDaemon string
+
+// DeviceClasses is templates/deviceclasses.yaml: the DeviceClasses gpufrac
+// ships (demo/deviceclasses.yaml links to it).
+//
+//go:embed deviceclasses.yaml
+var DeviceClasses string
