@@ -228,4 +228,3 @@ func (r *Result) Summarize() Summary {
 	}
 	return s
 }
-

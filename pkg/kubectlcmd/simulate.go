@@ -1,0 +1,116 @@
+package kubectlcmd
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpufrac/gpufrac/pkg/simulate"
+	"github.com/gpufrac/gpufrac/templates"
+)
+
+// newSimulateCommand places a workload on a simulated cluster with the
+// scheduler's own allocator and prints where everything went.
+func newSimulateCommand(streams IOStreams) *cobra.Command {
+	var filenames []string
+	var nodes, generate int
+	var gpus, output string
+	var seed uint64
+	cmd := &cobra.Command{
+		Use:   "simulate (-f WORKLOAD.yaml | --generate N) --nodes N --gpus h200x8 [-o json]",
+		Short: "Place a workload on a simulated cluster, as the scheduler would",
+		Long: "simulate builds the ResourceSlices gpufrac's kubelet plugin would publish for --nodes nodes of\n" +
+			"--gpus GPUs each, and places the workload's pods in order with the scheduler's own DRA\n" +
+			"allocator. The workload is Pods with ResourceClaimTemplates (a gpufrac.dev/replicas annotation\n" +
+			"multiplies a pod), KAI-annotated Pods (translated as the webhook does), or --generate N\n" +
+			"inference pods drawn from the benchmark's mix with --seed.",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			cluster := simulate.Cluster{Nodes: nodes, GPUs: gpus}
+			slices, err := cluster.Slices(ctx)
+			if err != nil {
+				return err
+			}
+			classes, err := shippedClasses()
+			if err != nil {
+				return err
+			}
+			var pods []simulate.Pod
+			switch {
+			case generate > 0:
+				sizes := simulate.MemorySizes(slices)
+				pods = simulate.Pods(simulate.Generate(generate, seed, sizes[0]))
+			case len(filenames) > 0:
+				inputs, err := readInputs(filenames, streams.In)
+				if err != nil {
+					return err
+				}
+				for _, in := range inputs {
+					p, c, err := simulate.Load(in.Data, simulate.MemorySizes(slices))
+					if err != nil {
+						return fmt.Errorf("%s: %w", in.Name, err)
+					}
+					pods, classes = append(pods, p...), append(classes, c...)
+				}
+			default:
+				return fmt.Errorf("give a workload with -f or --generate")
+			}
+			res, err := simulate.Run(ctx, slices, classes, pods)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(streams.Out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			return printSimulation(streams.Out, res)
+		},
+	}
+	cmd.Flags().StringArrayVarP(&filenames, "filename", "f", nil, "workload file or directory (- for stdin); repeatable")
+	cmd.Flags().IntVar(&generate, "generate", 0, "instead of -f: this many inference pods from the benchmark's mix")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of --generate")
+	cmd.Flags().IntVar(&nodes, "nodes", 1, "number of nodes")
+	cmd.Flags().StringVar(&gpus, "gpus", "h200x8", "GPUs per node, as the plugin's --simulate-gpus takes them")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "json for a machine-readable result")
+	return cmd
+}
+
+func shippedClasses() ([]*resourceapi.DeviceClass, error) {
+	var out []*resourceapi.DeviceClass
+	for _, doc := range strings.Split(templates.DeviceClasses, "\n---\n") {
+		var c resourceapi.DeviceClass
+		if err := yaml.UnmarshalStrict([]byte(doc), &c); err != nil {
+			return nil, fmt.Errorf("the built-in DeviceClasses: %w", err)
+		}
+		out = append(out, &c)
+	}
+	return out, nil
+}
+
+func printSimulation(out io.Writer, res *simulate.Result) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tGPU\tGUARANTEED\tCAPACITY\tCLAIMS")
+	for _, g := range res.GPUs {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", g.Node, g.Device, bytesQ(g.Guaranteed), bytesQ(g.Capacity), len(g.Claims))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, np := range res.NotPlaced {
+		fmt.Fprintf(out, "not placed: %s: %s\n", np.Pod, np.Reason)
+	}
+	s := res.Summarize()
+	_, err := fmt.Fprintf(out, "%d pods placed, %d not placed; %d of %d GPUs used; guaranteed memory %.1f%% of the GPUs used\n",
+		s.PodsPlaced, s.PodsNotPlaced, s.GPUsUsed, res.TotalGPUs, 100*s.MemoryUtilisation)
+	return err
+}
+
+func bytesQ(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
