@@ -10,7 +10,7 @@ STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
 
-.PHONY: all build test lint demo clean fuzz
+.PHONY: all build test lint demo clean fuzz bench
 
 all: build
 
@@ -37,6 +37,12 @@ fuzz:
 		echo "== $${t%%:*} ($(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) $${t#*:} || exit 1; \
 	done
+
+# The packing comparison and the Prepare cost against its durable-write
+# floor, measured in one run (docs/benchmarks.md has figures and method).
+bench:
+	$(GO) run ./test/bench/packing
+	$(GO) test -run '^$$' -bench 'DurableWriteFloor|PrepareUnprepare' -benchtime 1000x -cpu 1,4 ./pkg/checkpoint ./pkg/preparer
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
