@@ -18,9 +18,9 @@ func TestSimulateCommand(t *testing.T) {
 		Placed    []struct{ Pod, Node string }
 		NotPlaced []struct{ Pod, Reason string }
 		GPUs      []struct {
-			Node, Device              string
-			CapacityBytes, Guaranteed int64 `json:"guaranteedBytes"`
-			Claims                    []string
+			Node, Device string
+			Guaranteed   int64 `json:"guaranteedBytes"`
+			Claims       []string
 		}
 		TotalGPUs int
 	}
