@@ -43,6 +43,7 @@ fuzz:
 bench:
 	$(GO) run ./test/bench/packing
 	$(GO) test -run '^$$' -bench 'DurableWriteFloor|PrepareUnprepare' -benchtime 1000x -cpu 1,4 ./pkg/checkpoint ./pkg/preparer
+	$(GO) test -run '^$$' -bench PrepareOverGRPC -benchtime 500x ./pkg/nodeplugin
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -45,7 +45,11 @@ func shortTempDir(t *testing.T) string {
 	return dir
 }
 
-func dial(t *testing.T, path string) *grpc.ClientConn {
+func dial(t *testing.T, path string) *grpc.ClientConn { return dialB(t, path) }
+
+func ptrUID(s string) *types.UID { u := types.UID(s); return &u }
+
+func dialB(t testing.TB, path string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("unix:"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
