@@ -1,0 +1,200 @@
+package kubeletstandin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+)
+
+// PodRecord is what the stand-in did for a pod that it marked Running: the
+// claims the plugin prepared and, per container, what CDI injection made of
+// the container's OCI spec.
+type PodRecord struct {
+	Namespace  string            `json:"namespace"`
+	Name       string            `json:"name"`
+	UID        types.UID         `json:"uid"`
+	Node       string            `json:"node"`
+	Claims     []PreparedClaim   `json:"claims"`
+	Containers []ContainerRecord `json:"containers"`
+	StartedAt  time.Time         `json:"startedAt"`
+}
+
+// PreparedClaim is one claim as NodePrepareResources answered for it.
+type PreparedClaim struct {
+	Namespace string           `json:"namespace"`
+	Name      string           `json:"name"`
+	UID       types.UID        `json:"uid"`
+	Devices   []PreparedDevice `json:"devices"`
+}
+
+// PreparedDevice is one device of a NodePrepareResources answer, verbatim.
+type PreparedDevice struct {
+	RequestNames []string `json:"requestNames"`
+	Pool         string   `json:"pool"`
+	Device       string   `json:"device"`
+	ShareID      string   `json:"shareID,omitempty"`
+	CDIDeviceIDs []string `json:"cdiDeviceIDs"`
+}
+
+// ContainerRecord is a container's OCI spec after CDI injection, reduced to
+// what CDI edits: environment, device nodes, mounts and hooks.
+type ContainerRecord struct {
+	Name        string              `json:"name"`
+	Init        bool                `json:"init,omitempty"`
+	CDIDevices  []string            `json:"cdiDevices"`
+	Env         []string            `json:"env"`
+	DeviceNodes []specs.LinuxDevice `json:"deviceNodes,omitempty"`
+	Mounts      []specs.Mount       `json:"mounts,omitempty"`
+	Hooks       *specs.Hooks        `json:"hooks,omitempty"`
+}
+
+// EnvValue returns the value of name in the container's environment (the
+// last one wins, as in a process's environment).
+func (c ContainerRecord) EnvValue(name string) (string, bool) {
+	value, found := "", false
+	for _, kv := range c.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			value, found = v, true
+		}
+	}
+	return value, found
+}
+
+// cdiIDsFor returns the CDI device IDs of a container as the kubelet computes
+// them: for each claim the container references, the devices of the named
+// request (or all devices when it names none), in the order the plugin
+// returned them.
+func cdiIDsFor(pod *v1.Pod, container *v1.Container, prepared map[string]PreparedClaim) ([]string, error) {
+	var ids []string
+	for _, ref := range container.Resources.Claims {
+		idx := slices.IndexFunc(pod.Spec.ResourceClaims, func(pc v1.PodResourceClaim) bool { return pc.Name == ref.Name })
+		if idx < 0 {
+			return nil, fmt.Errorf("container %s references pod claim %q, which the pod does not have", container.Name, ref.Name)
+		}
+		claimName, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[idx])
+		if err != nil {
+			return nil, fmt.Errorf("container %s: %w", container.Name, err)
+		}
+		if claimName == nil {
+			continue
+		}
+		claim, ok := prepared[*claimName]
+		if !ok {
+			return nil, fmt.Errorf("container %s: ResourceClaim %s was not prepared", container.Name, *claimName)
+		}
+		for _, d := range claim.Devices {
+			if ref.Request == "" || len(d.RequestNames) == 0 || slices.Contains(d.RequestNames, resourceclaim.BaseRequestRef(ref.Request)) {
+				ids = append(ids, d.CDIDeviceIDs...)
+			}
+		}
+	}
+	return ids, nil
+}
+
+// injectContainer builds the container's OCI spec the way a runtime starts
+// one (its literal environment, a PATH) and applies the CDI devices with the
+// CDI library's InjectDevices, the call containerd makes.
+func injectContainer(cache *cdi.Cache, refreshErr error, container *v1.Container, init bool, ids []string) (ContainerRecord, error) {
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	for _, e := range container.Env {
+		if e.ValueFrom == nil {
+			env = append(env, e.Name+"="+e.Value)
+		}
+	}
+	spec := &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{Args: append(slices.Clone(container.Command), container.Args...), Env: env},
+		Linux:   &specs.Linux{},
+	}
+	rec := ContainerRecord{Name: container.Name, Init: init, CDIDevices: ids}
+	if len(ids) > 0 {
+		unresolved, err := cache.InjectDevices(spec, ids...)
+		if err != nil {
+			if refreshErr != nil {
+				err = errors.Join(err, fmt.Errorf("CDI spec errors: %w", refreshErr))
+			}
+			return rec, fmt.Errorf("CDI device injection failed for container %s (unresolved %v): %w", container.Name, unresolved, err)
+		}
+	}
+	rec.Env = spec.Process.Env
+	rec.Mounts = spec.Mounts
+	rec.Hooks = spec.Hooks
+	if spec.Linux != nil {
+		rec.DeviceNodes = spec.Linux.Devices
+	}
+	return rec, nil
+}
+
+// injectPod injects every container of the pod, init containers first.
+func injectPod(cdiRoot string, pod *v1.Pod, prepared map[string]PreparedClaim) ([]ContainerRecord, error) {
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(cdiRoot), cdi.WithAutoRefresh(false))
+	if err != nil && cache == nil {
+		return nil, fmt.Errorf("creating the CDI cache for %s: %w", cdiRoot, err)
+	}
+	// Refresh reports problems of any spec in the directory; like
+	// containerd, only those that break this pod's devices fail it.
+	refreshErr := cache.Refresh()
+	var out []ContainerRecord
+	for _, list := range []struct {
+		containers []v1.Container
+		init       bool
+	}{{pod.Spec.InitContainers, true}, {pod.Spec.Containers, false}} {
+		for i := range list.containers {
+			c := &list.containers[i]
+			ids, err := cdiIDsFor(pod, c, prepared)
+			if err != nil {
+				return nil, err
+			}
+			rec, err := injectContainer(cache, refreshErr, c, list.init, ids)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rec)
+		}
+	}
+	return out, nil
+}
+
+// writeRecord stores the record as <dir>/<namespace>_<name>.json.
+func writeRecord(dir string, rec *PodRecord) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	data, err := json.MarshalIndent(rec, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the record of pod %s/%s: %w", rec.Namespace, rec.Name, err)
+	}
+	path := recordPath(dir, rec.Namespace, rec.Name)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("renaming %s: %w", tmp, err)
+	}
+	return nil
+}
+
+func removeRecord(dir, namespace, name string) {
+	if dir != "" {
+		_ = os.Remove(recordPath(dir, namespace, name))
+	}
+}
+
+func recordPath(dir, namespace, name string) string {
+	return filepath.Join(dir, namespace+"_"+name+".json")
+}
