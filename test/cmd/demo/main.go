@@ -1,0 +1,235 @@
+// Command demo is `make demo`: it starts a real local control plane
+// (etcd, kube-apiserver, kube-scheduler, kube-controller-manager v1.37.2) with
+// two simulated nodes of 8 x H200, each running gpufrac-kubelet-plugin and a
+// kubelet stand-in, applies the manifests in demo/ with kubectl, waits until
+// the pods are Running, shows what each GPU holds and what one claim says
+// about itself, and stops everything it started. State (logs, CDI specs, the
+// stand-ins' records, the objects as YAML) stays under the printed folder.
+//
+// It exits non-zero, with each pod's reason, when a pod does not reach
+// Running.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+
+	"github.com/gpufrac/gpufrac/test/harness"
+	"github.com/gpufrac/gpufrac/test/kubebuild"
+)
+
+// mpsImage is what the plugins put in their MPS daemon Pods. Nothing pulls
+// it: the kubelet stand-ins run no containers.
+const mpsImage = "gpufrac/mps-control-daemon:demo"
+
+type options struct {
+	state   string
+	nodes   int
+	gpus    string
+	timeout time.Duration
+	wait    bool
+	smGPUs  string
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.state, "state", "demo/state", "folder for the demo's state (replaced on each run)")
+	flag.IntVar(&o.nodes, "nodes", 2, "number of simulated nodes")
+	flag.StringVar(&o.gpus, "gpus", "h200x8", "simulated GPUs per node (--simulate-gpus)")
+	flag.StringVar(&o.smGPUs, "sm-sharing-gpus", "6,7", "GPUs of each node reserved for SMSharing (the plugin's --sm-sharing-gpus); the rest serve TimeSlicing")
+	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long pods may take to reach Running")
+	flag.BoolVar(&o.wait, "wait", false, "keep the cluster running after the report until Ctrl-C, to explore it with kubectl")
+	flag.Parse()
+	os.Exit(run(o))
+}
+
+func step(format string, args ...any) { fmt.Printf("\n\033[1m==> "+format+"\033[0m\n", args...) }
+
+func run(o options) int {
+	start := time.Now()
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	root, err := kubebuild.RepoRoot()
+	if err != nil {
+		return fail(err)
+	}
+	state := o.state
+	if !filepath.IsAbs(state) {
+		state = filepath.Join(root, state)
+	}
+	cluster := filepath.Join(state, "cluster")
+	if err := os.RemoveAll(cluster); err != nil {
+		return fail(fmt.Errorf("removing the previous run's state: %w", err))
+	}
+	if err := os.MkdirAll(cluster, 0o755); err != nil {
+		return fail(err)
+	}
+	// Component logs go to files; the demo's own log (client-go, stand-ins)
+	// too, so the terminal shows the story, not the chatter.
+	logFile, err := os.Create(filepath.Join(cluster, "demo.log"))
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { _ = logFile.Close() }()
+	logger := textlogger.NewLogger(textlogger.NewConfig(textlogger.Output(logFile), textlogger.Verbosity(2)))
+	klog.SetLogger(logger)
+	ctx = klog.NewContext(ctx, logger)
+
+	fmt.Printf("gpufrac demo: a local Kubernetes %s control plane, %d simulated nodes of %s (GPUs %s reserved for SMSharing), state in %s\n",
+		kubebuild.KubeVersion, o.nodes, o.gpus, o.smGPUs, cluster)
+	bins, err := kubebuild.Ensure(ctx, kubebuild.Options{RepoRoot: root, Progress: os.Stdout, Kubectl: true})
+	if err != nil {
+		return fail(err)
+	}
+	plugin := filepath.Join(root, "bin", "gpufrac-kubelet-plugin") // from make build
+	if _, err := os.Stat(plugin); err != nil {
+		plugin = "" // the harness builds it
+	}
+
+	cp, err := harness.Start(ctx, harness.Options{Dir: cluster, KeepDir: true, Progress: os.Stdout, Binaries: bins, PluginBinary: plugin})
+	if err != nil {
+		return fail(err)
+	}
+	code := demo(ctx, o, root, cluster, cp, bins[kubebuild.Kubectl])
+
+	step("Stopping every process the demo started")
+	peaks := cp.PeakRSS()
+	if err := cp.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "demo: stopping:", err)
+		code = max(code, 1)
+	}
+	fmt.Printf("    peak memory: control plane %d MiB (etcd %d, kube-apiserver %d, kube-scheduler %d, kube-controller-manager %d), each plugin %d MiB\n",
+		cp.ControlPlanePeakRSS()>>20, peaks["etcd"]>>20, peaks["kube-apiserver"]>>20, peaks["kube-scheduler"]>>20,
+		peaks["kube-controller-manager"]>>20, peaks["gpufrac-kubelet-plugin"]>>20)
+	fmt.Printf("    state kept in %s (logs, CDI specs, the stand-ins' records, objects as YAML)\n", cluster)
+	if code == 0 {
+		fmt.Printf("\ngpufrac demo finished in %s\n", time.Since(start).Round(time.Second))
+	}
+	return code
+}
+
+func fail(err error) int {
+	fmt.Fprintf(os.Stderr, "\ndemo: %v\n", err)
+	return 1
+}
+
+// demo runs the part between start and stop; the caller always stops.
+func demo(ctx context.Context, o options, root, cluster string, cp *harness.ControlPlane, kubectlBin string) int {
+	var nodes []*harness.Node
+	for i := range o.nodes {
+		n, err := cp.AddNode(ctx, harness.NodeOptions{
+			Name: fmt.Sprintf("demo-node-%d", i+1), GPUs: o.gpus, MPSImage: mpsImage,
+			// A GPU serves one compute mode at a time; reserving some for
+			// SMSharing lets the shipped DeviceClasses keep modes apart.
+			PluginArgs: []string{"--sm-sharing-gpus=" + o.smGPUs},
+		})
+		if err != nil {
+			return fail(err)
+		}
+		nodes = append(nodes, n)
+	}
+	kubectl := func(args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig=" + cp.Kubeconfig}, args...)...)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		return cmd
+	}
+
+	step("Applying the demo manifests with kubectl apply")
+	if err := waitDefaultServiceAccount(ctx, cp); err != nil {
+		return fail(err)
+	}
+	demoDir := filepath.Join(root, "demo")
+	apply := kubectl("apply", "--namespace=default",
+		"-f", filepath.Join(demoDir, "deviceclasses.yaml"), "-f", filepath.Join(demoDir, "claim-template-40g.yaml"),
+		"-f", filepath.Join(demoDir, "claim-templates.yaml"), "-f", filepath.Join(demoDir, "pods.yaml"))
+	if err := apply.Run(); err != nil {
+		return fail(fmt.Errorf("kubectl apply: %w", err))
+	}
+
+	step("Waiting until the pods are Running (scheduler allocates, the stand-in prepares through the plugin)")
+	r := &reporter{ctx: ctx, client: cp.Client, nodes: nodes, namespace: "default"}
+	notRunning, waitErr := r.waitRunning(o.timeout)
+	dumpObjects(cluster, kubectl)
+	if ctx.Err() != nil {
+		return fail(context.Cause(ctx))
+	}
+	if waitErr == nil && len(notRunning) > 0 {
+		waitErr = fmt.Errorf("%d pod(s) did not reach Running", len(notRunning))
+	}
+
+	// Show what did work even when a pod failed, then the reasons last.
+	step("What each GPU holds")
+	if err := r.gpuTable(os.Stdout); err != nil {
+		return fail(err)
+	}
+	step("What each container got (CDI edits the stand-in applied with the CDI library, as containerd does)")
+	r.containers(os.Stdout)
+
+	if claim, err := r.claimName("llm", "gpu"); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+	} else {
+		step("kubectl describe resourceclaim %s", claim)
+		if err := kubectl("describe", "resourceclaim", "--namespace=default", claim).Run(); err != nil {
+			return fail(fmt.Errorf("kubectl describe: %w", err))
+		}
+	}
+
+	if waitErr != nil {
+		step("Not every pod reached Running")
+		for _, line := range notRunning {
+			fmt.Fprintln(os.Stderr, "  "+line)
+		}
+		return fail(fmt.Errorf("%w; component logs under %s", waitErr, cluster))
+	}
+	if o.wait {
+		step("The cluster keeps running; press Ctrl-C to stop it")
+		fmt.Printf("    export KUBECONFIG=%s\n    %s get pods,resourceclaims -o wide\n", cp.Kubeconfig, kubectlBin)
+		<-ctx.Done()
+	}
+	return 0
+}
+
+func waitDefaultServiceAccount(ctx context.Context, cp *harness.ControlPlane) error {
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := cp.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the default ServiceAccount (kube-controller-manager): %w", err)
+	}
+	return nil
+}
+
+// dumpObjects keeps the demo's objects as YAML next to the logs.
+func dumpObjects(cluster string, kubectl func(args ...string) *exec.Cmd) {
+	for _, kind := range []string{"pods", "resourceclaims", "resourceslices", "deviceclasses", "events"} {
+		f, err := os.Create(filepath.Join(cluster, kind+".yaml"))
+		if err != nil {
+			continue
+		}
+		cmd := kubectl("get", kind, "--all-namespaces", "-o", "yaml")
+		cmd.Stdout, cmd.Stderr = f, f
+		if err := cmd.Run(); err != nil && !errors.Is(err, context.Canceled) {
+			_, _ = fmt.Fprintf(f, "# kubectl get %s: %v\n", kind, err)
+		}
+		_ = f.Close()
+	}
+}
