@@ -89,7 +89,7 @@ func (e *env) startWebhook(class string) {
 func kaiPod(name, node string, annotations map[string]string) *v1.Pod {
 	p := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
-		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "main", Image: "nvcr.io/nvidia/cuda:13.0.0-base-ubuntu24.04", Command: []string{"sleep", "infinity"}}}},
+		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "main", Image: "nvcr.io/nvidia/cuda:13.0.0-base-ubuntu24.04", Command: []string{"sleep", "infinity"}}}},
 	}
 	if node != "" {
 		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": node}
