@@ -3,7 +3,14 @@
 // ConfigMap (--mps-template).
 package templates
 
-import _ "embed"
+import (
+	_ "embed"
+	"fmt"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"sigs.k8s.io/yaml"
+)
 
 // MPSControlDaemon is templates/mps-control-daemon.yaml: the Pod that runs
 // one GPU's MPS control daemon.
@@ -16,3 +23,17 @@ var MPSControlDaemon string
 //
 //go:embed deviceclasses.yaml
 var DeviceClasses string
+
+// DeviceClassObjects parses DeviceClasses, for code that places claims
+// without an API server (the simulator, tests).
+func DeviceClassObjects() ([]*resourceapi.DeviceClass, error) {
+	var out []*resourceapi.DeviceClass
+	for _, doc := range strings.Split(DeviceClasses, "\n---\n") {
+		var c resourceapi.DeviceClass
+		if err := yaml.UnmarshalStrict([]byte(doc), &c); err != nil {
+			return nil, fmt.Errorf("the built-in DeviceClasses: %w", err)
+		}
+		out = append(out, &c)
+	}
+	return out, nil
+}

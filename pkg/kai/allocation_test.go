@@ -2,35 +2,25 @@ package kai_test
 
 import (
 	"context"
-	"os"
-	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/klog/v2/ktesting"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/kai"
 	"github.com/gpufrac/gpufrac/pkg/placement"
 	"github.com/gpufrac/gpufrac/pkg/resourceslices"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 // shippedClasses reads the DeviceClasses users install.
 func shippedClasses(t *testing.T) []*resourceapi.DeviceClass {
-	raw, err := os.ReadFile("../../demo/deviceclasses.yaml")
+	out, err := templates.DeviceClassObjects()
 	if err != nil {
 		t.Fatal(err)
-	}
-	var out []*resourceapi.DeviceClass
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		var c resourceapi.DeviceClass
-		if err := yaml.UnmarshalStrict([]byte(doc), &c); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, &c)
 	}
 	return out
 }

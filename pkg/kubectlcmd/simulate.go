@@ -4,13 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/pkg/simulate"
 	"github.com/gpufrac/gpufrac/templates"
@@ -38,7 +35,7 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			classes, err := shippedClasses()
+			classes, err := templates.DeviceClassObjects()
 			if err != nil {
 				return err
 			}
@@ -81,18 +78,6 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 	cmd.Flags().StringVar(&gpus, "gpus", "h200x8", "GPUs per node, as the plugin's --simulate-gpus takes them")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json for a machine-readable result")
 	return cmd
-}
-
-func shippedClasses() ([]*resourceapi.DeviceClass, error) {
-	var out []*resourceapi.DeviceClass
-	for _, doc := range strings.Split(templates.DeviceClasses, "\n---\n") {
-		var c resourceapi.DeviceClass
-		if err := yaml.UnmarshalStrict([]byte(doc), &c); err != nil {
-			return nil, fmt.Errorf("the built-in DeviceClasses: %w", err)
-		}
-		out = append(out, &c)
-	}
-	return out, nil
 }
 
 func printSimulation(out io.Writer, res *simulate.Result) error {

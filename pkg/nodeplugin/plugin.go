@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
@@ -131,16 +132,9 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("configuring the kubelet plugin: %w", err)
 	}
-	inv, err := inventory.Discover(ctx, cfg.NVML, cfg.InventoryOptions)
+	inv, resources, err := describeNode(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("discovering GPUs: %w", err)
-	}
-	if err := inv.AssignComputeModes(cfg.SMSharingGPUs); err != nil {
 		return nil, err
-	}
-	resources, err := resourceslices.DriverResources(cfg.NodeName, inv)
-	if err != nil {
-		return nil, fmt.Errorf("building ResourceSlices: %w", err)
 	}
 	for _, dir := range []string{cfg.PluginDataDir, cfg.RegistrarDir} {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -448,20 +442,30 @@ func (p *Plugin) watchHealth(ctx context.Context) {
 	}()
 }
 
+// describeNode discovers the node's GPUs, applies the compute-mode
+// reservation and builds the slices to publish.
+func describeNode(ctx context.Context, cfg Config) (*inventory.Inventory, resourceslice.DriverResources, error) {
+	inv, err := inventory.Discover(ctx, cfg.NVML, cfg.InventoryOptions)
+	if err != nil {
+		return nil, resourceslice.DriverResources{}, fmt.Errorf("discovering GPUs: %w", err)
+	}
+	if err := inv.AssignComputeModes(cfg.SMSharingGPUs); err != nil {
+		return nil, resourceslice.DriverResources{}, err
+	}
+	resources, err := resourceslices.DriverResources(cfg.NodeName, inv)
+	if err != nil {
+		return nil, resourceslice.DriverResources{}, fmt.Errorf("building ResourceSlices: %w", err)
+	}
+	return inv, resources, nil
+}
+
 // Slices discovers the GPUs of cfg and returns the ResourceSlices the plugin
 // would publish, without registering or talking to the API server: what an
 // operator checks before rolling the plugin out to a node.
 func Slices(ctx context.Context, cfg Config) ([]*resourceapi.ResourceSlice, error) {
-	inv, err := inventory.Discover(ctx, cfg.NVML, cfg.InventoryOptions)
+	_, resources, err := describeNode(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("discovering GPUs: %w", err)
-	}
-	if err := inv.AssignComputeModes(cfg.SMSharingGPUs); err != nil {
 		return nil, err
-	}
-	resources, err := resourceslices.DriverResources(cfg.NodeName, inv)
-	if err != nil {
-		return nil, fmt.Errorf("building ResourceSlices: %w", err)
 	}
 	return resourceslices.Objects(v1alpha1.DriverName, resources), nil
 }

@@ -2,12 +2,9 @@ package packing_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/pkg/packing"
 	"github.com/gpufrac/gpufrac/pkg/simulate"
@@ -48,13 +45,9 @@ func TestStrategies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var classes []*resourceapi.DeviceClass
-	for _, doc := range strings.Split(templates.DeviceClasses, "\n---\n") {
-		var c resourceapi.DeviceClass
-		if err := yaml.UnmarshalStrict([]byte(doc), &c); err != nil {
-			t.Fatal(err)
-		}
-		classes = append(classes, &c)
+	classes, err := templates.DeviceClassObjects()
+	if err != nil {
+		t.Fatal(err)
 	}
 	o, err := packing.Gpufrac(context.Background(), trace, slices, classes, gpuBytes)
 	if err != nil {

@@ -7,20 +7,15 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/pkg/simulate"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
 func shippedClasses(t *testing.T) []*resourceapi.DeviceClass {
-	var out []*resourceapi.DeviceClass
-	for _, doc := range strings.Split(templates.DeviceClasses, "\n---\n") {
-		var c resourceapi.DeviceClass
-		if err := yaml.UnmarshalStrict([]byte(doc), &c); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, &c)
+	out, err := templates.DeviceClassObjects()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return out
 }

@@ -14,9 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/pkg/packing"
 	"github.com/gpufrac/gpufrac/pkg/simulate"
@@ -42,13 +40,9 @@ func run(n int, seed uint64, nodes, replicas int) error {
 	trace := simulate.Generate(n, seed, gpu)
 	total := nodes * 8
 
-	var classes []*resourceapi.DeviceClass
-	for _, doc := range strings.Split(templates.DeviceClasses, "\n---\n") {
-		var c resourceapi.DeviceClass
-		if err := yaml.UnmarshalStrict([]byte(doc), &c); err != nil {
-			return err
-		}
-		classes = append(classes, &c)
+	classes, err := templates.DeviceClassObjects()
+	if err != nil {
+		return err
 	}
 	slices, err := simulate.Cluster{Nodes: nodes, GPUs: "h200x8"}.Slices(ctx)
 	if err != nil {
