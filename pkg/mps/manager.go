@@ -102,13 +102,31 @@ func (m *Manager) Acquire(ctx context.Context, b plan.MPSBinding, c *plan.Claim)
 
 	err := m.ensure(ctx, b, ceiling)
 	if err != nil && !had {
-		// Leave nothing behind: forget the use and, if it was the only
-		// one, the daemon that never became ready.
-		if relErr := m.release(ctx, b, c.UID); relErr != nil {
+		if ctx.Err() != nil {
+			// The caller (the kubelet's Prepare deadline) gave up, not the
+			// daemon: drop the claim's use but let the daemon finish
+			// starting for the retry, instead of deleting and re-creating
+			// it on every attempt. Garbage collection spares it for
+			// ReadyTimeout after its creation.
+			m.dropUser(b, c.UID)
+			return err
+		}
+		// The daemon itself failed: leave nothing behind, neither the use
+		// nor, if it was the only one, the daemon.
+		if relErr := m.release(context.WithoutCancel(ctx), b, c.UID); relErr != nil {
 			err = errors.Join(err, relErr)
 		}
 	}
 	return err
+}
+
+func (m *Manager) dropUser(b plan.MPSBinding, uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.users[b.GPUUUID], uid)
+	if len(m.users[b.GPUUUID]) == 0 {
+		delete(m.users, b.GPUUUID)
+	}
 }
 
 // ceilingLocked is the daemon-side pinned memory limit: the largest hard
@@ -197,6 +215,7 @@ func writeConfig(b plan.MPSBinding, ceilingMiB int64) error {
 // probe gates on the control daemon answering, with a bounded backoff.
 func (m *Manager) waitReady(ctx context.Context, b plan.MPSBinding, name string) error {
 	var last *corev1.Pod
+	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	backoff := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Cap: 2 * time.Second, Steps: 1 << 30}
@@ -216,7 +235,7 @@ func (m *Manager) waitReady(ctx context.Context, b plan.MPSBinding, name string)
 		state = describePod(last)
 	}
 	return fmt.Errorf("MPS daemon %s/%s of GPU %s is not ready after %s (%s); last daemon log lines: %s",
-		m.cfg.Namespace, name, b.GPUUUID, m.cfg.ReadyTimeout, state, tailLog(b.LogDir, 5))
+		m.cfg.Namespace, name, b.GPUUUID, time.Since(start).Round(100*time.Millisecond), state, tailLog(b.LogDir, 5))
 }
 
 func podReady(pod *corev1.Pod) bool {
@@ -365,6 +384,10 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	var errs []error
 	for gpu, pod := range running {
 		if len(users[gpu]) > 0 {
+			continue
+		}
+		if time.Since(pod.CreationTimestamp.Time) < m.cfg.ReadyTimeout {
+			// Still starting for a Prepare the kubelet will retry.
 			continue
 		}
 		m.locks.LockKey(gpu)

@@ -193,7 +193,7 @@ func TestDaemonThatNeverBecomesReadyFailsAndLeavesNothing(t *testing.T) {
 	if err == nil {
 		t.Fatal("Acquire succeeded without a ready daemon")
 	}
-	for _, want := range []string{mps.PodName(node, "GPU-a"), "GPU-a is not ready after 300ms", "phase Running", "cannot open /dev/nvidia0: permission denied"} {
+	for _, want := range []string{mps.PodName(node, "GPU-a"), "GPU-a is not ready after ", "phase Running", "cannot open /dev/nvidia0: permission denied"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
@@ -258,5 +258,40 @@ func TestRenderRefusesATemplateThatDropsTheLabels(t *testing.T) {
 	_, err = mps.Render("{{.Nope}}", mps.DaemonParams{})
 	if err == nil || !strings.Contains(err.Error(), "rendering the MPS daemon template") {
 		t.Errorf("got %v", err)
+	}
+}
+
+// TestCallerDeadlineKeepsTheStartingDaemon: when the kubelet's Prepare
+// deadline ends before the daemon is ready, the claim's use is dropped but
+// the daemon keeps starting, so the retry finds it instead of starting over.
+func TestCallerDeadlineKeepsTheStartingDaemon(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	root := t.TempDir()
+	m := newManager(t, client, time.Minute, nil)
+	c := smClaim(root, "c", "GPU-a", 8)
+	short, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer stop()
+	if err := m.Acquire(short, *c.MPS(), c); err == nil {
+		t.Fatal("Acquire succeeded without a ready daemon")
+	}
+	if n := len(daemonPods(t, client)); n != 1 {
+		t.Fatalf("%d daemon pods after the caller gave up, want the starting one kept", n)
+	}
+	if len(m.Users()) != 0 {
+		t.Errorf("the claim's use was kept: %v", m.Users())
+	}
+	// Garbage collection spares the young daemon; the retry finds it ready.
+	if err := m.Restore(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	kubelet(ctx, t, client, true)
+	if err := m.Acquire(ctx, *c.MPS(), c); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if n := len(daemonPods(t, client)); n != 1 {
+		t.Errorf("%d daemon pods after the retry, want 1", n)
 	}
 }

@@ -1,88 +1,27 @@
 package integration
 
 import (
-	"context"
-	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/cert"
-	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/pkg/controller"
 	"github.com/gpufrac/gpufrac/pkg/kai"
 )
 
-// startWebhook runs gpufrac-controller's admission server against the real
-// API server and registers it for this test's namespace only, failing
-// closed, as the reference configuration does for migrated namespaces.
+// startWebhook runs gpufrac-controller's webhook for this test's namespace.
 func (e *env) startWebhook(class string) {
 	e.t.Helper()
-	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	w, err := cp.StartWebhook(e.ctx, e.ns, kai.Options{TimeSlicingClass: class, SMSharingClass: class})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	dir := e.t.TempDir()
-	for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			e.t.Fatal(err)
-		}
-	}
-	ctx, cancel := context.WithCancel(e.ctx)
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- controller.Run(ctx, controller.Config{
-			Client: cp.Client, WebhookAddress: "127.0.0.1:0", CertDir: dir,
-			KAI:   kai.Options{TimeSlicingClass: class, SMSharingClass: class},
-			Ready: func(addr string) { ready <- addr },
-		})
-	}()
 	e.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			e.t.Errorf("controller: %v", err)
+		if err := w.Stop(); err != nil {
+			e.t.Errorf("stopping the webhook: %v", err)
 		}
-	})
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		e.t.Fatalf("controller stopped: %v", err)
-	}
-	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: e.ns + "-kai"},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    "kai.pods.gpufrac.dev",
-			AdmissionReviewVersions: []string{"v1"},
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
-			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + "/mutate-pods"), CABundle: certPEM},
-			Rules: []admissionregistrationv1.RuleWithOperations{{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
-			}},
-			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": e.ns}},
-		}},
-	}
-	if _, err := cp.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(e.ctx, mwc, metav1.CreateOptions{}); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		_ = cp.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.WithoutCancel(e.ctx), mwc.Name, metav1.DeleteOptions{})
-	})
-	// The API server picks webhook configurations up asynchronously: wait
-	// until a dry-run of an invalid pod is refused by the webhook.
-	probe := kaiPod("probe", "", map[string]string{"gpu-fraction": "2"})
-	e.poll("the webhook to be called", func() (bool, error) {
-		_, err := cp.Client.CoreV1().Pods(e.ns).Create(e.ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err != nil && strings.Contains(err.Error(), "cannot translate KAI GPU-sharing annotations"), nil
 	})
 }
 

@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
+	"github.com/gpufrac/gpufrac/pkg/kai"
 	"github.com/gpufrac/gpufrac/test/harness"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 )
@@ -149,14 +150,22 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		return cmd
 	}
 
-	step("Applying the demo manifests with kubectl apply")
 	if err := waitDefaultServiceAccount(ctx, cp); err != nil {
 		return fail(err)
 	}
+	step("Starting gpufrac-controller's admission webhook: KAI annotations become claims")
+	webhook, err := cp.StartWebhook(ctx, "default", kai.Options{})
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { _ = webhook.Stop() }()
+
+	step("Applying the demo manifests with kubectl apply")
 	demoDir := filepath.Join(root, "demo")
 	apply := kubectl("apply", "--namespace=default",
 		"-f", filepath.Join(demoDir, "deviceclasses.yaml"), "-f", filepath.Join(demoDir, "claim-template-40g.yaml"),
-		"-f", filepath.Join(demoDir, "claim-templates.yaml"), "-f", filepath.Join(demoDir, "pods.yaml"))
+		"-f", filepath.Join(demoDir, "claim-templates.yaml"), "-f", filepath.Join(demoDir, "pods.yaml"),
+		"-f", filepath.Join(demoDir, "kai-pods.yaml"))
 	if err := apply.Run(); err != nil {
 		return fail(fmt.Errorf("kubectl apply: %w", err))
 	}

@@ -1,0 +1,110 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/cert"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpufrac/gpufrac/pkg/controller"
+	"github.com/gpufrac/gpufrac/pkg/kai"
+)
+
+// Webhook is gpufrac-controller's admission server running against the
+// control plane.
+type Webhook struct {
+	stop func() error
+}
+
+// Stop ends the server and removes its webhook configuration.
+func (w *Webhook) Stop() error { return w.stop() }
+
+// StartWebhook runs gpufrac-controller's admission server (pkg/controller,
+// in this process) behind TLS on loopback and registers its pod webhook for
+// namespace alone, failing closed, as the reference configuration does for
+// migrated namespaces. It returns once the API server calls the webhook.
+func (cp *ControlPlane) StartWebhook(ctx context.Context, namespace string, opts kai.Options) (_ *Webhook, finalErr error) {
+	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("making the webhook certificate: %w", err)
+	}
+	dir, err := os.MkdirTemp(cp.Dir, "webhook-")
+	if err != nil {
+		return nil, err
+	}
+	for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return nil, err
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- controller.Run(runCtx, controller.Config{
+			Client: cp.Client, WebhookAddress: "127.0.0.1:0", CertDir: dir, KAI: opts,
+			Ready: func(addr string) { ready <- addr },
+		})
+	}()
+	name := namespace + "-gpufrac-kai"
+	w := &Webhook{stop: func() error {
+		_ = cp.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})
+		cancel()
+		return <-done
+	}}
+	defer func() {
+		if finalErr != nil {
+			_ = w.Stop()
+		}
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		return nil, fmt.Errorf("gpufrac-controller stopped: %w", err)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name:                    "kai.pods.gpufrac.dev",
+			AdmissionReviewVersions: []string{"v1"},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
+			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + "/mutate-pods"), CABundle: certPEM},
+			Rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+			}},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": namespace}},
+		}},
+	}
+	if _, err := cp.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("registering the webhook: %w", err)
+	}
+	// The API server picks configurations up asynchronously: wait until a
+	// dry run of an untranslatable pod is refused by the webhook.
+	probe := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpufrac-webhook-probe", Annotations: map[string]string{kai.AnnotationFraction: "2"}},
+		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "main", Image: "busybox"}}},
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := cp.Client.CoreV1().Pods(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err != nil && strings.Contains(err.Error(), "cannot translate KAI GPU-sharing annotations"), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for the API server to call the webhook: %w", err)
+	}
+	return w, nil
+}
