@@ -288,6 +288,13 @@ func (m *Manager) Release(ctx context.Context, b plan.MPSBinding, claimUID types
 
 func (m *Manager) release(ctx context.Context, b plan.MPSBinding, claimUID types.UID) error {
 	m.mu.Lock()
+	if _, user := m.users[b.GPUUUID][claimUID]; !user {
+		// Not a user (never was, or its use was dropped when the kubelet
+		// gave up): the daemon is not this claim's to stop; garbage
+		// collection removes it if no claim comes for it.
+		m.mu.Unlock()
+		return nil
+	}
 	delete(m.users[b.GPUUUID], claimUID)
 	remaining := len(m.users[b.GPUUUID])
 	ceiling := m.ceilingLocked(b.GPUUUID)
