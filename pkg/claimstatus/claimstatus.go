@@ -1,37 +1,45 @@
 // Package claimstatus publishes what the plugin did with each claim in the
 // claim's status.devices, so `kubectl describe resourceclaim` shows the GPU,
 // the guaranteed memory, the limit, the compute mode and how the limit is
-// enforced. Writes are server-side applies owned by this node's field
-// manager, made from a work queue so Prepare never waits for them: the
-// latest desired state of a claim wins, and failures retry with backoff.
+// enforced. Writes replace this driver's entries and keep other drivers'
+// (read, modify, update with conflict retries), made from a work queue so
+// Prepare never waits for them: the latest desired state of a claim wins,
+// and failures retry with backoff. (Server-side apply of status.devices
+// alone was refused by kube-apiserver v1.37.2 for some claims with
+// "status.allocation: Invalid value: null: field cannot be modified once
+// set", forever; an update of the object as read has no such failure.)
 //
-// RBAC (Kubernetes 1.37, granular status authorization): patch on
-// resourceclaims/status, and verb "associated-node:patch" on the synthetic
-// subresource resourceclaims/driver with resourceNames [gpufrac.dev] (the
-// plugin's service account token is bound to its node; "arbitrary-node:patch"
-// would allow writing claims of other nodes and is not needed).
+// RBAC (Kubernetes 1.37, granular status authorization): get on
+// resourceclaims, update on resourceclaims/status, and verb
+// "associated-node:update" on the synthetic subresource
+// resourceclaims/driver with resourceNames [gpufrac.dev] (the plugin's
+// service account token is bound to its node; "arbitrary-node:update" would
+// allow writing claims of other nodes and is not needed).
 package claimstatus
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	resourceac "k8s.io/client-go/applyconfigurations/resource/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/plan"
 )
 
@@ -73,7 +81,7 @@ func quantity(bytes int64) string {
 // readyMessage says in one line what the share got.
 func readyMessage(d plan.Device) string {
 	switch d.Enforcement {
-	case "none":
+	case inventory.EnforcementNone:
 		return fmt.Sprintf("%s guaranteed on GPU %s, %s; no limit enforced on this node", quantity(d.SoftLimitBytes), d.GPU.UUID, d.ComputeMode)
 	default:
 		return fmt.Sprintf("%s guaranteed, %s limit enforced by %s on GPU %s, %s",
@@ -81,33 +89,32 @@ func readyMessage(d plan.Device) string {
 	}
 }
 
-// ApplyConfiguration is the status this node's field manager owns for c;
-// nil c (or no devices) clears it.
-func ApplyConfiguration(namespace, name string, uid types.UID, c *plan.Claim, now time.Time) (*resourceac.ResourceClaimApplyConfiguration, error) {
-	status := resourceac.ResourceClaimStatus()
-	// An empty list, not a missing one: applying it drops the entries this
-	// manager owned.
-	status.Devices = []resourceac.AllocatedDeviceStatusApplyConfiguration{}
-	if c != nil {
-		for _, d := range c.Devices {
-			data, err := json.Marshal(Data(d))
-			if err != nil {
-				return nil, fmt.Errorf("encoding status data: %w", err)
-			}
-			dev := resourceac.AllocatedDeviceStatus().
-				WithDriver(v1alpha1.DriverName).WithPool(d.Pool).WithDevice(d.Device).
-				WithData(runtime.RawExtension{Raw: data}).
-				WithConditions(metav1ac.Condition().
-					WithType(ConditionReady).WithStatus(metav1.ConditionTrue).
-					WithReason("Prepared").WithMessage(readyMessage(d)).
-					WithLastTransitionTime(metav1.NewTime(now)))
-			if d.ShareID != nil {
-				dev.WithShareID(string(*d.ShareID))
-			}
-			status.WithDevices(dev)
-		}
+// DeviceStatuses are the status.devices entries of this driver for c; nil
+// c (or no devices) means none.
+func DeviceStatuses(c *plan.Claim, now time.Time) ([]resourceapi.AllocatedDeviceStatus, error) {
+	if c == nil {
+		return nil, nil
 	}
-	return resourceac.ResourceClaim(name, namespace).WithUID(uid).WithStatus(status), nil
+	out := make([]resourceapi.AllocatedDeviceStatus, 0, len(c.Devices))
+	for _, d := range c.Devices {
+		data, err := json.Marshal(Data(d))
+		if err != nil {
+			return nil, fmt.Errorf("encoding status data: %w", err)
+		}
+		dev := resourceapi.AllocatedDeviceStatus{
+			Driver: v1alpha1.DriverName, Pool: d.Pool, Device: d.Device,
+			Data: &runtime.RawExtension{Raw: data},
+			Conditions: []metav1.Condition{{
+				Type: ConditionReady, Status: metav1.ConditionTrue, Reason: "Prepared",
+				Message: readyMessage(d), LastTransitionTime: metav1.NewTime(now),
+			}},
+		}
+		if d.ShareID != nil {
+			dev.ShareID = ptr.To(string(*d.ShareID))
+		}
+		out = append(out, dev)
+	}
+	return out, nil
 }
 
 type key struct {
@@ -205,16 +212,37 @@ func (w *Writer) processNext(ctx context.Context) bool {
 	return true
 }
 
-// Apply writes the status of one claim now.
+// Apply writes the status of one claim now: it replaces this driver's
+// entries and keeps every other driver's, read-modify-write with retries on
+// conflicts. A claim recreated under the same name (another UID) is not
+// ours to write.
 func (w *Writer) Apply(ctx context.Context, namespace, name string, uid types.UID, c *plan.Claim) error {
-	cfg, err := ApplyConfiguration(namespace, name, uid, c, time.Now())
+	want, err := DeviceStatuses(c, time.Now())
 	if err != nil {
 		return err
 	}
-	_, err = w.client.ResourceV1().ResourceClaims(namespace).ApplyStatus(ctx, cfg,
-		metav1.ApplyOptions{FieldManager: w.fieldManager, Force: true})
+	claims := w.client.ResourceV1().ResourceClaims(namespace)
+	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		claim, err := claims.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if claim.UID != uid {
+			return nil
+		}
+		devices := slices.DeleteFunc(slices.Clone(claim.Status.Devices), func(d resourceapi.AllocatedDeviceStatus) bool {
+			return d.Driver == v1alpha1.DriverName
+		})
+		devices = append(devices, want...)
+		if len(devices) == 0 && len(claim.Status.Devices) == 0 {
+			return nil
+		}
+		claim.Status.Devices = devices
+		_, err = claims.UpdateStatus(ctx, claim, metav1.UpdateOptions{FieldManager: w.fieldManager})
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("applying status of claim %s/%s: %w", namespace, name, err)
+		return fmt.Errorf("writing status of claim %s/%s: %w", namespace, name, err)
 	}
 	return nil
 }

@@ -34,27 +34,23 @@ func smPlan() *plan.Claim {
 	}}}
 }
 
-func TestApplyConfigurationSaysWhatWasDone(t *testing.T) {
+func TestDeviceStatusesSayWhatWasDone(t *testing.T) {
 	now := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
-	cfg, err := claimstatus.ApplyConfiguration("ns", "c", "uid-1", smPlan(), now)
+	devs, err := claimstatus.DeviceStatuses(smPlan(), now)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *cfg.UID != "uid-1" {
-		t.Error("the apply must carry the claim UID so a recreated claim is never written")
-	}
-	devs := cfg.Status.Devices
 	if len(devs) != 1 {
 		t.Fatalf("devices %+v", devs)
 	}
 	d := devs[0]
-	if *d.Driver != "gpufrac.dev" || *d.Pool != "n" || *d.Device != "gpu-2" || *d.ShareID != "s1" {
-		t.Errorf("identity %s/%s/%s/%s", *d.Driver, *d.Pool, *d.Device, *d.ShareID)
+	if d.Driver != "gpufrac.dev" || d.Pool != "n" || d.Device != "gpu-2" || *d.ShareID != "s1" {
+		t.Errorf("identity %s/%s/%s/%s", d.Driver, d.Pool, d.Device, *d.ShareID)
 	}
 	c := d.Conditions[0]
-	if *c.Type != "Ready" || *c.Status != metav1.ConditionTrue || *c.Reason != "Prepared" ||
-		*c.Message != "16Gi guaranteed, 24Gi limit enforced by dmem on GPU GPU-2, SMSharing" {
-		t.Errorf("condition %s %s %s %q", *c.Type, *c.Status, *c.Reason, *c.Message)
+	if c.Type != "Ready" || c.Status != metav1.ConditionTrue || c.Reason != "Prepared" ||
+		c.Message != "16Gi guaranteed, 24Gi limit enforced by dmem on GPU GPU-2, SMSharing" {
+		t.Errorf("condition %s %s %s %q", c.Type, c.Status, c.Reason, c.Message)
 	}
 	var data claimstatus.DeviceData
 	if err := json.Unmarshal(d.Data.Raw, &data); err != nil {
@@ -67,9 +63,44 @@ func TestApplyConfigurationSaysWhatWasDone(t *testing.T) {
 		*data.ActiveThreadPercentage != 40 {
 		t.Errorf("data %+v, want %+v", data, want)
 	}
-	cleared, _ := claimstatus.ApplyConfiguration("ns", "c", "uid-1", nil, now)
-	if cleared.Status.Devices == nil || len(cleared.Status.Devices) != 0 {
-		t.Error("clearing must apply an empty list so the owned entries go")
+	if cleared, _ := claimstatus.DeviceStatuses(nil, now); len(cleared) != 0 {
+		t.Error("an unprepared claim has no entries of ours")
+	}
+}
+
+// TestApplyKeepsOtherDriversAndChecksTheUID: only this driver's entries are
+// replaced, and a claim recreated under the same name is left alone.
+func TestApplyKeepsOtherDriversAndChecksTheUID(t *testing.T) {
+	ctx := t.Context()
+	other := resourceapi.AllocatedDeviceStatus{Driver: "net.example.com", Pool: "n", Device: "eth0"}
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid-1"},
+		Status: resourceapi.ResourceClaimStatus{Devices: []resourceapi.AllocatedDeviceStatus{other}}}
+	client := fake.NewClientset(claim)
+	w := claimstatus.NewWriter(client, "gpufrac.dev/n")
+	get := func() []resourceapi.AllocatedDeviceStatus {
+		c, err := client.ResourceV1().ResourceClaims("ns").Get(ctx, "c", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Status.Devices
+	}
+	if err := w.Apply(ctx, "ns", "c", "uid-1", smPlan()); err != nil {
+		t.Fatal(err)
+	}
+	if devs := get(); len(devs) != 2 || devs[0].Driver != "net.example.com" || devs[1].Driver != "gpufrac.dev" {
+		t.Errorf("after prepare: %+v", devs)
+	}
+	if err := w.Apply(ctx, "ns", "c", "uid-other", nil); err != nil {
+		t.Fatal(err)
+	}
+	if len(get()) != 2 {
+		t.Error("a write for another claim of the same name changed this one")
+	}
+	if err := w.Apply(ctx, "ns", "c", "uid-1", nil); err != nil {
+		t.Fatal(err)
+	}
+	if devs := get(); len(devs) != 1 || devs[0].Driver != "net.example.com" {
+		t.Errorf("after unprepare: %+v, want only the other driver's entry", devs)
 	}
 }
 
@@ -80,7 +111,7 @@ func TestWriterRetriesUntilApplied(t *testing.T) {
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid-1"}}
 	client := fake.NewClientset(claim)
 	var failures atomic.Int32
-	client.PrependReactor("patch", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+	client.PrependReactor("update", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
 		if failures.Add(1) <= 2 {
 			return true, nil, errors.New("apiserver unavailable")
 		}
