@@ -6,7 +6,6 @@
 package health
 
 import (
-	"maps"
 	"sync"
 	"time"
 )
@@ -79,11 +78,4 @@ func (m *Monitor) Changed() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.changed
-}
-
-// Snapshot returns all recorded statuses.
-func (m *Monitor) Snapshot() map[string]Status {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return maps.Clone(m.state)
 }

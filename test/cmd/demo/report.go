@@ -11,14 +11,12 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
-	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/pkg/clusterstatus"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 
@@ -137,109 +135,63 @@ func (r *reporter) claimName(pod, podClaim string) (string, error) {
 	return "", fmt.Errorf("pod %s has no claim %s", pod, podClaim)
 }
 
-type gpuRow struct {
-	node, device, uuid, product string
-	capacity                    resource.Quantity
-	guaranteed, limit           resource.Quantity
-	claims                      []string
-	modes                       map[v1alpha1.ComputeMode]bool
-}
-
-// gpuTable prints one row per GPU: what the scheduler guaranteed on it (the
-// consumed memory of each share), the limits the claims' configs set (class
-// config, then claim config, later wins: what the plugin enforces), the
-// claims and their compute modes.
+// gpuTable prints one row per GPU in use, from pkg/clusterstatus (what
+// `kubectl gpufrac status` shows): what the scheduler guaranteed on it, the
+// limits the plugin reports enforcing in the claims' status, the compute
+// modes and the claims.
 func (r *reporter) gpuTable(w io.Writer) error {
-	sliceList, err := r.client.ResourceV1().ResourceSlices().List(r.ctx, metav1.ListOptions{})
+	var gpus []clusterstatus.GPU
+	// The plugin writes claim status in the background, just after Prepare:
+	// wait until every share reports what was enforced.
+	err := wait.PollUntilContextTimeout(r.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		sliceList, err := r.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, fmt.Errorf("listing ResourceSlices: %w", err)
+		}
+		claims, err := r.client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, fmt.Errorf("listing ResourceClaims: %w", err)
+		}
+		gpus = clusterstatus.Build(sliceList.Items, claims.Items, "")
+		for _, g := range gpus {
+			for _, c := range g.Claims {
+				if !c.Prepared {
+					return false, nil
+				}
+			}
+		}
+		return true, nil
+	})
 	if err != nil {
-		return fmt.Errorf("listing ResourceSlices: %w", err)
+		return fmt.Errorf("waiting for the plugins' claim status: %w", err)
 	}
-	rows := map[string]*gpuRow{}
-	var keys []string
-	for _, s := range sliceList.Items {
-		for _, d := range s.Spec.Devices {
-			key := s.Spec.Pool.Name + "/" + d.Name
-			row := &gpuRow{node: s.Spec.Pool.Name, device: d.Name, capacity: d.Capacity["memory"].Value, modes: map[v1alpha1.ComputeMode]bool{}}
-			if a := d.Attributes["uuid"]; a.StringValue != nil {
-				row.uuid = *a.StringValue
-			}
-			if a := d.Attributes["productName"]; a.StringValue != nil {
-				row.product = *a.StringValue
-			}
-			rows[key] = row
-			keys = append(keys, key)
-		}
-	}
-	claims, err := r.client.ResourceV1().ResourceClaims("").List(r.ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("listing ResourceClaims: %w", err)
-	}
-	for _, c := range claims.Items {
-		if c.Status.Allocation == nil {
-			continue
-		}
-		for _, res := range c.Status.Allocation.Devices.Results {
-			row := rows[res.Pool+"/"+res.Device]
-			if res.Driver != v1alpha1.DriverName || row == nil {
-				continue
-			}
-			request := res.ConsumedCapacity["memory"]
-			cfg, err := fractionConfig(c.Status.Allocation.Devices.Config, res)
-			if err != nil {
-				return fmt.Errorf("claim %s: %w", c.Name, err)
-			}
-			row.guaranteed.Add(request)
-			row.limit.Add(v1alpha1.EffectiveLimit(cfg, request))
-			row.modes[cfg.EffectiveComputeMode()] = true
-			row.claims = append(row.claims, c.Name)
-		}
-	}
-	slices.Sort(keys)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	_, _ = fmt.Fprintln(tw, "NODE\tGPU\tUUID\tGUARANTEED\tLIMITS\tMODE\tCLAIMS")
 	idle := 0
-	for _, key := range keys {
-		row := rows[key]
-		if len(row.claims) == 0 {
+	for _, g := range gpus {
+		if len(g.Claims) == 0 {
 			idle++
 			continue
 		}
-		modes := make([]string, 0, len(row.modes))
-		for _, m := range slices.Sorted(maps.Keys(row.modes)) {
-			modes = append(modes, string(m))
+		modes := map[string]bool{}
+		var names []string
+		for _, c := range g.Claims {
+			modes[c.Mode] = true
+			names = append(names, c.Name)
 		}
-		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s of %s\t%s\t%s\t%s\n", row.node, row.device, row.uuid,
-			gib(row.guaranteed), gib(row.capacity), gib(row.limit), strings.Join(modes, ","), strings.Join(row.claims, ", "))
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s of %s\t%s\t%s\t%s\n", g.Node, g.Device, g.UUID,
+			gib(g.Guaranteed), gib(g.Memory), gib(g.LimitSum), strings.Join(slices.Sorted(maps.Keys(modes)), ","), strings.Join(names, ", "))
 	}
 	_ = tw.Flush()
-	if len(keys) > 0 {
-		_, _ = fmt.Fprintf(w, "\n%d other GPUs (%s, %s each) are free.\n", idle, rows[keys[0]].product, gib(rows[keys[0]].capacity))
+	if len(gpus) > 0 {
+		_, _ = fmt.Fprintf(w, "\n%d other GPUs (%s, %s each) are free.\n", idle, gpus[0].Model, gib(gpus[0].Memory))
 	}
 	_, _ = fmt.Fprintln(w, "GUARANTEED: memory the scheduler reserved (never over-committed); LIMITS: sum of the shares' hard ceilings, enforced on the node.")
 	return nil
 }
 
-// fractionConfig merges the gpufrac configs that apply to one result, in
-// the allocation's order (class configs, then claim configs).
-func fractionConfig(configs []resourceapi.DeviceAllocationConfiguration, res resourceapi.DeviceRequestAllocationResult) (*v1alpha1.FractionConfig, error) {
-	var cfgs []*v1alpha1.FractionConfig
-	for i, c := range resourceclaim.ConfigForResult(configs, res) {
-		if c.Opaque == nil || c.Opaque.Driver != v1alpha1.DriverName {
-			continue
-		}
-		cfg, errs := v1alpha1.Decode(c.Opaque.Parameters.Raw, field.NewPath("status", "allocation", "devices", "config").Index(i))
-		if len(errs) > 0 {
-			return nil, errs.ToAggregate()
-		}
-		cfgs = append(cfgs, cfg)
-	}
-	merged := v1alpha1.Merge(cfgs...)
-	merged.Default()
-	return merged, nil
-}
-
-func gib(q resource.Quantity) string {
-	return fmt.Sprintf("%.1fGi", float64(q.Value())/(1<<30))
+func gib(bytes int64) string {
+	return fmt.Sprintf("%.1fGi", float64(bytes)/(1<<30))
 }
 
 // containers prints, for each Running pod, what CDI injection gave its
