@@ -1,7 +1,8 @@
 // Package fractionmetrics is the kubelet plugin's Prometheus view of what
 // each fraction holds and uses: per share its guaranteed request and hard
 // limit, per container its GPU memory in use (read from NVML for the
-// container's cgroup, which gpufrac-cdi-hook records at creation), per GPU
+// container's cgroup, which gpufrac-cdi-hook records at creation, or summed
+// over its processes) and its share of the SMs, per GPU
 // its totals and over-commit ratio, and the driver's own health (Prepare
 // latency, errors by reason, prepared claims, MPS daemons). Everything is
 // computed at scrape time from the checkpoint's plans and the hook's
@@ -37,6 +38,10 @@ type Config struct {
 	RecordDir string
 	// NVML, initialised, reads per-cgroup usage; nil skips usage.
 	NVML nvml.Interface
+	// ProcRoot and CgroupRoot map NVML's host PIDs to container cgroups
+	// (defaults: /proc, and the hook's cgroup root). The plugin needs the
+	// host PID namespace for this.
+	ProcRoot, CgroupRoot string
 	// MPSDaemons returns the number of claims per GPU daemon; optional.
 	MPSDaemons func() map[string]int
 }
@@ -50,15 +55,16 @@ type Collector struct {
 	unprepareSeconds prometheus.Histogram
 	errorsTotal      *prometheus.CounterVec
 
-	shareRequest, shareLimit, containerUsed             *prometheus.Desc
-	gpuTotal, gpuGuaranteed, gpuLimitSum, gpuOvercommit *prometheus.Desc
-	claimsPrepared, mpsDaemons                          *prometheus.Desc
+	shareRequest, shareLimit, containerUsed, containerSM *prometheus.Desc
+	gpuTotal, gpuGuaranteed, gpuLimitSum, gpuOvercommit  *prometheus.Desc
+	claimsPrepared, mpsDaemons                           *prometheus.Desc
 }
 
 // New builds the collector; register it with a registry.
 func New(cfg Config) *Collector {
 	share := []string{"node", "namespace", "claim", "gpu_uuid", "device", "share", "compute_mode", "enforcement"}
 	gpu := []string{"node", "gpu_uuid", "device"}
+	container := []string{"node", "namespace", "pod", "container", "claim_uid", "gpu_uuid"}
 	return &Collector{
 		cfg: cfg,
 		prepareSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -69,9 +75,12 @@ func New(cfg Config) *Collector {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		errorsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpufrac_prepare_errors_total", Help: "Failed Prepare calls by reason."}, []string{"reason"}),
-		shareRequest:   prometheus.NewDesc("gpufrac_fraction_memory_request_bytes", "Guaranteed GPU memory of a prepared share (its soft limit).", share, nil),
-		shareLimit:     prometheus.NewDesc("gpufrac_fraction_memory_limit_bytes", "Hard GPU memory limit of a prepared share.", share, nil),
-		containerUsed:  prometheus.NewDesc("gpufrac_container_gpu_memory_used_bytes", "GPU memory a container's cgroup uses now (NVML per-cgroup accounting).", []string{"node", "namespace", "pod", "container", "claim_uid", "gpu_uuid"}, nil),
+		shareRequest: prometheus.NewDesc("gpufrac_fraction_memory_request_bytes", "Guaranteed GPU memory of a prepared share (its soft limit).", share, nil),
+		shareLimit:   prometheus.NewDesc("gpufrac_fraction_memory_limit_bytes", "Hard GPU memory limit of a prepared share.", share, nil),
+		containerUsed: prometheus.NewDesc("gpufrac_container_gpu_memory_used_bytes",
+			"GPU memory a container uses now: NVML's per-cgroup accounting where the node enforces dmem, else the sum over its processes.", container, nil),
+		containerSM: prometheus.NewDesc("gpufrac_container_sm_utilization_percent",
+			"Percent of the GPU's SMs a container's processes kept busy in NVML's latest per-process samples.", container, nil),
 		gpuTotal:       prometheus.NewDesc("gpufrac_gpu_memory_total_bytes", "GPU memory offered to claims.", gpu, nil),
 		gpuGuaranteed:  prometheus.NewDesc("gpufrac_gpu_memory_guaranteed_bytes", "Sum of the guaranteed requests of the GPU's prepared shares.", gpu, nil),
 		gpuLimitSum:    prometheus.NewDesc("gpufrac_gpu_memory_limit_sum_bytes", "Sum of the hard limits of the GPU's prepared shares.", gpu, nil),
@@ -99,7 +108,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.prepareSeconds.Describe(ch)
 	c.unprepareSeconds.Describe(ch)
 	c.errorsTotal.Describe(ch)
-	for _, d := range []*prometheus.Desc{c.shareRequest, c.shareLimit, c.containerUsed, c.gpuTotal, c.gpuGuaranteed, c.gpuLimitSum, c.gpuOvercommit, c.claimsPrepared, c.mpsDaemons} {
+	for _, d := range []*prometheus.Desc{c.shareRequest, c.shareLimit, c.containerUsed, c.containerSM, c.gpuTotal, c.gpuGuaranteed, c.gpuLimitSum, c.gpuOvercommit, c.claimsPrepared, c.mpsDaemons} {
 		ch <- d
 	}
 }
@@ -144,7 +153,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 // collectUsage reads the hook's records: one series per container and GPU
 // whose cgroup still exists, removing records of containers or claims
-// that are gone.
+// that are gone. NVML's process list is read once per GPU and scrape.
 func (c *Collector) collectUsage(ch chan<- prometheus.Metric, live map[types.UID]bool) {
 	if c.cfg.RecordDir == "" {
 		return
@@ -153,6 +162,8 @@ func (c *Collector) collectUsage(ch chan<- prometheus.Metric, live map[types.UID
 	if err != nil {
 		return
 	}
+	perGPU := map[string]*gpuProcesses{}
+	now := time.Now()
 	for _, claimDir := range claims {
 		dir := filepath.Join(c.cfg.RecordDir, claimDir.Name())
 		if !live[types.UID(claimDir.Name())] {
@@ -170,12 +181,12 @@ func (c *Collector) collectUsage(ch chan<- prometheus.Metric, live map[types.UID
 				_ = os.Remove(f)
 				continue
 			}
-			c.containerUsage(ch, r)
+			c.containerUsage(ch, r, perGPU, now)
 		}
 	}
 }
 
-func (c *Collector) containerUsage(ch chan<- prometheus.Metric, r cdihook.Record) {
+func (c *Collector) containerUsage(ch chan<- prometheus.Metric, r cdihook.Record, perGPU map[string]*gpuProcesses, now time.Time) {
 	if c.cfg.NVML == nil {
 		return
 	}
@@ -184,11 +195,20 @@ func (c *Collector) containerUsage(ch chan<- prometheus.Metric, r cdihook.Record
 		if ret != nvml.SUCCESS {
 			continue
 		}
-		lim, ret := dev.GetMemoryLimits_v1(r.Cgroup)
-		if ret != nvml.SUCCESS {
-			continue
+		procs := perGPU[uuid]
+		if procs == nil {
+			procs = c.readProcesses(dev, now)
+			perGPU[uuid] = procs
 		}
-		ch <- prometheus.MustNewConstMetric(c.containerUsed, prometheus.GaugeValue, float64(lim.CurrentUsed),
-			c.cfg.NodeName, r.Namespace, r.Pod, r.Container, r.ClaimUID, uuid)
+		labels := []string{c.cfg.NodeName, r.Namespace, r.Pod, r.Container, r.ClaimUID, uuid}
+		usage := procs.forContainer(r.Cgroup)
+		if lim, ret := dev.GetMemoryLimits_v1(r.Cgroup); ret == nvml.SUCCESS {
+			ch <- prometheus.MustNewConstMetric(c.containerUsed, prometheus.GaugeValue, float64(lim.CurrentUsed), labels...)
+		} else if usage.memoryKnown {
+			ch <- prometheus.MustNewConstMetric(c.containerUsed, prometheus.GaugeValue, float64(usage.memoryBytes), labels...)
+		}
+		if usage.smKnown {
+			ch <- prometheus.MustNewConstMetric(c.containerSM, prometheus.GaugeValue, float64(usage.smPercent), labels...)
+		}
 	}
 }

@@ -47,6 +47,10 @@ func TestCollect(t *testing.T) {
 		}
 		return nvml.MemoryLimits_v1{CurrentUsed: 12 << 30}, nvml.SUCCESS
 	}
+	gpu.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+	gpu.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
 	inv, err := inventory.Discover(ctx, srv, inventory.Options{ForceEnforcement: inventory.EnforcementDMem})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +72,7 @@ func TestCollect(t *testing.T) {
 	c.ObservePrepare(time.Millisecond, "invalid_claim")
 	u := gpu.UUID
 	want := `
-# HELP gpufrac_container_gpu_memory_used_bytes GPU memory a container's cgroup uses now (NVML per-cgroup accounting).
+# HELP gpufrac_container_gpu_memory_used_bytes GPU memory a container uses now: NVML's per-cgroup accounting where the node enforces dmem, else the sum over its processes.
 # TYPE gpufrac_container_gpu_memory_used_bytes gauge
 gpufrac_container_gpu_memory_used_bytes{claim_uid="uid-1",container="main",gpu_uuid="` + u + `",namespace="team",node="node-a",pod="llm-0"} 1.2884901888e+10
 # HELP gpufrac_fraction_memory_limit_bytes Hard GPU memory limit of a prepared share.

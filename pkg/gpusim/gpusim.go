@@ -153,6 +153,17 @@ func New(spec, nodeName string) (*server.Server, error) {
 			}
 			return info, nvml.SUCCESS
 		}
+		// The plugin's metrics ask every GPU for its processes; a
+		// simulated GPU runs none and has no per-cgroup accounting (the
+		// hook's records stand in for the limits), and must say so
+		// rather than panic as the bare mock does.
+		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
+		dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+			return nil, nvml.ERROR_NOT_FOUND
+		}
+		dev.GetMemoryLimits_v1Func = func(string) (nvml.MemoryLimits_v1, nvml.Return) {
+			return nvml.MemoryLimits_v1{}, nvml.ERROR_NOT_SUPPORTED
+		}
 	}
 	return srv, nil
 }
