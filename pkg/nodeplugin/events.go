@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
 	"github.com/gpufrac/gpufrac/pkg/plan"
 )
@@ -34,4 +35,12 @@ func (r *eventReporter) DaemonRestarted(c *plan.Claim, reason string) {
 
 func (r *eventReporter) PrepareFailed(claim *resourceapi.ResourceClaim, err error) {
 	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "PrepareFailed", "Prepare", "%s", err.Error())
+}
+
+// UnprepareFailed matters as much as a failed Prepare: until the kubelet's
+// retry succeeds, the claim's share stays reserved on the GPU (and its MPS
+// server running), and the pod stays Terminating.
+func (r *eventReporter) UnprepareFailed(c kubeletplugin.NamespacedObject, err error) {
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID}}
+	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "UnprepareFailed", "Unprepare", "%s", err.Error())
 }

@@ -118,6 +118,7 @@ type Plugin struct {
 	health    *health.Monitor
 	preparer  *preparer.Preparer
 	metrics   *fractionmetrics.Collector
+	events    *eventReporter
 	helper    *kubeletplugin.Helper
 	cancel    context.CancelFunc
 	done      sync.WaitGroup
@@ -156,6 +157,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	p := &Plugin{cfg: cfg, inventory: inv, cancel: cancel, health: health.NewMonitor()}
 	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
 	events := newEventReporter(bgCtx, cfg.KubeClient, cfg.NodeName)
+	p.events = events
 	p.done.Add(1)
 	go func() {
 		defer p.done.Done()
@@ -192,6 +194,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	p.metrics = fractionmetrics.New(fractionmetrics.Config{
 		NodeName: cfg.NodeName, Inventory: inv, Prepared: p.preparer.Prepared,
 		RecordDir: cfg.CDI.RecordDir, NVML: usageNVML(bgCtx, cfg.NVML), MPSDaemons: mpsDaemons,
+		CgroupRoot: cfg.InventoryOptions.CgroupRoot,
 	})
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(p.metrics); err != nil {
@@ -304,6 +307,9 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 			start := time.Now()
 			results[i] = p.preparer.Unprepare(ctx, claim)
 			p.metrics.ObserveUnprepare(time.Since(start))
+			if results[i] != nil {
+				p.events.UnprepareFailed(claim, results[i])
+			}
 		})
 	}
 	wg.Wait()

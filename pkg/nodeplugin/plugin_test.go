@@ -319,18 +319,8 @@ func TestUnhealthyGPUIsReportedAndTainted(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
-	node, err := gpusim.NewNode("h200x2", nodeName, inventory.EnforcementDMem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := shortTempDir(t)
-	healthFile := filepath.Join(root, "health.json")
-	cfg := nodeplugin.Config{
-		NodeName: nodeName, KubeClient: client, NVML: node.NVML, InventoryOptions: node.InventoryOptions,
-		PluginDataDir: filepath.Join(root, "plugin"), RegistrarDir: filepath.Join(root, "registry"), CDIRoot: filepath.Join(root, "cdi"),
-		CDI: cdispec.Options{HookPath: "/hook", DeviceNode: gpusim.DeviceNode}, BootID: "boot-1",
-		Health: nodeplugin.HealthConfig{SimulatedFile: healthFile},
-	}
+	cfg := simNodeConfig(t, client)
+	healthFile := cfg.Health.SimulatedFile
 	plugin, err := nodeplugin.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -392,5 +382,22 @@ func TestUnhealthyGPUIsReportedAndTainted(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("taint not removed after recovery: %+v", taints())
+	}
+}
+
+// simNodeConfig is a plugin on a simulated h200x2 dmem node with its
+// directories under a fresh temporary folder.
+func simNodeConfig(t *testing.T, client *fake.Clientset) nodeplugin.Config {
+	t.Helper()
+	node, err := gpusim.NewNode("h200x2", nodeName, inventory.EnforcementDMem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := shortTempDir(t)
+	return nodeplugin.Config{
+		NodeName: nodeName, KubeClient: client, NVML: node.NVML, InventoryOptions: node.InventoryOptions,
+		PluginDataDir: filepath.Join(root, "plugin"), RegistrarDir: filepath.Join(root, "registry"), CDIRoot: filepath.Join(root, "cdi"),
+		CDI: cdispec.Options{HookPath: "/hook", DeviceNode: gpusim.DeviceNode}, BootID: "boot-1",
+		Health: nodeplugin.HealthConfig{SimulatedFile: filepath.Join(root, "health.json")},
 	}
 }
