@@ -8,7 +8,8 @@
 #    proxy on the first run and cached in ~/.cache/gpufrac), two simulated
 #    nodes of 8 x H200 with gpufrac-kubelet-plugin and a kubelet stand-in
 #    each, the manifests in demo/ applied with kubectl, pods Running on GPU
-#    shares, a per-GPU table and `kubectl describe resourceclaim`.
+#    shares, `kubectl gpufrac status`, the plugin's metrics for one pod and
+#    `kubectl describe resourceclaim`.
 #
 # Arguments go to the demo driver, e.g. demo/run.sh -wait (keep the cluster
 # until Ctrl-C) or -gpus h100x4,a100x4.

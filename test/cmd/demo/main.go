@@ -2,8 +2,9 @@
 // (etcd, kube-apiserver, kube-scheduler, kube-controller-manager v1.37.2) with
 // two simulated nodes of 8 x H200, each running gpufrac-kubelet-plugin and a
 // kubelet stand-in, applies the manifests in demo/ with kubectl, waits until
-// the pods are Running, shows what each GPU holds and what one claim says
-// about itself, and stops everything it started. State (logs, CDI specs, the
+// the pods are Running, shows what each GPU holds (`kubectl gpufrac
+// status`), the plugin's metrics for one pod and what its claim says about
+// itself, and stops everything it started. State (logs, CDI specs, the
 // stand-ins' records, the objects as YAML) stays under the printed folder.
 //
 // It exits non-zero, with each pod's reason, when a pod does not reach
@@ -132,17 +133,24 @@ func fail(err error) int {
 // demo runs the part between start and stop; the caller always stops.
 func demo(ctx context.Context, o options, root, cluster string, cp *harness.ControlPlane, kubectlBin string) int {
 	var nodes []*harness.Node
+	metricsAddr := map[string]string{}
 	for i := range o.nodes {
+		name := fmt.Sprintf("demo-node-%d", i+1)
+		addr, err := freeLocalAddress()
+		if err != nil {
+			return fail(err)
+		}
 		n, err := cp.AddNode(ctx, harness.NodeOptions{
-			Name: fmt.Sprintf("demo-node-%d", i+1), GPUs: o.gpus, MPSImage: mpsImage,
+			Name: name, GPUs: o.gpus, MPSImage: mpsImage,
 			// A GPU serves one compute mode at a time; reserving some for
 			// SMSharing lets the shipped DeviceClasses keep modes apart.
-			PluginArgs: []string{"--sm-sharing-gpus=" + o.smGPUs},
+			PluginArgs: []string{"--sm-sharing-gpus=" + o.smGPUs, "--metrics-address=" + addr},
 		})
 		if err != nil {
 			return fail(err)
 		}
 		nodes = append(nodes, n)
+		metricsAddr[name] = addr
 	}
 	kubectl := func(args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig=" + cp.Kubeconfig}, args...)...)
@@ -182,9 +190,14 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 	}
 
 	// Show what did work even when a pod failed, then the reasons last.
-	step("What each GPU holds")
-	if err := r.gpuTable(os.Stdout); err != nil {
+	if err := r.waitPrepared(); err != nil {
 		return fail(err)
+	}
+	step("kubectl gpufrac status: what each GPU holds")
+	status := exec.CommandContext(ctx, filepath.Join(root, "bin", "kubectl-gpufrac"), "status", "--kubeconfig="+cp.Kubeconfig)
+	status.Stdout, status.Stderr = os.Stdout, os.Stderr
+	if err := status.Run(); err != nil {
+		return fail(fmt.Errorf("kubectl gpufrac status (bin/ comes from make build): %w", err))
 	}
 	step("What each container got (CDI edits the stand-in applied with the CDI library, as containerd does)")
 	r.containers(os.Stdout)
@@ -192,6 +205,10 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 	if claim, err := r.claimName("llm", "gpu"); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 	} else {
+		step("The plugin's metrics for pod llm's fraction")
+		if err := r.fractionMetrics(os.Stdout, "llm", claim, metricsAddr); err != nil {
+			return fail(err)
+		}
 		step("kubectl describe resourceclaim %s", claim)
 		if err := kubectl("describe", "resourceclaim", "--namespace=default", claim).Run(); err != nil {
 			return fail(fmt.Errorf("kubectl describe: %w", err))

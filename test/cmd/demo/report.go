@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -135,14 +132,10 @@ func (r *reporter) claimName(pod, podClaim string) (string, error) {
 	return "", fmt.Errorf("pod %s has no claim %s", pod, podClaim)
 }
 
-// gpuTable prints one row per GPU in use, from pkg/clusterstatus (what
-// `kubectl gpufrac status` shows): what the scheduler guaranteed on it, the
-// limits the plugin reports enforcing in the claims' status, the compute
-// modes and the claims.
-func (r *reporter) gpuTable(w io.Writer) error {
-	var gpus []clusterstatus.GPU
-	// The plugin writes claim status in the background, just after Prepare:
-	// wait until every share reports what was enforced.
+// waitPrepared waits until every claim on a gpufrac GPU reports, in its
+// status, what the plugin enforced: the plugin writes claim status in the
+// background, just after Prepare.
+func (r *reporter) waitPrepared() error {
 	err := wait.PollUntilContextTimeout(r.ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		sliceList, err := r.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -152,8 +145,7 @@ func (r *reporter) gpuTable(w io.Writer) error {
 		if err != nil {
 			return false, fmt.Errorf("listing ResourceClaims: %w", err)
 		}
-		gpus = clusterstatus.Build(sliceList.Items, claims.Items, "")
-		for _, g := range gpus {
+		for _, g := range clusterstatus.Build(sliceList.Items, claims.Items, "") {
 			for _, c := range g.Claims {
 				if !c.Prepared {
 					return false, nil
@@ -165,33 +157,7 @@ func (r *reporter) gpuTable(w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("waiting for the plugins' claim status: %w", err)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	_, _ = fmt.Fprintln(tw, "NODE\tGPU\tUUID\tGUARANTEED\tLIMITS\tMODE\tCLAIMS")
-	idle := 0
-	for _, g := range gpus {
-		if len(g.Claims) == 0 {
-			idle++
-			continue
-		}
-		modes := map[string]bool{}
-		var names []string
-		for _, c := range g.Claims {
-			modes[c.Mode] = true
-			names = append(names, c.Name)
-		}
-		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s of %s\t%s\t%s\t%s\n", g.Node, g.Device, g.UUID,
-			gib(g.Guaranteed), gib(g.Memory), gib(g.LimitSum), strings.Join(slices.Sorted(maps.Keys(modes)), ","), strings.Join(names, ", "))
-	}
-	_ = tw.Flush()
-	if len(gpus) > 0 {
-		_, _ = fmt.Fprintf(w, "\n%d other GPUs (%s, %s each) are free.\n", idle, gpus[0].Model, gib(gpus[0].Memory))
-	}
-	_, _ = fmt.Fprintln(w, "GUARANTEED: memory the scheduler reserved (never over-committed); LIMITS: sum of the shares' hard ceilings, enforced on the node.")
 	return nil
-}
-
-func gib(bytes int64) string {
-	return fmt.Sprintf("%.1fGi", float64(bytes)/(1<<30))
 }
 
 // containers prints, for each Running pod, what CDI injection gave its
