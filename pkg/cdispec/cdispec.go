@@ -93,7 +93,7 @@ func Build(c *plan.Claim, opts Options) (*cdispec.Spec, error) {
 	}
 	if mps := c.MPS(); mps != nil {
 		claimEdits.Mounts = []*cdispec.Mount{
-			bind(mps.PipeDir, ContainerMPSPipeDir),
+			bind(mps.ClientPipeDir(), ContainerMPSPipeDir),
 			bind(mps.LogDir, ContainerMPSLogDir),
 			bind(mps.ShmDir, ContainerShmDir),
 		}

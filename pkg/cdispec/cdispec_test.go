@@ -138,42 +138,55 @@ func TestInjectTimeSlicingClaim(t *testing.T) {
 	}
 }
 
+// An SMSharing container joins the GPU's MPS server: on legacy MPS through
+// the daemon's pipe directory, on MPS v3 through its own namespace's
+// directory only, so it cannot reach another claim's namespace.
 func TestInjectSMSharingClaim(t *testing.T) {
-	dir := t.TempDir()
-	w, err := cdispec.NewWriter(dir, opts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := device("gpu-1", 1, "s1", 16*gib, 24*gib)
-	d.ComputeMode = v1alpha1.SMSharing
-	d.ActiveThreadPercentage = ptr.To[int32](30)
-	d.MPS = plan.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", d.GPU.UUID)
-	claim := &plan.Claim{UID: "uid-2", Namespace: "ns", Name: "sm", Devices: []plan.Device{d}}
-	ids, err := w.Write(claim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := inject(t, dir, ids)
-	env := envOf(spec)
-	for k, want := range map[string]string{
-		"CUDA_MPS_PIPE_DIRECTORY":           "/tmp/nvidia-mps",
-		"CUDA_MPS_LOG_DIRECTORY":            "/var/log/nvidia-mps",
-		"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  "GPU-gpu-1=24576M",
-		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
+	root := filepath.Dir(plan.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-gpu-1").PipeDir)
+	for _, tc := range []struct {
+		version, namespace, pipe string
+	}{
+		{version: "", pipe: root + "/pipe"},
+		{version: inventory.MPSVersionV3, namespace: "c1234", pipe: root + "/pipe/gpufrac/c1234"},
 	} {
-		if env[k] != want {
-			t.Errorf("env %s=%q, want %q", k, env[k], want)
-		}
-	}
-	mounts := map[string]string{}
-	for _, m := range spec.Mounts {
-		mounts[m.Destination] = m.Source
-	}
-	root := "/var/lib/kubelet/plugins/gpufrac.dev/mps/GPU-gpu-1"
-	for dst, src := range map[string]string{"/tmp/nvidia-mps": root + "/pipe", "/var/log/nvidia-mps": root + "/log", "/dev/shm": root + "/shm"} {
-		if mounts[dst] != src {
-			t.Errorf("mount %s from %q, want %q", dst, mounts[dst], src)
-		}
+		t.Run("mps "+tc.version, func(t *testing.T) {
+			dir := t.TempDir()
+			w, err := cdispec.NewWriter(dir, opts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := device("gpu-1", 1, "s1", 16*gib, 24*gib)
+			d.ComputeMode = v1alpha1.SMSharing
+			d.ActiveThreadPercentage = ptr.To[int32](30)
+			d.MPS = plan.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", d.GPU.UUID)
+			d.MPS.Version, d.MPS.Namespace = tc.version, tc.namespace
+			claim := &plan.Claim{UID: "uid-2", Namespace: "ns", Name: "sm", Devices: []plan.Device{d}}
+			ids, err := w.Write(claim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := inject(t, dir, ids)
+			env := envOf(spec)
+			for k, want := range map[string]string{
+				"CUDA_MPS_PIPE_DIRECTORY":           "/tmp/nvidia-mps",
+				"CUDA_MPS_LOG_DIRECTORY":            "/var/log/nvidia-mps",
+				"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  "GPU-gpu-1=24576M",
+				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
+			} {
+				if env[k] != want {
+					t.Errorf("env %s=%q, want %q", k, env[k], want)
+				}
+			}
+			mounts := map[string]string{}
+			for _, m := range spec.Mounts {
+				mounts[m.Destination] = m.Source
+			}
+			for dst, src := range map[string]string{"/tmp/nvidia-mps": tc.pipe, "/var/log/nvidia-mps": root + "/log", "/dev/shm": root + "/shm"} {
+				if mounts[dst] != src {
+					t.Errorf("mount %s from %q, want %q", dst, mounts[dst], src)
+				}
+			}
+		})
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -50,7 +49,14 @@ type Events interface {
 type user struct {
 	claim   plan.Claim
 	hardMiB int64
+	// namespace and threads are the claim's MPS v3 namespace and its
+	// active thread percentage (100 when the claim sets none).
+	namespace string
+	threads   int32
 }
+
+// users map claim UIDs to their use of one GPU's daemon.
+type users = map[types.UID]user
 
 // Manager implements preparer.MPS.
 type Manager struct {
@@ -58,7 +64,7 @@ type Manager struct {
 	locks keymutex.KeyMutex // per GPU: one daemon change at a time
 
 	mu    sync.Mutex
-	users map[string]map[types.UID]user // GPU UUID → claim → use
+	users map[string]users // GPU UUID → claim → use
 }
 
 // NewManager validates cfg.
@@ -72,17 +78,25 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
 	}
-	return &Manager{cfg: cfg, locks: keymutex.NewHashed(0), users: map[string]map[types.UID]user{}}, nil
+	return &Manager{cfg: cfg, locks: keymutex.NewHashed(0), users: map[string]users{}}, nil
 }
 
-func hardMiB(c *plan.Claim, gpu string) int64 {
+// useOf is what a claim asks of a GPU's daemon: the sum of its SMSharing
+// shares' hard limits there, its namespace and thread percentage.
+func useOf(c *plan.Claim, gpu string) user {
+	u := user{claim: *c, threads: 100}
 	var sum int64
 	for _, d := range c.Devices {
 		if d.MPS != nil && d.GPU.UUID == gpu {
 			sum += d.HardLimitBytes
+			u.namespace = d.MPS.Namespace
+			if d.ActiveThreadPercentage != nil {
+				u.threads = *d.ActiveThreadPercentage
+			}
 		}
 	}
-	return sum >> 20
+	u.hardMiB = sum >> 20
+	return u
 }
 
 // Acquire implements preparer.MPS: the GPU's daemon runs and is ready, and
@@ -93,14 +107,14 @@ func (m *Manager) Acquire(ctx context.Context, b plan.MPSBinding, c *plan.Claim)
 
 	m.mu.Lock()
 	if m.users[b.GPUUUID] == nil {
-		m.users[b.GPUUUID] = map[types.UID]user{}
+		m.users[b.GPUUUID] = users{}
 	}
 	_, had := m.users[b.GPUUUID][c.UID]
-	m.users[b.GPUUUID][c.UID] = user{claim: *c, hardMiB: hardMiB(c, b.GPUUUID)}
-	ceiling := m.ceilingLocked(b.GPUUUID)
+	m.users[b.GPUUUID][c.UID] = useOf(c, b.GPUUUID)
+	file, content := desired(m.cfg.Version, m.users[b.GPUUUID])
 	m.mu.Unlock()
 
-	err := m.ensure(ctx, b, ceiling)
+	err := m.ensure(ctx, b, file, content)
 	if err != nil && !had {
 		if ctx.Err() != nil {
 			// The caller (the kubelet's Prepare deadline) gave up, not the
@@ -129,58 +143,53 @@ func (m *Manager) dropUser(b plan.MPSBinding, uid types.UID) {
 	}
 }
 
-// ceilingLocked is the daemon-side pinned memory limit: the largest hard
-// limit among the GPU's SMSharing claims. Each client's environment lowers
-// it to its own limit; the daemon's value is what no client can exceed.
-func (m *Manager) ceilingLocked(gpu string) int64 {
-	var ceiling int64
-	for _, u := range m.users[gpu] {
-		ceiling = max(ceiling, u.hardMiB)
-	}
-	return ceiling
-}
-
-// ensure makes the daemon exist with the ceiling and waits until it is
-// ready.
-func (m *Manager) ensure(ctx context.Context, b plan.MPSBinding, ceilingMiB int64) error {
+// ensure makes the daemon exist with the settings and waits until it is
+// ready and has applied them.
+func (m *Manager) ensure(ctx context.Context, b plan.MPSBinding, file, content string) error {
 	logger := klog.FromContext(ctx).WithValues("gpu", b.GPUUUID)
 	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
 	name := PodName(m.cfg.NodeName, b.GPUUUID)
 	pod, err := pods.Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		pod, err = m.create(ctx, b, ceilingMiB)
+		pod, err = m.create(ctx, b, file, content)
 		if err != nil {
 			return err
 		}
-		logger.Info("Started MPS control daemon", "pod", klog.KObj(pod), "pinnedMemLimitMiB", ceilingMiB)
+		logger.Info("Started MPS control daemon", "pod", klog.KObj(pod), "version", m.cfg.Version, "settings", strings.TrimSpace(content))
 	case err != nil:
 		return fmt.Errorf("looking up MPS daemon %s/%s: %w", m.cfg.Namespace, name, err)
 	case pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
 		return fmt.Errorf("MPS daemon %s/%s of GPU %s is terminating or has stopped (%s); it is being replaced, retry shortly", m.cfg.Namespace, name, b.GPUUUID, pod.Status.Phase)
 	default:
-		// A running daemon picks up a changed ceiling from its config.
-		if err := writeConfig(b, ceilingMiB); err != nil {
+		// A running daemon picks up changed settings from its config.
+		if err := writeConfig(b, file, content); err != nil {
 			return err
 		}
 	}
-	return m.waitReady(ctx, b, name)
+	if err := m.waitReady(ctx, b, name); err != nil {
+		return err
+	}
+	return m.waitApplied(ctx, b, file, content)
 }
 
-func (m *Manager) create(ctx context.Context, b plan.MPSBinding, ceilingMiB int64) (*corev1.Pod, error) {
+func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content string) (*corev1.Pod, error) {
 	for _, dir := range []string{b.PipeDir, b.LogDir, b.ShmDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("creating MPS directory %s: %w", dir, err)
 		}
 	}
-	if err := writeConfig(b, ceilingMiB); err != nil {
+	// A stale .applied from a daemon that died must not pass for the new
+	// one's answer.
+	_ = os.Remove(filepath.Join(ConfigDir(b), file+AppliedSuffix))
+	if err := writeConfig(b, file, content); err != nil {
 		return nil, err
 	}
 	pod, err := Render(m.cfg.Template, DaemonParams{
 		Name: PodName(m.cfg.NodeName, b.GPUUUID), Namespace: m.cfg.Namespace, NodeName: m.cfg.NodeName,
 		GPUUUID: b.GPUUUID, Image: m.cfg.Image, Version: m.cfg.Version,
 		PipeDir: b.PipeDir, LogDir: b.LogDir, ShmDir: b.ShmDir, ConfigDir: ConfigDir(b),
-		PinnedMemLimitMiB: ceilingMiB,
+		ServerName: plan.MPSServerName,
 	})
 	if err != nil {
 		return nil, err
@@ -193,22 +202,6 @@ func (m *Manager) create(ctx context.Context, b plan.MPSBinding, ceilingMiB int6
 		return nil, fmt.Errorf("creating MPS daemon %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return created, nil
-}
-
-// writeConfig records the ceiling where the daemon's script reads it.
-func writeConfig(b plan.MPSBinding, ceilingMiB int64) error {
-	dir := ConfigDir(b)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating MPS config directory: %w", err)
-	}
-	tmp := filepath.Join(dir, ConfigFile+".tmp")
-	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(ceilingMiB, 10)+"\n"), 0o644); err != nil {
-		return fmt.Errorf("writing MPS pinned memory limit: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, ConfigFile)); err != nil {
-		return fmt.Errorf("writing MPS pinned memory limit: %w", err)
-	}
-	return nil
 }
 
 // waitReady polls the daemon Pod's Ready condition, which its startup
@@ -297,15 +290,16 @@ func (m *Manager) release(ctx context.Context, b plan.MPSBinding, claimUID types
 	}
 	delete(m.users[b.GPUUUID], claimUID)
 	remaining := len(m.users[b.GPUUUID])
-	ceiling := m.ceilingLocked(b.GPUUUID)
+	file, content := desired(m.cfg.Version, m.users[b.GPUUUID])
 	if remaining == 0 {
 		delete(m.users, b.GPUUUID)
 	}
 	m.mu.Unlock()
 	if remaining > 0 {
-		// Lowering the ceiling to the remaining claims keeps a departed
-		// claim's larger limit from lingering.
-		return writeConfig(b, ceiling)
+		// Lowering the ceiling to the remaining claims (legacy), or
+		// deleting the claim's namespace (v3), keeps a departed claim's
+		// limit from lingering. Not awaited: nothing new depends on it.
+		return writeConfig(b, file, content)
 	}
 	return m.stop(ctx, b)
 }
@@ -347,9 +341,9 @@ func (m *Manager) Restore(ctx context.Context, prepared []plan.Claim) error {
 		c := &prepared[i]
 		if b := c.MPS(); b != nil {
 			if m.users[b.GPUUUID] == nil {
-				m.users[b.GPUUUID] = map[types.UID]user{}
+				m.users[b.GPUUUID] = users{}
 			}
-			m.users[b.GPUUUID][c.UID] = user{claim: *c, hardMiB: hardMiB(c, b.GPUUUID)}
+			m.users[b.GPUUUID][c.UID] = useOf(c, b.GPUUUID)
 		}
 	}
 	m.mu.Unlock()
@@ -453,9 +447,9 @@ func (m *Manager) recreate(ctx context.Context, c plan.Claim, gpu string, old *c
 		return false, nil
 	}
 	m.mu.Lock()
-	ceiling := m.ceilingLocked(gpu)
+	file, content := desired(m.cfg.Version, m.users[gpu])
 	m.mu.Unlock()
-	if _, err := m.create(ctx, *b, ceiling); err != nil {
+	if _, err := m.create(ctx, *b, file, content); err != nil {
 		return false, err
 	}
 	return true, nil

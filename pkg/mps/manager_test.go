@@ -28,13 +28,18 @@ const (
 )
 
 // kubelet marks daemon pods Running and Ready, as a node whose startup
-// probe passed would; ready=false plays a daemon that never answers.
+// probe passed would, and plays the daemon's script answering the plugin's
+// settings (template_test runs the real script); ready=false plays a
+// daemon that never answers.
 func kubelet(ctx context.Context, t *testing.T, client *fake.Clientset, ready bool) {
 	go func() {
 		for ctx.Err() == nil {
 			pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 			if err == nil {
 				for _, p := range pods.Items {
+					if ready {
+						applySettings(p)
+					}
 					if p.Status.Phase == corev1.PodRunning {
 						continue
 					}
@@ -50,6 +55,19 @@ func kubelet(ctx context.Context, t *testing.T, client *fake.Clientset, ready bo
 			time.Sleep(10 * time.Millisecond)
 		}
 	}()
+}
+
+func applySettings(p corev1.Pod) {
+	for _, v := range p.Spec.Volumes {
+		if v.Name != "config" || v.HostPath == nil {
+			continue
+		}
+		for _, file := range []string{mps.ConfigFile, mps.NamespacesFile} {
+			if raw, err := os.ReadFile(filepath.Join(v.HostPath.Path, file)); err == nil {
+				_ = os.WriteFile(filepath.Join(v.HostPath.Path, file+mps.AppliedSuffix), raw, 0o644)
+			}
+		}
+	}
 }
 
 type restartEvents struct {

@@ -34,11 +34,6 @@ const (
 	LabelGPU       = "gpufrac.dev/gpu"
 )
 
-// ConfigFile, under a GPU's config directory, holds the daemon-side pinned
-// device memory limit in MiB; the daemon's script applies it whenever it
-// changes (legacy MPS: set_default_device_pinned_mem_limit).
-const ConfigFile = "pinned-mem-limit-mib"
-
 // DaemonParams fill the template.
 type DaemonParams struct {
 	Name      string
@@ -51,8 +46,8 @@ type DaemonParams struct {
 	Version string
 	// Host directories of this GPU's daemon.
 	PipeDir, LogDir, ShmDir, ConfigDir string
-	// PinnedMemLimitMiB is the daemon-side ceiling at start.
-	PinnedMemLimitMiB int64
+	// ServerName is the MPS v3 server SMSharing clients share.
+	ServerName string
 }
 
 // ConfigDir is where the plugin writes a GPU daemon's settings.

@@ -56,9 +56,9 @@ func commands(t *testing.T, logDir string) []string {
 	var out []string
 	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
 		m := logCommand.FindStringSubmatch(line)
-		// Start-up waits and probes poll get_server_list a varying number
-		// of times; the sequence that matters is everything else.
-		if m == nil || m[1] == "command: get_server_list" {
+		// Start-up waits and probes poll a varying number of times; the
+		// sequence that matters is everything else.
+		if m == nil || m[1] == "command: get_server_list" || strings.HasPrefix(m[1], "command: server list") {
 			continue
 		}
 		out = append(out, m[1])
@@ -66,7 +66,19 @@ func commands(t *testing.T, logDir string) []string {
 	return out
 }
 
-func TestTemplateDrivesMPSAsPinned(t *testing.T) {
+// daemonRun is a rendered daemon Pod run as the kubelet would run it, on
+// host directories standing in for its volumes, with the MPS double.
+type daemonRun struct {
+	t      *testing.T
+	dirs   map[string]string
+	env    []string
+	probe  []string
+	cmd    *exec.Cmd
+	exited chan error
+}
+
+func startDaemon(t *testing.T, version string, settings map[string]string) *daemonRun {
+	t.Helper()
 	bin := buildDouble(t)
 	host := t.TempDir()
 	dirs := map[string]string{
@@ -79,73 +91,97 @@ func TestTemplateDrivesMPSAsPinned(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The plugin writes its settings before it creates the Pod.
+	for file, content := range settings {
+		if err := os.WriteFile(filepath.Join(dirs["/mps/config"], file), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	pod, err := mps.Render(templates.MPSControlDaemon, mps.DaemonParams{
-		Name: "d", Namespace: ns, NodeName: node, GPUUUID: "GPU-a", Image: "img", Version: "legacy",
+		Name: "d", Namespace: ns, NodeName: node, GPUUUID: "GPU-a", Image: "img", Version: version,
 		PipeDir: dirs["/mps/pipe"], LogDir: dirs["/mps/log"], ShmDir: host, ConfigDir: dirs["/mps/config"],
-		PinnedMemLimitMiB: 24576,
+		ServerName: "gpufrac",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	daemon := pod.Spec.Containers[0]
-	env := containerEnv(daemon, bin, dirs)
+	r := &daemonRun{t: t, dirs: dirs, env: containerEnv(daemon, bin, dirs), probe: daemon.StartupProbe.Exec.Command, exited: make(chan error, 1)}
 
 	// The init container, then the daemon, as the kubelet would run them.
 	initC := pod.Spec.InitContainers[0]
 	run := exec.Command(filepath.Join(bin, initC.Command[0]), initC.Command[1:]...)
-	run.Env = env
+	run.Env = r.env
 	if out, err := run.CombinedOutput(); err != nil {
 		t.Fatalf("init container: %v\n%s", err, out)
 	}
-	// No config file yet: the daemon starts with the rendered ceiling.
-	cmd := exec.Command(daemon.Command[0], append(daemon.Command[1:], daemon.Args...)...)
-	cmd.Env = env
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
+	r.cmd = exec.Command(daemon.Command[0], append(daemon.Command[1:], daemon.Args...)...)
+	r.cmd.Env = r.env
+	r.cmd.Stderr = os.Stderr
+	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() { _ = cmd.Process.Kill() }()
+	go func() { r.exited <- r.cmd.Wait() }()
+	t.Cleanup(func() { _ = r.cmd.Process.Kill() })
+	return r
+}
 
-	applied := func(want string) {
-		t.Helper()
-		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-			raw, _ := os.ReadFile(filepath.Join(dirs["/mps/config"], "pinned-mem-limit-mib.applied"))
-			return strings.TrimSpace(string(raw)) == want, nil
-		})
-		if err != nil {
-			t.Fatalf("ceiling %s never applied; log: %v", want, commands(t, dirs["/mps/log"]))
-		}
+// applied waits until the script reports file applied with content.
+func (r *daemonRun) applied(file, want string) {
+	r.t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		raw, _ := os.ReadFile(filepath.Join(r.dirs["/mps/config"], file+mps.AppliedSuffix))
+		return string(raw) == want, nil
+	})
+	if err != nil {
+		r.t.Fatalf("%s %q never applied; log: %q", file, want, commands(r.t, r.dirs["/mps/log"]))
 	}
-	applied("24576")
+}
 
-	// The startup probe passes only while the daemon answers.
-	probe := daemon.StartupProbe.Exec.Command
-	p := exec.Command(probe[0], probe[1:]...)
-	p.Env = env
-	if out, err := p.CombinedOutput(); err != nil {
-		t.Errorf("startup probe fails on a running daemon: %v\n%s", err, out)
+func (r *daemonRun) set(file, content string) {
+	if err := os.WriteFile(filepath.Join(r.dirs["/mps/config"], file), []byte(content), 0o644); err != nil {
+		r.t.Fatal(err)
 	}
+}
 
-	// The plugin raises the ceiling for a larger claim.
-	if err := os.WriteFile(filepath.Join(dirs["/mps/config"], mps.ConfigFile), []byte("40960\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	applied("40960")
+func (r *daemonRun) probePasses() bool {
+	p := exec.Command(r.probe[0], r.probe[1:]...)
+	p.Env = r.env
+	return p.Run() == nil
+}
 
-	// Pod deletion: SIGTERM makes the script quit the daemon cleanly.
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+// stop sends SIGTERM, as Pod deletion does, and expects a clean exit.
+func (r *daemonRun) stop() {
+	r.t.Helper()
+	if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		r.t.Fatal(err)
 	}
 	select {
-	case err := <-exited:
+	case err := <-r.exited:
 		if err != nil {
-			t.Errorf("daemon container exited with %v, want 0 after quit", err)
+			r.t.Errorf("daemon container exited with %v, want 0 after quit", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("daemon container did not stop after SIGTERM")
+		r.t.Fatal("daemon container did not stop after SIGTERM")
 	}
+	if r.probePasses() {
+		r.t.Error("startup probe passes with no daemon")
+	}
+	if _, err := os.Stat(filepath.Join(r.dirs["/mps/config"], "ready")); !os.IsNotExist(err) {
+		r.t.Error("the ready marker outlives the daemon")
+	}
+}
+
+func TestTemplateDrivesLegacyMPSAsPinned(t *testing.T) {
+	r := startDaemon(t, "legacy", map[string]string{mps.ConfigFile: "24576\n"})
+	r.applied(mps.ConfigFile, "24576\n")
+	if !r.probePasses() {
+		t.Error("startup probe fails on a running daemon")
+	}
+	// The plugin raises the ceiling for a larger claim.
+	r.set(mps.ConfigFile, "40960\n")
+	r.applied(mps.ConfigFile, "40960\n")
+	r.stop()
 	want := []string{
 		"nvidia-smi -i GPU-a -c EXCLUSIVE_PROCESS",
 		"start -f gpu=GPU-a",
@@ -159,15 +195,50 @@ func TestTemplateDrivesMPSAsPinned(t *testing.T) {
 		"exit",
 		"nvidia-smi -i GPU-a -c DEFAULT",
 	}
-	if got := commands(t, dirs["/mps/log"]); !slices.Equal(got, want) {
+	if got := commands(t, r.dirs["/mps/log"]); !slices.Equal(got, want) {
 		t.Errorf("MPS command sequence\n got: %q\nwant: %q", got, want)
 	}
-	p = exec.Command(probe[0], probe[1:]...)
-	p.Env = env
-	if err := p.Run(); err == nil {
-		t.Error("startup probe passes with no daemon")
+}
+
+// MPS v3: one shared server, defined by the TOML config at start, and a
+// namespace per claim with its limit and thread percentage, created,
+// changed and deleted as the plugin's list changes; the GPU stays in
+// DEFAULT compute mode.
+func TestTemplateDrivesMPSv3Namespaces(t *testing.T) {
+	r := startDaemon(t, "v3", map[string]string{mps.NamespacesFile: "c_a 24576 100\n"})
+	r.applied(mps.NamespacesFile, "c_a 24576 100\n")
+	nsDir := func(n string) string { return filepath.Join(r.dirs["/mps/pipe"], "gpufrac", n) }
+	if _, err := os.Stat(nsDir("c_a")); err != nil {
+		t.Errorf("the namespace's pipe directory, which the container mounts, is missing: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dirs["/mps/config"], "ready")); !os.IsNotExist(err) {
-		t.Error("the ready marker outlives the daemon")
+	if !r.probePasses() {
+		t.Error("startup probe fails on a running daemon")
+	}
+	r.set(mps.NamespacesFile, "c_a 24576 100\nc_b 40960 30\n")
+	r.applied(mps.NamespacesFile, "c_a 24576 100\nc_b 40960 30\n")
+	r.set(mps.NamespacesFile, "c_b 40960 30\n")
+	r.applied(mps.NamespacesFile, "c_b 40960 30\n")
+	if _, err := os.Stat(nsDir("c_a")); !os.IsNotExist(err) {
+		t.Errorf("a deleted namespace's directory remains: %v", err)
+	}
+	r.stop()
+	raw, _ := os.ReadFile(filepath.Join(r.dirs["/mps/config"], "mps.toml"))
+	if want := "schema_version = \"1.0\"\n\n[servers.gpufrac]\nallowed_devices = \"GPU-a\"\n"; string(raw) != want {
+		t.Errorf("MPS v3 config\n got: %q\nwant: %q", raw, want)
+	}
+	want := []string{
+		"nvidia-smi -i GPU-a -c DEFAULT",
+		"config: servers=gpufrac devices=map[gpufrac:GPU-a]",
+		"start -f -p 3 -m -a " + filepath.Join(r.dirs["/mps/config"], "mps.toml") + " gpu=GPU-a",
+		"command: namespace create gpufrac c_a --pinned-memory-limit=24576M --active-thread-percentage=100",
+		"command: namespace set gpufrac c_a --pinned-memory-limit=24576M --active-thread-percentage=100",
+		"command: namespace create gpufrac c_b --pinned-memory-limit=40960M --active-thread-percentage=30",
+		"command: namespace set gpufrac c_b --pinned-memory-limit=40960M --active-thread-percentage=30",
+		"command: namespace delete gpufrac c_a",
+		"command: quit",
+		"exit",
+	}
+	if got := commands(t, r.dirs["/mps/log"]); !slices.Equal(got, want) {
+		t.Errorf("MPS command sequence\n got: %q\nwant: %q", got, want)
 	}
 }

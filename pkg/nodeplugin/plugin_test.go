@@ -28,6 +28,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
+	"github.com/gpufrac/gpufrac/pkg/mps"
 	"github.com/gpufrac/gpufrac/pkg/nodeplugin"
 	"github.com/gpufrac/gpufrac/templates"
 )
@@ -228,11 +229,20 @@ func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer plugin.Stop()
-	// The node runs the daemon Pod and its startup probe passes.
+	// The node runs the daemon Pod, its startup probe passes, and its
+	// script applies the plugin's settings (pkg/mps's template test runs
+	// the real script).
 	go func() {
 		for ctx.Err() == nil {
 			pods, _ := client.CoreV1().Pods("gpufrac-system").List(ctx, metav1.ListOptions{})
 			for _, p := range pods.Items {
+				for _, v := range p.Spec.Volumes {
+					if v.Name == "config" {
+						if raw, err := os.ReadFile(filepath.Join(v.HostPath.Path, mps.ConfigFile)); err == nil {
+							_ = os.WriteFile(filepath.Join(v.HostPath.Path, mps.ConfigFile+mps.AppliedSuffix), raw, 0o644)
+						}
+					}
+				}
 				if p.Status.Phase != v1.PodRunning {
 					p.Status.Phase = v1.PodRunning
 					p.Status.Conditions = []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}

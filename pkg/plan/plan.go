@@ -7,6 +7,8 @@
 package plan
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -68,12 +70,50 @@ type MPSBinding struct {
 	PipeDir string `json:"pipeDir"`
 	LogDir  string `json:"logDir"`
 	ShmDir  string `json:"shmDir"`
+	// Version is the daemon's protocol: inventory.MPSVersionV3, or empty
+	// for legacy MPS (which checkpoints written before v3 support mean).
+	Version string `json:"version,omitempty"`
+	// Namespace is the claim's own MPS v3 namespace on the GPU's shared
+	// server, which carries its pinned memory limit and thread percentage
+	// daemon-side; empty on legacy MPS.
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// MPSServerName is the one named MPS v3 server per GPU that SMSharing
+// clients share (NVIDIA, mpsv3-configuration-file: lowercase letters,
+// digits and '_', at most 64 characters).
+const MPSServerName = "gpufrac"
+
+// MPSNamespaceFor names a claim's MPS v3 namespace after its UID, in the
+// characters MPS allows (lowercase letters, digits, '_'), and short: the
+// namespace's socket, <mps root>/<gpu>/pipe/gpufrac/<namespace>/control,
+// must stay under the 108 bytes of a unix socket path.
+func MPSNamespaceFor(uid types.UID) string { return "c" + shortHash(string(uid), 16) }
+
+func shortHash(s string, n int) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])[:n]
+}
+
+// ClientPipeDir is the host directory a client's CUDA_MPS_PIPE_DIRECTORY
+// must show. Legacy MPS has one per daemon. MPS v3 routes a client to a
+// namespace by the socket it connects to, <pipe>/<server>/<namespace>/control
+// (NVIDIA, mpsv3-namespaces, "Namespace Routing"); giving the container only
+// that directory means it cannot reach another claim's namespace or the
+// unlimited default one.
+func (b MPSBinding) ClientPipeDir() string {
+	if b.Version == inventory.MPSVersionV3 {
+		return filepath.Join(b.PipeDir, MPSServerName, b.Namespace)
+	}
+	return b.PipeDir
 }
 
 // MPSBindingFor is the per-GPU directory layout under root, shared by the
 // plan and the daemon manager so they cannot disagree.
 func MPSBindingFor(root, gpuUUID string) *MPSBinding {
-	dir := filepath.Join(root, gpuUUID)
+	// A short name rather than the 40-character UUID keeps the daemon's
+	// sockets under the unix path limit (see MPSNamespaceFor).
+	dir := filepath.Join(root, "g"+shortHash(gpuUUID, 12))
 	return &MPSBinding{
 		GPUUUID: gpuUUID,
 		PipeDir: filepath.Join(dir, "pipe"),
@@ -117,6 +157,9 @@ func Compute(claim *resourceapi.ResourceClaim, inv *inventory.Inventory, opts Op
 		dev, devErrs := planDevice(r, resultsPath.Index(i), alloc.Devices.Config, configsPath, inv, opts)
 		errs = append(errs, devErrs...)
 		if dev != nil {
+			if dev.MPS != nil && dev.MPS.Version == inventory.MPSVersionV3 {
+				dev.MPS.Namespace = MPSNamespaceFor(claim.UID)
+			}
 			out.Devices = append(out.Devices, *dev)
 		}
 	}
@@ -182,8 +225,18 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 	dev.Enforcement = enforcement
 	if dev.ComputeMode == v1alpha1.SMSharing {
 		dev.MPS = MPSBindingFor(opts.MPSRoot, gpu.UUID)
+		dev.MPS.Version = mpsVersion(inv)
 	}
 	return dev, errs
+}
+
+// mpsVersion is the binding's Version for the node's MPS: empty means
+// legacy, so plans of legacy nodes read as they always have.
+func mpsVersion(inv *inventory.Inventory) string {
+	if inv.MPSVersion == inventory.MPSVersionV3 {
+		return inventory.MPSVersionV3
+	}
+	return ""
 }
 
 func gpuForDevice(inv *inventory.Inventory, name string) (inventory.GPU, bool) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -97,13 +98,34 @@ func share(device, shareID, gpu string, soft, hard int64, mode v1alpha1.ComputeM
 	}
 }
 
+// The MPS directory layout is pinned here: its sockets must stay under the
+// 108-byte unix path limit below the default plugin data directory.
+func TestMPSLayoutFitsSocketPaths(t *testing.T) {
+	b := plan.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-74d43ed3-cdf7-e667-3644-bf5b4f46ed65")
+	b.Version, b.Namespace = inventory.MPSVersionV3, plan.MPSNamespaceFor("0d2e8a9c-5b1f-4c8e-9a57-3f2b6c1d7e90")
+	if !strings.HasPrefix(b.ClientPipeDir(), b.PipeDir+"/gpufrac/") {
+		t.Errorf("client pipe dir %s is not under the server's %s", b.ClientPipeDir(), b.PipeDir+"/gpufrac")
+	}
+	if sock := b.ClientPipeDir() + "/control"; len(sock) >= 108 {
+		t.Errorf("namespace socket %s is %d bytes, over the unix limit", sock, len(sock))
+	}
+	if ns := b.Namespace; len(ns) > 64 || strings.Trim(ns, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
+		t.Errorf("namespace %q breaks MPS's naming rule", ns)
+	}
+}
+
 func TestComputeValid(t *testing.T) {
 	opts := plan.Options{NodeName: node, MPSRoot: "/var/lib/gpufrac/mps"}
 	dmem := testInventory(inventory.EnforcementDMem, inventory.MPSVersionV3)
 	smShare := share("gpu-0", "s1", "GPU-0", 40*gib, 60*gib, v1alpha1.SMSharing, inventory.EnforcementDMem)
-	smShare.MPS = &plan.MPSBinding{GPUUUID: "GPU-0", PipeDir: "/var/lib/gpufrac/mps/GPU-0/pipe",
-		LogDir: "/var/lib/gpufrac/mps/GPU-0/log", ShmDir: "/var/lib/gpufrac/mps/GPU-0/shm"}
+	legacyBinding := *plan.MPSBindingFor("/var/lib/gpufrac/mps", "GPU-0")
+	// On an MPS v3 node the claim gets its own namespace on the GPU's
+	// shared server.
+	v3Binding := legacyBinding
+	v3Binding.Version, v3Binding.Namespace = inventory.MPSVersionV3, plan.MPSNamespaceFor("uid-1")
+	smShare.MPS = &v3Binding
 	smOnMPSNode := smShare
+	smOnMPSNode.MPS = &legacyBinding
 	smOnMPSNode.Enforcement = inventory.EnforcementMPS
 	smOnMPSNode.ActiveThreadPercentage = ptr.To[int32](50)
 

@@ -404,9 +404,26 @@ func TestConcurrentPrepares(t *testing.T) {
 	}
 }
 
-func TestModesNeverMixOnOneGPU(t *testing.T) {
+// Legacy MPS puts its GPU in EXCLUSIVE_PROCESS, so the modes cannot share
+// a GPU there; MPS v3 leaves it in DEFAULT, where they can.
+func TestModesMixOnlyUnderMPSv3(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	e := newEnv(t)
+	e.inv.MPSVersion = inventory.MPSVersionV3
+	e.restart()
+	if _, err := e.preparer.Prepare(ctx, allocated("ts", "gpu-0", "s1", "10Gi", "")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.preparer.Prepare(ctx, allocated("sm", "gpu-0", "s2", "10Gi", `,"computeMode":"SMSharing"`)); err != nil {
+		t.Errorf("SMSharing beside TimeSlicing under MPS v3: %v", err)
+	}
+}
+
+func TestModesNeverMixOnOneLegacyMPSGPU(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	e := newEnv(t)
+	e.inv.MPSVersion = inventory.MPSVersionLegacy
+	e.restart()
 	if _, err := e.preparer.Prepare(ctx, allocated("ts", "gpu-0", "s1", "10Gi", "")); err != nil {
 		t.Fatal(err)
 	}

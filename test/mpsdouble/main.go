@@ -60,9 +60,15 @@ func socketPath() string {
 
 func control(args []string) int {
 	if len(args) > 0 && (args[0] == "-d" || args[0] == "-f") {
-		return daemon(args[0])
+		return daemon(args)
 	}
-	if len(args) > 0 {
+	switch {
+	case len(args) == 1 && args[0] == "-q":
+		return v3Command("quit")
+	case len(args) > 0 && (args[0] == "server" || args[0] == "namespace"):
+		// MPS v3's module-verb CLI: the command is the arguments.
+		return v3Command(strings.Join(args, " "))
+	case len(args) > 0:
 		fmt.Fprintf(os.Stderr, "mpsdouble: unknown option %s\n", args[0])
 		return 2
 	}
@@ -85,6 +91,24 @@ func control(args []string) int {
 	return 0
 }
 
+// v3Command sends one module-verb command; like the real tool it fails
+// when the daemon refuses it.
+func v3Command(cmd string) int {
+	reply, err := send(cmd)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "Cannot find MPS control daemon process")
+		return 1
+	}
+	if strings.HasPrefix(reply, "ERROR") {
+		fmt.Fprintln(os.Stderr, reply)
+		return 1
+	}
+	if reply != "" {
+		fmt.Println(reply)
+	}
+	return 0
+}
+
 func send(cmd string) (string, error) {
 	conn, err := net.DialTimeout("unix", socketPath(), time.Second)
 	if err != nil {
@@ -98,11 +122,22 @@ func send(cmd string) (string, error) {
 	return strings.TrimSpace(reply), err
 }
 
-func daemon(mode string) int {
-	if mode == "-d" {
+func daemon(args []string) int {
+	mode := strings.Join(args, " ")
+	if args[0] == "-d" {
 		// The real -d forks into the background; the double stays in the
 		// foreground, which is all a container or test needs.
-		mode = "-d (foreground in the double)"
+		mode += " (foreground in the double)"
+	}
+	v3 := &v3State{namespaces: map[string]string{}}
+	for i, a := range args {
+		if a == "-a" && i+1 < len(args) {
+			if err := v3.load(args[i+1]); err != nil {
+				logLine("start failed: %v", err)
+				fmt.Fprintln(os.Stderr, "mpsdouble:", err)
+				return 1
+			}
+		}
 	}
 	path := socketPath()
 	_ = os.Remove(path)
@@ -151,6 +186,8 @@ func daemon(mode string) int {
 			quitOnce.Do(func() { close(quit) })
 		case strings.HasPrefix(cmd, "set_default_active_thread_percentage "),
 			strings.HasPrefix(cmd, "set_device_pinned_mem_limit "):
+		case fields[0] == "server" || fields[0] == "namespace":
+			reply = v3.handle(fields)
 		default:
 			reply = "unknown command " + cmd
 		}
