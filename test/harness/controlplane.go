@@ -71,11 +71,15 @@ type ControlPlane struct {
 	pki      *pki
 	server   string
 
-	mu     sync.Mutex
-	procs  []*process // in start order
-	nodes  []*Node
-	peaks  map[string]uint64
-	closed bool
+	mu sync.Mutex
+	// The MPS double the stand-ins run daemon Pods with, built once.
+	mpsOnce  sync.Once
+	mpsTools string
+	mpsErr   error
+	procs    []*process // in start order
+	nodes    []*Node
+	peaks    map[string]uint64
+	closed   bool
 }
 
 // Start builds what is missing, starts the control plane and waits until

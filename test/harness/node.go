@@ -40,8 +40,9 @@ type NodeOptions struct {
 	// MPSImage is the plugin's --mps-image: the image of the MPS control
 	// daemon Pods it starts for SMSharing claims, in namespace
 	// MPSNamespace. Empty keeps SMSharing off on the node. The stand-in
-	// marks those Pods Running like any other: no MPS server runs without
-	// a GPU, the plugin's lifecycle of the Pods is what is exercised.
+	// runs those Pods' script on the host with test/mpsdouble playing
+	// nvidia-cuda-mps-control and nvidia-smi, so the template's whole
+	// lifecycle runs; no MPS server runs without a GPU.
 	MPSImage string
 	// PluginArgs are extra flags for gpufrac-kubelet-plugin.
 	PluginArgs []string
@@ -110,8 +111,13 @@ func (cp *ControlPlane) AddNode(ctx context.Context, opts NodeOptions) (_ *Node,
 	if hook := filepath.Join(filepath.Dir(cp.PluginBinary), "gpufrac-cdi-hook"); fileExists(hook) {
 		args = append(args, "--cdi-hook-path="+hook)
 	}
+	mpsTools := ""
 	if opts.MPSImage != "" {
 		if err := cp.ensureNamespace(ctx, MPSNamespace); err != nil {
+			return nil, err
+		}
+		var err error
+		if mpsTools, err = cp.mpsDouble(ctx); err != nil {
 			return nil, err
 		}
 		args = append(args, "--mps-image="+opts.MPSImage, "--namespace="+MPSNamespace)
@@ -149,6 +155,7 @@ func (cp *ControlPlane) AddNode(ctx context.Context, opts NodeOptions) (_ *Node,
 	n.StandIn, err = kubeletstandin.Start(standinCtx, kubeletstandin.Config{
 		NodeName: opts.Name, Client: client,
 		RegistrarDir: n.RegistrarDir, CDIRoot: n.CDIRoot, RecordDir: n.RecordDir,
+		MPSToolsDir: mpsTools,
 	})
 	if err != nil {
 		return nil, err
@@ -265,4 +272,20 @@ func (n *Node) Stop() error {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// mpsDouble builds the MPS test double once per control plane; the
+// stand-ins run the plugins' MPS daemon Pods with it.
+func (cp *ControlPlane) mpsDouble(ctx context.Context) (string, error) {
+	cp.mpsOnce.Do(func() {
+		root, err := kubebuild.RepoRoot()
+		if err != nil {
+			cp.mpsErr = err
+			return
+		}
+		dir := filepath.Join(cp.Dir, "mps-tools")
+		cp.mpsErr = kubebuild.BuildMPSDouble(ctx, cp.progress, root, dir)
+		cp.mpsTools = dir
+	})
+	return cp.mpsTools, cp.mpsErr
 }

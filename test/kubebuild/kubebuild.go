@@ -385,3 +385,23 @@ func BuildPlugin(ctx context.Context, p *Progress, repoRoot, dir string) error {
 	args := append([]string{"build", "-v", "-o", dir + "/"}, pkgs...)
 	return p.Run(ctx, "Building "+strings.Join(pkgs, ", ")+" from this checkout", repoRoot, env, "go", args...)
 }
+
+// BuildMPSDouble builds test/mpsdouble into dir as nvidia-cuda-mps-control,
+// with nvidia-smi linked to it: the tools the stand-in's MPS daemon Pods
+// run on the host.
+func BuildMPSDouble(ctx context.Context, p *Progress, repoRoot, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	env := append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
+	out := filepath.Join(dir, "nvidia-cuda-mps-control")
+	if err := p.Run(ctx, "Building the MPS test double (test/mpsdouble)", repoRoot, env, "go", "build", "-o", out, "./test/mpsdouble"); err != nil {
+		return err
+	}
+	smi := filepath.Join(dir, "nvidia-smi")
+	_ = os.Remove(smi)
+	if err := os.Symlink("nvidia-cuda-mps-control", smi); err != nil {
+		return fmt.Errorf("linking nvidia-smi to the MPS double: %w", err)
+	}
+	return nil
+}

@@ -60,6 +60,10 @@ type Config struct {
 	RegistrationTimeout time.Duration
 	// Workers is the number of pods handled in parallel; default 4.
 	Workers int
+	// MPSToolsDir, when set, holds stand-ins for nvidia-cuda-mps-control
+	// and nvidia-smi, and the plugin's MPS daemon Pods run on the host
+	// with them (see hostproc.go).
+	MPSToolsDir string
 }
 
 // StandIn is a running kubelet stand-in.
@@ -84,6 +88,7 @@ type StandIn struct {
 	// unprepared remembers when each claim was last unprepared.
 	unprepared map[types.UID]time.Time
 	records    map[string]*PodRecord
+	hostProcs  map[string]*hostProcess
 }
 
 type podState struct {
@@ -133,6 +138,7 @@ func Start(ctx context.Context, cfg Config) (*StandIn, error) {
 		claims:      map[types.UID]*claimState{},
 		unprepared:  map[types.UID]time.Time{},
 		records:     map[string]*PodRecord{},
+		hostProcs:   map[string]*hostProcess{},
 	}
 	s.broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cfg.Client.CoreV1().Events("")})
 	s.recorder = s.broadcaster.NewRecorder(scheme.Scheme, v1.EventSource{Component: "kubelet", Host: cfg.NodeName})
@@ -175,6 +181,12 @@ func (s *StandIn) Stop() {
 	s.cancel()
 	s.queue.ShutDown()
 	s.wg.Wait()
+	s.mu.Lock()
+	keys := slices.Collect(maps.Keys(s.hostProcs))
+	s.mu.Unlock()
+	for _, key := range keys {
+		s.stopOnHost(context.Background(), key)
+	}
 	s.factory.Shutdown()
 	s.broadcaster.Shutdown()
 	s.plugin.close()
@@ -253,6 +265,13 @@ func (s *StandIn) sync(ctx context.Context, key string) error {
 		Claims:     slices.SortedFunc(maps.Values(prepared), func(a, b PreparedClaim) int { return strings.Compare(a.Name, b.Name) }),
 		Containers: containers, StartedAt: time.Now(),
 	}
+	if s.runsOnHost(pod) {
+		if err := s.startOnHost(ctx, key, pod); err != nil {
+			s.stopOnHost(ctx, key)
+			s.recorder.Eventf(pod, v1.EventTypeWarning, "Unhealthy", "Startup probe failed: %v", err)
+			return errors.Join(err, s.setWaiting(ctx, pod, "ContainerCreating", err.Error()))
+		}
+	}
 	if err := writeRecord(s.cfg.RecordDir, rec); err != nil {
 		return err
 	}
@@ -283,6 +302,7 @@ func (s *StandIn) terminate(ctx context.Context, key string, pod *v1.Pod) error 
 // forget unprepares the claims the pod at key referenced that no other pod
 // on the node uses, then drops what the stand-in knew about it.
 func (s *StandIn) forget(ctx context.Context, key string) error {
+	s.stopOnHost(ctx, key)
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	s.mu.Lock()

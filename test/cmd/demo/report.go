@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -198,8 +200,21 @@ func (r *reporter) containers(w io.Writer) {
 	if err != nil || len(daemons.Items) == 0 {
 		return
 	}
-	_, _ = fmt.Fprintf(w, "  MPS control daemon Pods the plugins started for SMSharing claims (marked Running by the stand-in; no MPS server runs without a GPU):\n")
+	_, _ = fmt.Fprintf(w, "  MPS control daemon Pods the plugins started for SMSharing claims (the stand-in runs their script on the host, with test/mpsdouble as nvidia-cuda-mps-control):\n")
 	for _, d := range daemons.Items {
 		_, _ = fmt.Fprintf(w, "      %s/%s on %s for GPU %s\n", d.Namespace, d.Name, d.Spec.NodeName, d.Labels["gpufrac.dev/gpu"])
+		for _, v := range d.Spec.Volumes {
+			if v.Name != "log" || v.HostPath == nil {
+				continue
+			}
+			raw, _ := os.ReadFile(filepath.Join(v.HostPath.Path, "control.log"))
+			for _, line := range strings.Split(string(raw), "\n") {
+				// The log's start and the commands that shape the server;
+				// probes poll "server list" and are left out.
+				if _, cmd, ok := strings.Cut(line, "] "); ok && !strings.Contains(cmd, "server list") {
+					_, _ = fmt.Fprintf(w, "        %s\n", cmd)
+				}
+			}
+		}
 	}
 }
