@@ -89,7 +89,11 @@ func (cp *ControlPlane) AddNode(ctx context.Context, opts NodeOptions) (_ *Node,
 	}
 	logger := klog.FromContext(ctx).WithValues("node", opts.Name)
 	ctx = klog.NewContext(ctx, logger)
-	end := cp.progress.Step(fmt.Sprintf("Starting simulated node %s (%s): Node object, gpufrac-kubelet-plugin, kubelet stand-in", opts.Name, opts.GPUs))
+	parts := "Node object, gpufrac-kubelet-plugin, kubelet stand-in"
+	if opts.NoStandIn {
+		parts = "Node object, gpufrac-kubelet-plugin"
+	}
+	end := cp.progress.Step(fmt.Sprintf("Starting simulated node %s (%s): %s", opts.Name, opts.GPUs, parts))
 	defer func() { end(finalErr) }()
 
 	stateDir := filepath.Join(cp.Dir, "nodes", opts.Name)
