@@ -10,7 +10,7 @@ STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
 
-.PHONY: all build test lint demo clean fuzz bench kube-binaries
+.PHONY: all build test lint demo clean fuzz bench soak kube-binaries
 
 all: build
 
@@ -48,6 +48,14 @@ bench:
 	$(GO) run ./test/bench/packing
 	$(GO) test -run '^$$' -bench 'DurableWriteFloor|PrepareUnprepare' -benchtime 1000x -cpu 1,4 ./pkg/checkpoint ./pkg/preparer
 	$(GO) test -run '^$$' -bench PrepareOverGRPC -benchtime 500x ./pkg/nodeplugin
+
+# 10,000 Prepare/Unprepare cycles over 500 claims through the real plugin's
+# gRPC socket against the integration harness, restarting the plugin every
+# 500; prints its memory, goroutines and open files per lifetime (about 7
+# minutes on 2 cores; docs/reliability.md has figures). SOAK_ARGS=-help
+# lists the knobs.
+soak: kube-binaries
+	$(GO) run ./test/soak $(SOAK_ARGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

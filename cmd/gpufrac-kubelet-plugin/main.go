@@ -108,6 +108,7 @@ func newCommand() *cobra.Command {
 		"XIDs caused by applications, which do not make a GPU unhealthy")
 	fs.BoolVar(&f.printSlices, "print-slices", false, "print the ResourceSlices this node would publish as YAML and exit; needs no API server")
 	logsapi.AddFlags(f.logging, fs)
+	addFailpointFlags(cmd)
 	return cmd
 }
 
@@ -133,7 +134,8 @@ func run(ctx context.Context, f *flags) error {
 		MPS: nodeplugin.MPSConfig{
 			Namespace: f.namespace, Image: f.mpsImage, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
 		},
-		CDI: cdispec.Options{HookPath: f.cdiHookPath, DeviceNode: cdispec.HostDeviceNode},
+		CDI:       cdispec.Options{HookPath: f.cdiHookPath, DeviceNode: cdispec.HostDeviceNode},
+		Failpoint: failpointHook(),
 		OnFatal: func(err error) {
 			select {
 			case fatal <- err:

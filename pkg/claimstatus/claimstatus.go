@@ -130,6 +130,15 @@ type Writer struct {
 
 	mu      sync.Mutex
 	desired map[key]*plan.Claim // nil value: clear
+
+	failpoint func(name string) error
+}
+
+// SetFailpoint installs a crash-test hook called after every successful
+// status write ("status-after-write"); see preparer.Config.Failpoint. Call
+// it before Run.
+func (w *Writer) SetFailpoint(f func(name string) error) {
+	w.failpoint = f
 }
 
 // NewWriter writes as fieldManager (one per node, so nodes never fight over
@@ -196,6 +205,10 @@ func (w *Writer) processNext(ctx context.Context) bool {
 	w.mu.Unlock()
 
 	err := w.Apply(ctx, k.namespace, k.name, k.uid, c)
+	if err == nil && w.failpoint != nil {
+		// A returned error is treated like a failed write: retried.
+		err = w.failpoint("status-after-write")
+	}
 	switch {
 	case err == nil || apierrors.IsNotFound(err):
 		// A claim that is gone has no status to keep.

@@ -57,7 +57,7 @@ type Collector struct {
 
 	shareRequest, shareLimit, containerUsed, containerSM *prometheus.Desc
 	gpuTotal, gpuGuaranteed, gpuLimitSum, gpuOvercommit  *prometheus.Desc
-	claimsPrepared, mpsDaemons                           *prometheus.Desc
+	claimsPrepared, mpsDaemons, mpsDaemonClaims          *prometheus.Desc
 }
 
 // New builds the collector; register it with a registry.
@@ -87,6 +87,8 @@ func New(cfg Config) *Collector {
 		gpuOvercommit:  prometheus.NewDesc("gpufrac_gpu_memory_overcommit_ratio", "Sum of hard limits over GPU memory; above 1 the limits are burstable, never the requests.", gpu, nil),
 		claimsPrepared: prometheus.NewDesc("gpufrac_claims_prepared", "Claims prepared on this node.", []string{"node"}, nil),
 		mpsDaemons:     prometheus.NewDesc("gpufrac_mps_daemons", "MPS control daemons the plugin runs.", []string{"node"}, nil),
+		mpsDaemonClaims: prometheus.NewDesc("gpufrac_mps_daemon_claims",
+			"SMSharing claims counted as users of a GPU's MPS daemon; the daemon stops when this reaches 0.", []string{"node", "gpu_uuid"}, nil),
 	}
 }
 
@@ -108,7 +110,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.prepareSeconds.Describe(ch)
 	c.unprepareSeconds.Describe(ch)
 	c.errorsTotal.Describe(ch)
-	for _, d := range []*prometheus.Desc{c.shareRequest, c.shareLimit, c.containerUsed, c.containerSM, c.gpuTotal, c.gpuGuaranteed, c.gpuLimitSum, c.gpuOvercommit, c.claimsPrepared, c.mpsDaemons} {
+	for _, d := range []*prometheus.Desc{c.shareRequest, c.shareLimit, c.containerUsed, c.containerSM, c.gpuTotal, c.gpuGuaranteed, c.gpuLimitSum, c.gpuOvercommit, c.claimsPrepared, c.mpsDaemons, c.mpsDaemonClaims} {
 		ch <- d
 	}
 }
@@ -146,7 +148,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.claimsPrepared, prometheus.GaugeValue, float64(len(prepared)), node)
 	if c.cfg.MPSDaemons != nil {
-		ch <- prometheus.MustNewConstMetric(c.mpsDaemons, prometheus.GaugeValue, float64(len(c.cfg.MPSDaemons())), node)
+		users := c.cfg.MPSDaemons()
+		ch <- prometheus.MustNewConstMetric(c.mpsDaemons, prometheus.GaugeValue, float64(len(users)), node)
+		for gpu, n := range users {
+			ch <- prometheus.MustNewConstMetric(c.mpsDaemonClaims, prometheus.GaugeValue, float64(n), node, gpu)
+		}
 	}
 	c.collectUsage(ch, live)
 }

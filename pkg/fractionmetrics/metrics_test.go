@@ -66,7 +66,7 @@ func TestCollect(t *testing.T) {
 
 	c := fractionmetrics.New(fractionmetrics.Config{
 		NodeName: "node-a", Inventory: inv, Prepared: func() []plan.Claim { return prepared }, RecordDir: records, NVML: srv,
-		MPSDaemons: func() map[string]int { return map[string]int{} },
+		MPSDaemons: func() map[string]int { return map[string]int{"GPU-mps": 3} },
 	})
 	c.ObservePrepare(3*time.Millisecond, "")
 	c.ObservePrepare(time.Millisecond, "invalid_claim")
@@ -84,13 +84,19 @@ gpufrac_fraction_memory_request_bytes{claim="llm",compute_mode="TimeSlicing",dev
 # HELP gpufrac_gpu_memory_overcommit_ratio Sum of hard limits over GPU memory; above 1 the limits are burstable, never the requests.
 # TYPE gpufrac_gpu_memory_overcommit_ratio gauge
 gpufrac_gpu_memory_overcommit_ratio{device="gpu-0",gpu_uuid="` + u + `",node="node-a"} 0.425531914893617
+# HELP gpufrac_mps_daemon_claims SMSharing claims counted as users of a GPU's MPS daemon; the daemon stops when this reaches 0.
+# TYPE gpufrac_mps_daemon_claims gauge
+gpufrac_mps_daemon_claims{gpu_uuid="GPU-mps",node="node-a"} 3
+# HELP gpufrac_mps_daemons MPS control daemons the plugin runs.
+# TYPE gpufrac_mps_daemons gauge
+gpufrac_mps_daemons{node="node-a"} 1
 # HELP gpufrac_prepare_errors_total Failed Prepare calls by reason.
 # TYPE gpufrac_prepare_errors_total counter
 gpufrac_prepare_errors_total{reason="invalid_claim"} 1
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
 		"gpufrac_container_gpu_memory_used_bytes", "gpufrac_fraction_memory_limit_bytes", "gpufrac_fraction_memory_request_bytes",
-		"gpufrac_gpu_memory_overcommit_ratio", "gpufrac_prepare_errors_total"); err != nil {
+		"gpufrac_gpu_memory_overcommit_ratio", "gpufrac_mps_daemon_claims", "gpufrac_mps_daemons", "gpufrac_prepare_errors_total"); err != nil {
 		t.Error(err)
 	}
 	if _, err := os.Stat(gone); !os.IsNotExist(err) {

@@ -156,6 +156,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	bgCtx, cancel := context.WithCancel(ctx)
 	p := &Plugin{cfg: cfg, inventory: inv, cancel: cancel, health: health.NewMonitor()}
 	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
+	status.SetFailpoint(cfg.Failpoint)
 	events := newEventReporter(bgCtx, cfg.KubeClient, cfg.NodeName)
 	p.events = events
 	p.done.Add(1)

@@ -240,7 +240,15 @@ func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedOb
 	if !ok {
 		// Nothing recorded; a spec file may still be an orphan of a crash
 		// before the first checkpoint write of an older version.
-		return p.cfg.CDI.Remove(ref.UID)
+		if err := p.cfg.CDI.Remove(ref.UID); err != nil {
+			return err
+		}
+		// A process killed after forgetting the claim but before its status
+		// write was queued left Ready entries in the claim; this retry by
+		// the kubelet is the only chance to clear them. (For a claim whose
+		// status never had entries the write is a no-op.)
+		p.cfg.Status.Unprepared(ref.Namespace, ref.Name, ref.UID)
+		return nil
 	}
 	if err := p.failpoint("unprepare-before-rollback"); err != nil {
 		return err

@@ -306,6 +306,35 @@ func TestFailureAtEveryStepLeavesNothing(t *testing.T) {
 	}
 }
 
+// TestUnprepareRetriedAfterACrashClearsStatus: a plugin killed right
+// after Unprepare forgot the claim never queued the status write; the
+// kubelet's retry (in a new process, nothing in the checkpoint) must still
+// clear the claim's status.
+func TestUnprepareRetriedAfterACrashClearsStatus(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	e := newEnv(t)
+	claim := allocated("llm", "gpu-0", "s1", "40Gi", "")
+	if _, err := e.preparer.Prepare(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	ref := kubeletplugin.NamespacedObject{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "llm"}, UID: claim.UID}
+	e.failAt = "unprepare-after-rollback"
+	if err := e.preparer.Unprepare(ctx, ref); err == nil {
+		t.Fatal("Unprepare passed the injected failure")
+	}
+	if len(e.status.unprepared) != 0 {
+		t.Fatalf("status cleared before the failpoint: %v", e.status.unprepared)
+	}
+	e.failAt = ""
+	e.restart()
+	if err := e.preparer.Unprepare(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(e.status.unprepared, []types.UID{claim.UID}) {
+		t.Errorf("status cleared for %v, want the claim %s", e.status.unprepared, claim.UID)
+	}
+}
+
 func TestInvalidClaimTouchesNothing(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	e := newEnv(t)

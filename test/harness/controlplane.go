@@ -366,7 +366,7 @@ func (cp *ControlPlane) PeakRSS() map[string]uint64 {
 	cp.mu.Lock()
 	procs := slices.Clone(cp.procs)
 	for _, n := range cp.nodes {
-		procs = append(procs, n.plugin)
+		procs = append(procs, n.plugin) // cp.mu held
 	}
 	cp.mu.Unlock()
 	for _, proc := range procs {
@@ -402,7 +402,7 @@ func (cp *ControlPlane) logTails(lines int) string {
 	cp.mu.Lock()
 	procs := slices.Clone(cp.procs)
 	for _, n := range cp.nodes {
-		procs = append(procs, n.plugin)
+		procs = append(procs, n.plugin) // cp.mu held
 	}
 	cp.mu.Unlock()
 	var b strings.Builder

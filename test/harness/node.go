@@ -46,6 +46,14 @@ type NodeOptions struct {
 	MPSImage string
 	// PluginArgs are extra flags for gpufrac-kubelet-plugin.
 	PluginArgs []string
+	// PluginBinary replaces the control plane's plugin binary for this
+	// node (a build with test-only tags).
+	PluginBinary string
+	// NoStandIn leaves the plugin without a kubelet stand-in: the caller
+	// drives its DRA socket itself (kubeletstandin.Dial).
+	NoStandIn bool
+	// MaxPods is the Node's pod capacity; default 110, as the kubelet's.
+	MaxPods int
 }
 
 // MPSNamespace is where the plugins of simulated nodes run MPS daemon Pods.
@@ -64,10 +72,13 @@ type Node struct {
 	// StandIn is the node's kubelet stand-in.
 	StandIn *kubeletstandin.StandIn
 
-	cp       *ControlPlane
-	plugin   *process
-	stopOnce sync.Once
-	stopErr  error
+	cp         *ControlPlane
+	plugin     *process // guarded by cp.mu: RestartPlugin replaces it
+	pluginBin  string
+	pluginArgs []string // without NodeOptions.PluginArgs
+	stateDir   string
+	stopOnce   sync.Once
+	stopErr    error
 }
 
 // AddNode registers a Node, starts the kubelet plugin for it and the
@@ -79,7 +90,11 @@ func (cp *ControlPlane) AddNode(ctx context.Context, opts NodeOptions) (_ *Node,
 	}
 	logger := klog.FromContext(ctx).WithValues("node", opts.Name)
 	ctx = klog.NewContext(ctx, logger)
-	end := cp.progress.Step(fmt.Sprintf("Starting simulated node %s (%s): Node object, gpufrac-kubelet-plugin, kubelet stand-in", opts.Name, opts.GPUs))
+	parts := "Node object, gpufrac-kubelet-plugin, kubelet stand-in"
+	if opts.NoStandIn {
+		parts = "Node object, gpufrac-kubelet-plugin"
+	}
+	end := cp.progress.Step(fmt.Sprintf("Starting simulated node %s (%s): %s", opts.Name, opts.GPUs, parts))
 	defer func() { end(finalErr) }()
 
 	stateDir := filepath.Join(cp.Dir, "nodes", opts.Name)
@@ -91,6 +106,11 @@ func (cp *ControlPlane) AddNode(ctx context.Context, opts NodeOptions) (_ *Node,
 		PluginDataDir: filepath.Join(sockDir, "plugin"),
 		RegistrarDir:  filepath.Join(sockDir, "registry"),
 		cp:            cp,
+		pluginBin:     cp.PluginBinary,
+		stateDir:      stateDir,
+	}
+	if opts.PluginBinary != "" {
+		n.pluginBin = opts.PluginBinary
 	}
 	for _, dir := range []string{n.CDIRoot, n.RecordDir, n.PluginDataDir, n.RegistrarDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -125,13 +145,14 @@ func (cp *ControlPlane) AddNode(ctx context.Context, opts NodeOptions) (_ *Node,
 	if opts.Enforcement != "" {
 		args = append(args, "--simulate-enforcement="+opts.Enforcement)
 	}
+	n.pluginArgs = slices.Clone(args)
 	args = append(args, opts.PluginArgs...)
-	plugin, err := startProcess("gpufrac-kubelet-plugin", stateDir, cp.PluginBinary, args, nil)
+	plugin, err := startProcess("gpufrac-kubelet-plugin", stateDir, n.pluginBin, args, nil)
 	if err != nil {
 		return nil, err
 	}
-	n.plugin = plugin
 	cp.mu.Lock()
+	n.plugin = plugin
 	cp.nodes = append(cp.nodes, n)
 	cp.mu.Unlock()
 	defer func() {
@@ -143,6 +164,9 @@ func (cp *ControlPlane) AddNode(ctx context.Context, opts NodeOptions) (_ *Node,
 
 	if err := n.waitForSlices(ctx); err != nil {
 		return nil, err
+	}
+	if opts.NoStandIn {
+		return n, nil
 	}
 	standinCfg := rest.CopyConfig(cp.RestConfig)
 	standinCfg.UserAgent = "kubelet-standin/" + opts.Name
@@ -178,10 +202,14 @@ func (cp *ControlPlane) createNode(ctx context.Context, opts NodeOptions) error 
 	if err != nil {
 		return fmt.Errorf("creating Node %s: %w", opts.Name, err)
 	}
+	maxPods := int64(110)
+	if opts.MaxPods > 0 {
+		maxPods = int64(opts.MaxPods)
+	}
 	resources := v1.ResourceList{
 		v1.ResourceCPU:    resource.MustParse("64"),
 		v1.ResourceMemory: resource.MustParse("512Gi"),
-		v1.ResourcePods:   resource.MustParse("110"),
+		v1.ResourcePods:   *resource.NewQuantity(maxPods, resource.DecimalSI),
 	}
 	now := metav1.Now()
 	node.Status = v1.NodeStatus{
@@ -235,8 +263,9 @@ func (cp *ControlPlane) ensureNamespace(ctx context.Context, name string) error 
 func (n *Node) waitForSlices(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	plugin := n.currentPlugin()
 	for {
-		if gone, err := n.plugin.exited(); gone {
+		if gone, err := plugin.exited(); gone {
 			return fmt.Errorf("waiting for the ResourceSlices of node %s: %w", n.Name, err)
 		}
 		slices, err := n.cp.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n.Name})
@@ -252,7 +281,7 @@ func (n *Node) waitForSlices(ctx context.Context) error {
 }
 
 // PluginLog is the path of the node's plugin log.
-func (n *Node) PluginLog() string { return n.plugin.logPath }
+func (n *Node) PluginLog() string { return n.currentPlugin().logPath }
 
 // Stop stops the stand-in and then the plugin (by its PID). The Node object
 // and its slices stay, as with a stopped kubelet. Safe to call twice.
@@ -261,9 +290,9 @@ func (n *Node) Stop() error {
 		if n.StandIn != nil {
 			n.StandIn.Stop()
 		}
-		if n.plugin != nil {
-			n.cp.recordPeak(n.plugin)
-			n.stopErr = n.plugin.stop(stopGrace)
+		if plugin := n.currentPlugin(); plugin != nil {
+			n.cp.recordPeak(plugin)
+			n.stopErr = plugin.stop(stopGrace)
 		}
 	})
 	return n.stopErr

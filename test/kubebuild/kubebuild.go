@@ -364,6 +364,12 @@ func isRepoRoot(dir string) bool {
 // plugin, and the CDI hook when it exists) from the checkout into dir, with
 // the same flags as `make build`, and returns dir.
 func BuildPlugin(ctx context.Context, p *Progress, repoRoot, dir string) error {
+	return BuildPluginTags(ctx, p, repoRoot, dir)
+}
+
+// BuildPluginTags is BuildPlugin with build tags (crash tests build the
+// plugin with "failpoints").
+func BuildPluginTags(ctx context.Context, p *Progress, repoRoot, dir string, tags ...string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -382,8 +388,13 @@ func BuildPlugin(ctx context.Context, p *Progress, repoRoot, dir string) error {
 	if os.Getenv("CGO_CFLAGS") == "" { // as the Makefile: go-nvml's deprecation warnings
 		env = append(env, "CGO_CFLAGS=-Wno-deprecated-declarations")
 	}
-	args := append([]string{"build", "-v", "-o", dir + "/"}, pkgs...)
-	return p.Run(ctx, "Building "+strings.Join(pkgs, ", ")+" from this checkout", repoRoot, env, "go", args...)
+	args := []string{"build", "-v", "-o", dir + "/"}
+	what := "Building " + strings.Join(pkgs, ", ") + " from this checkout"
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+		what += " with tags " + strings.Join(tags, ",")
+	}
+	return p.Run(ctx, what, repoRoot, env, "go", append(args, pkgs...)...)
 }
 
 // BuildMPSDouble builds test/mpsdouble into dir as nvidia-cuda-mps-control,

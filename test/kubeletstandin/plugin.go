@@ -145,3 +145,31 @@ func (p *pluginClient) close() {
 		_ = p.conn.Close()
 	}
 }
+
+// Plugin is a registered DRA plugin's gRPC connection, for callers that
+// drive NodePrepareResources themselves (a soak test) instead of through
+// pods.
+type Plugin struct{ c *pluginClient }
+
+// Dial registers the plugin of driver through registrarDir as the kubelet
+// does and connects to its DRA socket.
+func Dial(ctx context.Context, registrarDir, driver string, timeout time.Duration) (*Plugin, error) {
+	c, err := registerPlugin(ctx, registrarDir, driver, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &Plugin{c: c}, nil
+}
+
+// Prepare calls NodePrepareResources.
+func (p *Plugin) Prepare(ctx context.Context, claims []*drapb.Claim) (*drapb.NodePrepareResourcesResponse, error) {
+	return p.c.prepare(ctx, claims)
+}
+
+// Unprepare calls NodeUnprepareResources.
+func (p *Plugin) Unprepare(ctx context.Context, claims []*drapb.Claim) (*drapb.NodeUnprepareResourcesResponse, error) {
+	return p.c.unprepare(ctx, claims)
+}
+
+// Close closes the connection.
+func (p *Plugin) Close() { p.c.close() }

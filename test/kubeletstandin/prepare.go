@@ -86,7 +86,7 @@ func (s *StandIn) prepare(ctx context.Context, pod *v1.Pod) (map[string]Prepared
 
 	if len(todo) > 0 {
 		start := time.Now()
-		resp, err := s.plugin.prepare(ctx, todo)
+		resp, err := s.client().prepare(ctx, todo)
 		if err != nil {
 			return nil, err
 		}

@@ -69,6 +69,7 @@ type Config struct {
 // StandIn is a running kubelet stand-in.
 type StandIn struct {
 	cfg         Config
+	pluginMu    sync.Mutex // guards plugin, replaced by Reregister
 	plugin      *pluginClient
 	factory     informers.SharedInformerFactory
 	pods        corelisters.PodLister
@@ -189,7 +190,30 @@ func (s *StandIn) Stop() {
 	}
 	s.factory.Shutdown()
 	s.broadcaster.Shutdown()
-	s.plugin.close()
+	s.client().close()
+}
+
+func (s *StandIn) client() *pluginClient {
+	s.pluginMu.Lock()
+	defer s.pluginMu.Unlock()
+	return s.plugin
+}
+
+// Reregister does what the kubelet's plugin watcher does when a restarted
+// plugin's registration socket appears: register it again and send every
+// later call to the new connection. Calls in flight on the old one fail
+// and are retried, as the kubelet's are.
+func (s *StandIn) Reregister(ctx context.Context) error {
+	p, err := registerPlugin(ctx, s.cfg.RegistrarDir, s.cfg.DriverName, s.cfg.RegistrationTimeout)
+	if err != nil {
+		return fmt.Errorf("kubelet stand-in for node %s: re-registering: %w", s.cfg.NodeName, err)
+	}
+	s.pluginMu.Lock()
+	old := s.plugin
+	s.plugin = p
+	s.pluginMu.Unlock()
+	old.close()
+	return nil
 }
 
 func (s *StandIn) processNext(ctx context.Context) bool {
@@ -347,7 +371,7 @@ func (s *StandIn) forget(ctx context.Context, key string) error {
 }
 
 func (s *StandIn) unprepareClaims(ctx context.Context, claims []*drapb.Claim) error {
-	resp, err := s.plugin.unprepare(ctx, claims)
+	resp, err := s.client().unprepare(ctx, claims)
 	if err != nil {
 		return err
 	}

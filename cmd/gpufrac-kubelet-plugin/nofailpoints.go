@@ -1,0 +1,11 @@
+//go:build !failpoints
+
+package main
+
+import "github.com/spf13/cobra"
+
+// Production builds have no way to reach the preparer's failpoints: no
+// flag, no hook (see failpoints.go, built only with -tags failpoints).
+func addFailpointFlags(*cobra.Command) {}
+
+func failpointHook() func(string) error { return nil }
