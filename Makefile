@@ -10,7 +10,7 @@ STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
 
-.PHONY: all build test lint demo clean fuzz bench soak kube-binaries
+.PHONY: all build test test-helm lint demo clean fuzz bench soak kube-binaries
 
 all: build
 
@@ -26,6 +26,14 @@ build:
 # run alone).
 test: kube-binaries
 	$(GO) test -race -count=1 ./...
+	$(MAKE) test-helm
+
+# The Helm chart's tests live in their own module (test/helm, so the Helm SDK
+# stays out of gpufrac's go.mod), which `go test ./...` from the root does
+# not enter. No race detector: the code under test is the chart; the harness
+# and plugin it runs are raced in the suite above.
+test-helm:
+	cd test/helm && $(GO) test -count=1 ./...
 
 # Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time);
 # `make test` runs their seed corpora already.
@@ -61,6 +69,7 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	cd test/helm && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 # A local control plane with two simulated 8 x H200 nodes running the demo's
 # pods; see demo/run.sh. DEMO_ARGS=-wait keeps the cluster until Ctrl-C.

@@ -53,6 +53,25 @@ func newCommand() *cobra.Command {
 	apply.Flags().StringVar(&opts.ClaimUID, "claim", "", "UID of the claim, for the metrics record")
 	apply.Flags().StringVar(&opts.RecordDir, "record-dir", "", "where to record the container's cgroup for per-fraction metrics")
 	apply.Flags().StringVar(&simulateRecord, "simulate-record", "", "simulated node: record the limits to this file instead of calling NVML")
-	root.AddCommand(apply)
+	var installDir string
+	install := &cobra.Command{
+		Use:   "install --dir DIR",
+		Short: "Copy this binary into DIR on the host (the Helm chart's init container), replacing an older one atomically",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("finding this binary: %w", err)
+			}
+			dst, err := cdihook.Install(self, installDir)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "installed", dst)
+			return nil
+		},
+	}
+	install.Flags().StringVar(&installDir, "dir", "", "directory to install into (the host directory of the plugin's --cdi-hook-path)")
+	_ = install.MarkFlagRequired("dir")
+	root.AddCommand(apply, install)
 	return root
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/cli"
@@ -53,6 +54,7 @@ type flags struct {
 	mpsReadyTimeout     time.Duration
 	smSharingGPUs       string
 	ignoredXIDs         []uint
+	podUID              string
 	logging             *logsapi.LoggingConfiguration
 }
 
@@ -106,6 +108,8 @@ func newCommand() *cobra.Command {
 		"reserve GPUs for SMSharing: all, none, or indices such as 0,1 (the others serve TimeSlicing); empty lets every GPU serve either mode, one at a time")
 	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", []uint{13, 31, 43, 45, 68, 109},
 		"XIDs caused by applications, which do not make a GPU unhealthy")
+	fs.StringVar(&f.podUID, "pod-uid", envOr("POD_UID", ""),
+		"this pod's UID (env POD_UID, from the downward API): lets a new plugin pod register beside the old one during a DaemonSet rolling update and take over when it exits (kubelet 1.33 or later); empty turns rolling updates off")
 	fs.BoolVar(&f.printSlices, "print-slices", false, "print the ResourceSlices this node would publish as YAML and exit; needs no API server")
 	logsapi.AddFlags(f.logging, fs)
 	addFailpointFlags(cmd)
@@ -131,6 +135,8 @@ func run(ctx context.Context, f *flags) error {
 		CDIRoot:       f.cdiRoot,
 		BootID:        bootID,
 		SMSharingGPUs: f.smSharingGPUs,
+		// The kubelet tells plugin instances apart by this pod UID.
+		RollingUpdateUID: types.UID(f.podUID),
 		MPS: nodeplugin.MPSConfig{
 			Namespace: f.namespace, Image: f.mpsImage, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
 		},

@@ -65,6 +65,11 @@ type Config struct {
 	// OnFatal is called for background errors that retrying cannot fix,
 	// such as slices the API server rejects; the caller should shut down.
 	OnFatal func(error)
+	// RollingUpdateUID is this instance's pod UID. When set, the instance
+	// registers under its own socket names beside an old instance during a
+	// DaemonSet rolling update (kubeletplugin.RollingUpdate) and takes over
+	// the node's state once the old one exits (see InstanceLockFile).
+	RollingUpdateUID types.UID
 }
 
 func (c *Config) validate() error {
@@ -122,6 +127,13 @@ type Plugin struct {
 	helper    *kubeletplugin.Helper
 	cancel    context.CancelFunc
 	done      sync.WaitGroup
+	// ready is closed once this instance holds the instance lock and has
+	// loaded the checkpoint; kubelet calls wait for it.
+	ready chan struct{}
+	lock  *os.File
+	// calls counts kubelet calls in flight, so Stop releases the lock only
+	// after the last checkpoint write of this instance.
+	calls sync.WaitGroup
 }
 
 // Start discovers GPUs, recovers the checkpoint, starts the kubelet plugin
@@ -142,6 +154,24 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 			return nil, fmt.Errorf("creating directory %s: %w", dir, err)
 		}
 	}
+	bgCtx, cancel := context.WithCancel(ctx)
+	p := &Plugin{cfg: cfg, inventory: inv, cancel: cancel, health: health.NewMonitor(), ready: make(chan struct{})}
+	started := false
+	defer func() {
+		if !started {
+			p.Stop()
+		}
+	}()
+	if cfg.RollingUpdateUID != "" {
+		// Registered before the old instance is gone: the kubelet is never
+		// without an instance of this driver, and calls wait (waitReady).
+		if err := p.startHelper(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if p.lock, err = lockInstance(ctx, cfg.PluginDataDir); err != nil {
+		return nil, err
+	}
 	ckpt, err := checkpoint.Open(ctx, filepath.Join(cfg.PluginDataDir, CheckpointFile), cfg.BootID)
 	if err != nil {
 		return nil, err
@@ -153,8 +183,6 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		return nil, err
 	}
 
-	bgCtx, cancel := context.WithCancel(ctx)
-	p := &Plugin{cfg: cfg, inventory: inv, cancel: cancel, health: health.NewMonitor()}
 	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
 	status.SetFailpoint(cfg.Failpoint)
 	events := newEventReporter(bgCtx, cfg.KubeClient, cfg.NodeName)
@@ -166,8 +194,6 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	}()
 	mpsManager, err := newMPSManager(ctx, cfg, inv, events)
 	if err != nil {
-		cancel()
-		p.done.Wait()
 		return nil, err
 	}
 	pcfg := preparer.Config{
@@ -184,8 +210,6 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 	p.preparer = preparer.New(pcfg)
 	if err := p.preparer.Recover(ctx); err != nil {
-		cancel()
-		p.done.Wait()
 		return nil, fmt.Errorf("recovering prepared claims from the checkpoint: %w", err)
 	}
 	var mpsDaemons func() map[string]int
@@ -199,8 +223,6 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	})
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(p.metrics); err != nil {
-			cancel()
-			p.done.Wait()
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
 	}
@@ -217,31 +239,47 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		}()
 	}
 
-	helper, err := kubeletplugin.Start(ctx, p,
-		kubeletplugin.DriverName(v1alpha1.DriverName),
-		kubeletplugin.KubeClient(cfg.KubeClient),
-		kubeletplugin.NodeName(cfg.NodeName),
-		kubeletplugin.PluginDataDirectoryPath(cfg.PluginDataDir),
-		kubeletplugin.RegistrarDirectoryPath(cfg.RegistrarDir),
-		// Claims of different pods prepare in parallel; the preparer
-		// serialises calls for one claim itself.
-		kubeletplugin.Serialize(false),
-	)
-	if err != nil {
-		cancel()
-		p.done.Wait()
-		return nil, fmt.Errorf("starting the kubelet plugin helper: %w", err)
+	if p.helper == nil {
+		if err := p.startHelper(ctx); err != nil {
+			return nil, err
+		}
 	}
-	p.helper = helper
-	if err := helper.PublishResources(ctx, resources); err != nil {
-		p.Stop()
+	close(p.ready)
+	// Published only by the instance that owns the node's state, so that
+	// two instances never fight over the slices.
+	if err := p.helper.PublishResources(ctx, resources); err != nil {
 		return nil, fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
 	p.watchHealth(bgCtx)
+	started = true
 	logger.Info("Kubelet plugin started", "node", cfg.NodeName, "gpus", len(inv.GPUs),
-		"enforcement", inv.Enforcement, "prepared", len(p.preparer.Prepared()),
+		"enforcement", inv.Enforcement, "prepared", len(p.preparer.Prepared()), "rollingUpdate", cfg.RollingUpdateUID != "",
 		"pluginDataDir", cfg.PluginDataDir, "registrarDir", cfg.RegistrarDir, "cdiRoot", cfg.CDIRoot)
 	return p, nil
+}
+
+func (p *Plugin) startHelper(ctx context.Context) error {
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(v1alpha1.DriverName),
+		kubeletplugin.KubeClient(p.cfg.KubeClient),
+		kubeletplugin.NodeName(p.cfg.NodeName),
+		kubeletplugin.PluginDataDirectoryPath(p.cfg.PluginDataDir),
+		kubeletplugin.RegistrarDirectoryPath(p.cfg.RegistrarDir),
+		// Claims of different pods prepare in parallel; the preparer
+		// serialises calls for one claim itself, and the instance lock
+		// keeps a second instance out (the helper's own cross-instance
+		// lock would serialise every call).
+		kubeletplugin.Serialize(false),
+	}
+	if p.cfg.RollingUpdateUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(p.cfg.RollingUpdateUID))
+	}
+	helper, err := kubeletplugin.Start(ctx, p, opts...)
+	if err != nil {
+		return fmt.Errorf("starting the kubelet plugin helper: %w", err)
+	}
+	p.helper = helper
+	return nil
 }
 
 // newMPSManager returns nil, and says why, where SMSharing cannot run.
@@ -272,15 +310,29 @@ func (p *Plugin) Inventory() *inventory.Inventory { return p.inventory }
 // Stop closes the sockets and ends background work. Published slices stay:
 // a restarted plugin takes them over, and removing them would make the
 // scheduler forget the node's GPUs during an upgrade.
+//
+// The instance lock goes last, after the last call of this instance ended,
+// so that a waiting new instance loads a checkpoint nobody writes any more.
 func (p *Plugin) Stop() {
-	p.helper.Stop()
+	if p.helper != nil {
+		p.helper.Stop()
+	}
 	p.cancel()
 	p.done.Wait()
+	p.calls.Wait()
+	if p.lock != nil {
+		_ = p.lock.Close()
+	}
 }
 
 // PrepareResourceClaims implements kubeletplugin.DRAPlugin: every claim is
 // prepared concurrently and fails or succeeds on its own.
 func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	p.calls.Add(1)
+	defer p.calls.Done()
+	if err := p.waitReady(ctx); err != nil {
+		return nil, err
+	}
 	results := make([]kubeletplugin.PrepareResult, len(claims))
 	var wg sync.WaitGroup
 	for i, claim := range claims {
@@ -301,6 +353,11 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
 func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	p.calls.Add(1)
+	defer p.calls.Done()
+	if err := p.waitReady(ctx); err != nil {
+		return nil, err
+	}
 	results := make([]error, len(claims))
 	var wg sync.WaitGroup
 	for i, claim := range claims {
@@ -375,6 +432,9 @@ const healthRefresh = 10 * time.Second
 // WatchHealthStatus implements kubeletplugin.DRAPlugin: a report of every
 // GPU now, again on every change, and every healthRefresh.
 func (p *Plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	if err := p.waitReady(ctx); err != nil {
+		return nil
+	}
 	ticker := time.NewTicker(healthRefresh)
 	defer ticker.Stop()
 	for {

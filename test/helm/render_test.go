@@ -1,0 +1,138 @@
+package helm
+
+import (
+	"fmt"
+	"maps"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart"
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpufrac/gpufrac/templates"
+)
+
+// chartDir is the chart under test, relative to this package.
+var chartDir = filepath.Join("..", "..", "deployments", "helm", "gpufrac")
+
+// kubeVersion is the API server the harness runs; the chart is rendered for it.
+var kubeVersion = chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+
+// valueSet is one way a platform team installs the chart.
+type valueSet struct {
+	name      string
+	release   string
+	namespace string
+	values    map[string]any
+}
+
+// valueSets are the default install and two installs that turn most
+// switches the other way, so every branch of the templates reaches the API
+// server.
+func valueSets() []valueSet {
+	return []valueSet{
+		{name: "default", release: "gpufrac", namespace: "gpufrac-system", values: map[string]any{}},
+		{name: "operator-driver-sm-sharing", release: "acme", namespace: "gpu-operators", values: map[string]any{
+			"image": map[string]any{"digest": "sha256:" + strings.Repeat("ab", 32)},
+			"kubeletPlugin": map[string]any{
+				"nvidiaDriverRoot": "/run/nvidia/driver", "smSharingGPUs": "6,7", "ignoredXIDs": []any{13, 43},
+				"rollingUpdate": false, "extraArgs": []any{"--logging-format=json"},
+				"nodeSelector": map[string]any{"node.kubernetes.io/instance-type": "p5.48xlarge"},
+			},
+			"mps":        map[string]any{"image": "nvcr.io/nvidia/cuda:13.0.0-base-ubuntu24.04", "template": templates.MPSControlDaemon, "readyTimeout": "2m"},
+			"controller": map[string]any{"replicas": 1, "kaiTranslation": false, "excludedNamespaces": []any{"monitoring"}},
+			"deviceClasses": map[string]any{"extra": []any{map[string]any{
+				"name": "dmem.gpufrac.dev",
+				"spec": map[string]any{"selectors": []any{map[string]any{"cel": map[string]any{
+					"expression": `device.driver == "gpufrac.dev" && device.attributes["gpufrac.dev"].memoryEnforcement == "dmem"`,
+				}}}},
+			}}},
+			"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
+		}},
+		{name: "bare", release: "gpu", namespace: "kube-gpu", values: map[string]any{
+			"fullnameOverride": "gf",
+			"imagePullSecrets": []any{map[string]any{"name": "registry"}},
+			"deviceClasses":    map[string]any{"builtIn": false},
+			"controller":       map[string]any{"configValidation": false, "replicas": 3},
+			// Set by platform teams that bring their own admission policy.
+			"resourceSlicePolicy": false,
+		}},
+	}
+}
+
+func loadChart(t testing.TB) *chart.Chart {
+	t.Helper()
+	ch, err := loader.Load(chartDir)
+	if err != nil {
+		t.Fatalf("loading the chart %s: %v", chartDir, err)
+	}
+	return ch
+}
+
+// render does what `helm template` does: schema validation, the
+// kubeVersion constraint, then the templates. It returns the objects in file
+// order, and NOTES.txt.
+func render(ch *chart.Chart, vs valueSet) ([]*unstructured.Unstructured, string, error) {
+	caps := chartutil.DefaultCapabilities.Copy()
+	caps.KubeVersion = kubeVersion
+	if !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, caps.KubeVersion.String()) {
+		return nil, "", fmt.Errorf("chart kubeVersion %q excludes %s", ch.Metadata.KubeVersion, caps.KubeVersion.String())
+	}
+	vals, err := chartutil.ToRenderValues(ch, vs.values, chartutil.ReleaseOptions{
+		Name: vs.release, Namespace: vs.namespace, Revision: 1, IsInstall: true,
+	}, caps)
+	if err != nil {
+		return nil, "", err
+	}
+	files, err := engine.Render(ch, vals)
+	if err != nil {
+		return nil, "", err
+	}
+	var objs []*unstructured.Unstructured
+	var notes string
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if strings.HasSuffix(name, "NOTES.txt") {
+			notes = files[name]
+			continue
+		}
+		for i, doc := range splitYAML(files[name]) {
+			var m map[string]any
+			if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+				return nil, "", fmt.Errorf("%s, document %d: %w\n%s", name, i, err, doc)
+			}
+			if len(m) == 0 {
+				continue
+			}
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return objs, notes, nil
+}
+
+var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
+
+func splitYAML(s string) []string { return docSeparator.Split(s, -1) }
+
+func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
+}
+
+func kinds(objs []*unstructured.Unstructured) map[string]int {
+	out := map[string]int{}
+	for _, o := range objs {
+		out[o.GetKind()]++
+	}
+	return out
+}
