@@ -42,10 +42,11 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) $${t#*:} || exit 1; \
 	done
 
-# The packing comparison and the Prepare cost against its durable-write
-# floor, measured in one run (docs/benchmarks.md has figures and method).
+# The packing comparison (and its chart, docs/packing.png) and the Prepare
+# cost against its durable-write floor, measured in one run
+# (docs/benchmarks.md has figures and method).
 bench:
-	$(GO) run ./test/bench/packing
+	$(GO) run ./test/bench/packing -chart docs/packing.png
 	$(GO) test -run '^$$' -bench 'DurableWriteFloor|PrepareUnprepare' -benchtime 1000x -cpu 1,4 ./pkg/checkpoint ./pkg/preparer
 	$(GO) test -run '^$$' -bench PrepareOverGRPC -benchtime 500x ./pkg/nodeplugin
 
