@@ -49,6 +49,7 @@ bench:
 	$(GO) run ./test/bench/packing -chart docs/packing.png
 	$(GO) test -run '^$$' -bench 'DurableWriteFloor|PrepareUnprepare' -benchtime 1000x -cpu 1,4 ./pkg/checkpoint ./pkg/preparer
 	$(GO) test -run '^$$' -bench PrepareOverGRPC -benchtime 500x ./pkg/nodeplugin
+	$(GO) test -run '^$$' -bench WebhookTranslation -benchtime 2000x ./pkg/controller
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
