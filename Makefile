@@ -50,12 +50,17 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) $${t#*:} || exit 1; \
 	done
 
-# The packing comparison and the Prepare cost against its durable-write
-# floor, measured in one run (docs/benchmarks.md has figures and method).
+# The packing comparison (and its chart, docs/packing.png), the Prepare
+# cost against its durable-write floor and over gRPC, the webhook's
+# translation latency, and the 1,000-node scale figures, in one run
+# (docs/benchmarks.md has figures and method; about 5 minutes here).
 bench:
-	$(GO) run ./test/bench/packing
+	$(GO) run ./test/bench/packing -chart docs/packing.png
 	$(GO) test -run '^$$' -bench 'DurableWriteFloor|PrepareUnprepare' -benchtime 1000x -cpu 1,4 ./pkg/checkpoint ./pkg/preparer
 	$(GO) test -run '^$$' -bench PrepareOverGRPC -benchtime 500x ./pkg/nodeplugin
+	$(GO) test -run '^$$' -bench WebhookTranslation -benchtime 2000x ./pkg/controller
+	$(GO) test -run '^$$' -bench ControllerCacheAtScale -benchtime 1x ./pkg/controller
+	$(GO) test -run '^$$' -bench AllocateAtScale -benchtime 100x -timeout 20m ./pkg/placement
 
 # 10,000 Prepare/Unprepare cycles over 500 claims through the real plugin's
 # gRPC socket against the integration harness, restarting the plugin every

@@ -105,6 +105,38 @@ func (c *Cluster) Allocate(ctx context.Context, claims ...*resourceapi.ResourceC
 	return nil, "", nil
 }
 
+// Feasible lists the nodes where all the claims would fit, without
+// recording anything: the scheduler's Filter phase for one pod, one
+// allocator over the current state and an allocation attempt on every node
+// (kube-scheduler spreads those attempts over its parallel workers and may
+// stop early once it has enough feasible nodes; this tries them all, in
+// one goroutine).
+func (c *Cluster) Feasible(ctx context.Context, claims ...*resourceapi.ResourceClaim) ([]string, error) {
+	alloc, err := structured.NewAllocator(ctx, structured.Features{ConsumableCapacity: true, PrioritizedList: true},
+		c.state(), c.classes, c.slices, c.cache)
+	if err != nil {
+		return nil, fmt.Errorf("creating the allocator: %w", err)
+	}
+	var fit []string
+	for _, node := range c.nodes {
+		results, err := alloc.Allocate(ctx, node, claims)
+		if err != nil {
+			return nil, fmt.Errorf("allocating on node %s: %w", node.Name, err)
+		}
+		if results != nil {
+			fit = append(fit, node.Name)
+		}
+	}
+	return fit, nil
+}
+
+// Record adds allocations made elsewhere, such as the claims a cluster
+// already holds, so that later placements see their devices and capacity
+// as taken.
+func (c *Cluster) Record(results ...resourceapi.AllocationResult) {
+	c.allocated = append(c.allocated, results...)
+}
+
 // ClaimFromTemplate is the claim the resourceclaim controller would create
 // from a template.
 func ClaimFromTemplate(name string, tmpl *resourceapi.ResourceClaimTemplate) *resourceapi.ResourceClaim {

@@ -2,7 +2,7 @@
 // pods on H200 nodes, placed by each strategy, printed as a table against
 // the lower bound ceil(sum of requests / GPU memory).
 //
-//	go run ./test/bench/packing -pods 400 -seed 1 -nodes 64
+//	go run ./test/bench/packing -pods 400 -seed 1 -nodes 64 -chart docs/packing.png
 package main
 
 import (
@@ -26,14 +26,15 @@ func main() {
 	seed := flag.Uint64("seed", 1, "trace seed")
 	nodes := flag.Int("nodes", 64, "H200 nodes (8 GPUs each); enough for whole-GPU to fit")
 	replicas := flag.Int("replicas", 4, "time-slicing replicas per GPU")
+	chart := flag.String("chart", "", "also draw the table as a chart into this file (.png, .svg or .pdf)")
 	flag.Parse()
-	if err := run(*pods, *seed, *nodes, *replicas); err != nil {
+	if err := run(*pods, *seed, *nodes, *replicas, *chart); err != nil {
 		fmt.Fprintln(os.Stderr, "packing:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, seed uint64, nodes, replicas int) error {
+func run(n int, seed uint64, nodes, replicas int, chart string) error {
 	ctx := context.Background()
 	gpu := resource.MustParse("141Gi")
 	gpuBytes := gpu.Value()
@@ -80,5 +81,13 @@ func run(n int, seed uint64, nodes, replicas int) error {
 	}
 	fmt.Printf("\ngpufrac uses %.2fx fewer GPUs than whole-GPU allocation; placement with the scheduler's allocator took %s (%.1f ms per pod).\n",
 		float64(outcomes[0].GPUsUsed)/float64(frac.GPUsUsed), elapsed.Round(time.Millisecond), float64(elapsed.Milliseconds())/float64(n))
+	if chart == "" {
+		return nil
+	}
+	title := fmt.Sprintf("%d inference pods (seed %d) on H200s: GPUs used and pods at risk", n, seed)
+	if err := packing.Chart(chart, title, outcomes, lb); err != nil {
+		return err
+	}
+	fmt.Printf("Chart written to %s.\n", chart)
 	return nil
 }
