@@ -72,7 +72,8 @@ type GPU struct {
 
 // Values of GPU.ComputeModes and of the computeModes device attribute.
 const (
-	// ComputeModesAny: either mode, but never both at once on the GPU.
+	// ComputeModesAny: either mode; under legacy MPS never both at once on
+	// the GPU (its daemon sets EXCLUSIVE_PROCESS), under MPS v3 both.
 	ComputeModesAny = "Any"
 	// ComputeModesTimeSlicing and ComputeModesSMSharing reserve the GPU
 	// for one mode, so DeviceClasses can keep the modes apart when

@@ -2,10 +2,13 @@
 # GPU check for gpufrac, for a machine with a real NVIDIA GPU (not CI).
 # Run as root from the repository root:  bash test/gpu/run.sh
 #
-# 1. MPS: starts the control daemon with the exact command lines of the
-#    rendered templates/mps-control-daemon.yaml (no Kubernetes), lets its
-#    script apply a pinned memory ceiling, and runs memalloc as an MPS client:
-#    allocation must stop at the ceiling, not at the GPU's size.
+# 1. MPS, legacy and (driver r615+) v3: runs the MPS daemon container's
+#    script and init command as rendered from templates/mps-control-daemon.yaml
+#    (test/gpu/render; no Kubernetes), lets the script apply the plugin's
+#    settings (legacy: a pinned ceiling; v3: a namespace on the shared server),
+#    and runs memalloc as an MPS client: allocation must stop at the limit,
+#    not at the GPU's size. Under v3 the limit must hold without the client's
+#    variable, and a non-MPS process must run beside the server.
 # 2. dmem (driver r615+, cgroup v2): puts a shell in a fresh cgroup, runs
 #    gpufrac-cdi-hook on it as a createContainer hook would, and runs memalloc
 #    there: allocation must stop at the hard limit.
@@ -26,30 +29,54 @@ gcc -O2 -o "$work/memalloc" test/gpu/memalloc.c -ldl || { echo "cannot build mem
 ceiling_mib=4096
 limit_slack=512 # the context and allocator granularity
 
+# mps_check VERSION: the daemon container's script and init command,
+# rendered by pkg/mps as the plugin renders them (test/gpu/render), run on
+# the host; memalloc, an MPS client, must stop at the claim's limit.
 mps_check() {
-	command -v nvidia-cuda-mps-control >/dev/null || { fail "MPS: nvidia-cuda-mps-control not found"; return; }
+	version=$1
+	command -v nvidia-cuda-mps-control >/dev/null || { fail "MPS $version: nvidia-cuda-mps-control not found"; return; }
+	rm -rf "$work/pipe" "$work/log" "$work/config"
 	mkdir -p "$work/pipe" "$work/log" "$work/config"
-	echo "$ceiling_mib" >"$work/config/pinned-mem-limit-mib"
-	# The daemon container's script, taken from the template as rendered.
-	script=$(awk '/^    - \|$/{on=1; next} on && /^    env:/{exit} on{sub(/^      /, ""); print}' templates/mps-control-daemon.yaml |
-		sed "s/{{.GPUUUID}}/$uuid/g; s/{{.PinnedMemLimitMiB}}/$ceiling_mib/g")
-	nvidia-smi -i "$uuid" -c EXCLUSIVE_PROCESS || { fail "MPS: cannot set EXCLUSIVE_PROCESS"; return; }
+	ns=cgpucheck0000000000
+	if [ "$version" = v3 ]; then
+		printf '%s %s 100\n' "$ns" "$ceiling_mib" >"$work/config/namespaces"
+		client_pipe=$work/pipe/gpufrac/$ns
+	else
+		echo "$ceiling_mib" >"$work/config/pinned-mem-limit-mib"
+		client_pipe=$work/pipe
+	fi
+	script=$(go run ./test/gpu/render -version "$version" -uuid "$uuid") || { fail "MPS $version: cannot render the template"; return; }
+	init=$(go run ./test/gpu/render -version "$version" -uuid "$uuid" -part init)
+	eval "$init" || { fail "MPS $version: init container ($init) failed"; return; }
 	CUDA_VISIBLE_DEVICES=$uuid CUDA_MPS_PIPE_DIRECTORY=$work/pipe CUDA_MPS_LOG_DIRECTORY=$work/log \
-		GPUFRAC_MPS_CONFIG=$work/config sh -c "$script" &
+		GPUFRAC_MPS_CONFIG=$work/config sh -c "$script" >"$work/daemon.out" 2>&1 &
 	daemon=$!
 	for _ in $(seq 1 100); do [ -f "$work/config/ready" ] && break; sleep 0.2; done
-	[ -f "$work/config/ready" ] || { fail "MPS: daemon never became ready; log: $(tail -n5 "$work/log/control.log" 2>/dev/null)"; return; }
-	out=$(CUDA_MPS_PIPE_DIRECTORY=$work/pipe CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="$uuid=${ceiling_mib}M" "$work/memalloc")
-	echo "MPS client: $out"
+	[ -f "$work/config/ready" ] || {
+		fail "MPS $version: daemon never became ready; output: $(tail -n5 "$work/daemon.out") log: $(tail -n5 "$work/log/control.log" 2>/dev/null)"
+		kill -TERM "$daemon"; wait "$daemon"; return
+	}
+	out=$(CUDA_MPS_PIPE_DIRECTORY=$client_pipe CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="$uuid=${ceiling_mib}M" "$work/memalloc")
+	echo "MPS $version client: $out"
 	got=$(echo "$out" | awk '{print $2}')
-	if [ "$got" -le "$ceiling_mib" ] && [ "$got" -ge $((ceiling_mib - limit_slack)) ]; then
-		pass "MPS pinned limit $ceiling_mib MiB held ($got MiB)"
+	if [ -n "$got" ] && [ "$got" -le "$ceiling_mib" ] && [ "$got" -ge $((ceiling_mib - limit_slack)) ]; then
+		pass "MPS $version pinned limit $ceiling_mib MiB held ($got MiB)"
 	else
-		fail "MPS pinned limit $ceiling_mib MiB not enforced ($got MiB)"
+		fail "MPS $version pinned limit $ceiling_mib MiB not enforced ($got MiB)"
+	fi
+	if [ "$version" = v3 ]; then
+		# The limit must come from the namespace, not the client's variable.
+		out=$(CUDA_MPS_PIPE_DIRECTORY=$client_pipe "$work/memalloc")
+		got=$(echo "$out" | awk '{print $2}')
+		[ -n "$got" ] && [ "$got" -le "$ceiling_mib" ] && pass "MPS v3 namespace limit holds without the client variable ($got MiB)" ||
+			fail "MPS v3 namespace limit not enforced without the client variable ($out)"
+		# TimeSlicing beside the server: a plain CUDA process in DEFAULT mode.
+		out=$(env -u CUDA_MPS_PIPE_DIRECTORY "$work/memalloc" 2>&1 | head -n1)
+		echo "$out" | grep -q '^allocated ' && pass "a non-MPS process runs beside the MPS v3 server" ||
+			fail "a non-MPS process cannot run beside the MPS v3 server: $out"
 	fi
 	kill -TERM "$daemon"; wait "$daemon"
-	grep -q "set_default_device_pinned_mem_limit $uuid ${ceiling_mib}M" "$work/log/control.log" &&
-		pass "MPS control log shows the ceiling command" || fail "MPS control log lacks the ceiling command"
+	echo "MPS $version control log:"; tail -n 20 "$work/log/control.log" 2>/dev/null
 }
 
 dmem_check() {
@@ -76,7 +103,14 @@ dmem_check() {
 	kill $holder; wait $holder 2>/dev/null; rmdir "$cg"
 }
 
-mps_check
+mps_check legacy
+nvidia-smi -i "$uuid" -c DEFAULT >/dev/null
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)
+if [ "${driver%%.*}" -ge 615 ]; then
+	mps_check v3
+else
+	echo "SKIP: MPS v3 needs driver r615 or later (have $driver)"
+fi
 nvidia-smi -i "$uuid" -c DEFAULT >/dev/null
 dmem_check
 echo "$fails check(s) failed"

@@ -1,0 +1,44 @@
+// Command render prints the MPS daemon container's script and startup
+// probe from templates/mps-control-daemon.yaml, rendered by pkg/mps exactly
+// as the plugin renders it, for test/gpu/run.sh to run without Kubernetes.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/gpufrac/gpufrac/pkg/mps"
+	"github.com/gpufrac/gpufrac/pkg/plan"
+	"github.com/gpufrac/gpufrac/templates"
+)
+
+func main() {
+	version := flag.String("version", "legacy", "MPS version: legacy or v3")
+	uuid := flag.String("uuid", "", "GPU UUID")
+	part := flag.String("part", "script", "what to print: script, init (the init container's command) or probe")
+	flag.Parse()
+	pod, err := mps.Render(templates.MPSControlDaemon, mps.DaemonParams{
+		Name: "gpu-check", Namespace: "gpu-check", NodeName: "gpu-check", GPUUUID: *uuid, Image: "none", Version: *version,
+		PipeDir: "/unused", LogDir: "/unused", ShmDir: "/unused", ConfigDir: "/unused", ServerName: plan.MPSServerName,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "render:", err)
+		os.Exit(1)
+	}
+	c := pod.Spec.Containers[0]
+	switch *part {
+	case "script":
+		fmt.Println(c.Args[len(c.Args)-1])
+	case "init":
+		for _, a := range pod.Spec.InitContainers[0].Command {
+			fmt.Printf("%q ", a)
+		}
+		fmt.Println()
+	case "probe":
+		fmt.Println(c.StartupProbe.Exec.Command[len(c.StartupProbe.Exec.Command)-1])
+	default:
+		fmt.Fprintln(os.Stderr, "render: unknown -part", *part)
+		os.Exit(2)
+	}
+}
