@@ -46,6 +46,19 @@ import (
 // ConditionReady is the condition set on every prepared share.
 const ConditionReady = "Ready"
 
+// ConditionMPSServerReady is set on SMSharing shares once their GPU's MPS
+// daemon has died: False while it is being recreated (the share's CUDA
+// contexts on it are lost), True again when the new one is ready.
+const ConditionMPSServerReady = "MPSServerReady"
+
+// MPSServer is the state of a claim's MPS server the status reports.
+type MPSServer struct {
+	Ready   bool
+	Reason  string
+	Message string
+	Since   time.Time
+}
+
 // DeviceData is the driver-specific data of a share in status.devices.
 type DeviceData struct {
 	UUID          string `json:"uuid"`
@@ -53,7 +66,8 @@ type DeviceData struct {
 	MemoryLimit   string `json:"memoryLimit"`
 	ComputeMode   string `json:"computeMode"`
 	Enforcement   string `json:"enforcement"`
-	// MPSServer is the host pipe directory of the GPU's MPS control daemon.
+	// MPSServer is the host pipe directory the share's containers join:
+	// the GPU daemon's, or (MPS v3) the claim's namespace's on it.
 	MPSServer              string `json:"mpsServer,omitempty"`
 	ActiveThreadPercentage *int32 `json:"activeThreadPercentage,omitempty"`
 }
@@ -69,7 +83,7 @@ func Data(d plan.Device) DeviceData {
 		ActiveThreadPercentage: d.ActiveThreadPercentage,
 	}
 	if d.MPS != nil {
-		out.MPSServer = d.MPS.PipeDir
+		out.MPSServer = d.MPS.ClientPipeDir()
 	}
 	return out
 }
@@ -92,6 +106,10 @@ func readyMessage(d plan.Device) string {
 // DeviceStatuses are the status.devices entries of this driver for c; nil
 // c (or no devices) means none.
 func DeviceStatuses(c *plan.Claim, now time.Time) ([]resourceapi.AllocatedDeviceStatus, error) {
+	return deviceStatuses(c, nil, now)
+}
+
+func deviceStatuses(c *plan.Claim, mps *MPSServer, now time.Time) ([]resourceapi.AllocatedDeviceStatus, error) {
 	if c == nil {
 		return nil, nil
 	}
@@ -109,6 +127,16 @@ func DeviceStatuses(c *plan.Claim, now time.Time) ([]resourceapi.AllocatedDevice
 				Message: readyMessage(d), LastTransitionTime: metav1.NewTime(now),
 			}},
 		}
+		if d.MPS != nil && mps != nil {
+			status := metav1.ConditionFalse
+			if mps.Ready {
+				status = metav1.ConditionTrue
+			}
+			dev.Conditions = append(dev.Conditions, metav1.Condition{
+				Type: ConditionMPSServerReady, Status: status, Reason: mps.Reason,
+				Message: mps.Message, LastTransitionTime: metav1.NewTime(mps.Since),
+			})
+		}
 		if d.ShareID != nil {
 			dev.ShareID = ptr.To(string(*d.ShareID))
 		}
@@ -122,6 +150,12 @@ type key struct {
 	uid             types.UID
 }
 
+// desired is what a claim's status should say; a nil claim clears it.
+type desired struct {
+	claim *plan.Claim
+	mps   *MPSServer
+}
+
 // Writer applies claim status in the background.
 type Writer struct {
 	client       kubernetes.Interface
@@ -129,7 +163,7 @@ type Writer struct {
 	queue        workqueue.TypedRateLimitingInterface[key]
 
 	mu      sync.Mutex
-	desired map[key]*plan.Claim // nil value: clear
+	desired map[key]desired
 
 	failpoint func(name string) error
 }
@@ -150,23 +184,28 @@ func NewWriter(client kubernetes.Interface, fieldManager string) *Writer {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[key](),
 			workqueue.TypedRateLimitingQueueConfig[key]{Name: "gpufrac-claim-status"}),
-		desired: map[key]*plan.Claim{},
+		desired: map[key]desired{},
 	}
 }
 
 // Prepared records that c is prepared; the status follows.
 func (w *Writer) Prepared(c *plan.Claim) {
-	w.set(key{c.Namespace, c.Name, c.UID}, c)
+	w.set(key{c.Namespace, c.Name, c.UID}, desired{claim: c})
 }
 
 // Unprepared records that a claim is no longer prepared here.
 func (w *Writer) Unprepared(namespace, name string, uid types.UID) {
-	w.set(key{namespace, name, uid}, nil)
+	w.set(key{namespace, name, uid}, desired{})
 }
 
-func (w *Writer) set(k key, c *plan.Claim) {
+// MPSServerState records the state of prepared claim c's MPS server.
+func (w *Writer) MPSServerState(c *plan.Claim, state MPSServer) {
+	w.set(key{c.Namespace, c.Name, c.UID}, desired{claim: c, mps: &state})
+}
+
+func (w *Writer) set(k key, d desired) {
 	w.mu.Lock()
-	w.desired[k] = c
+	w.desired[k] = d
 	w.mu.Unlock()
 	w.queue.Add(k)
 }
@@ -201,10 +240,10 @@ func (w *Writer) processNext(ctx context.Context) bool {
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(k.namespace, k.name), "claimUID", k.uid)
 
 	w.mu.Lock()
-	c := w.desired[k]
+	d := w.desired[k]
 	w.mu.Unlock()
 
-	err := w.Apply(ctx, k.namespace, k.name, k.uid, c)
+	err := w.apply(ctx, k.namespace, k.name, k.uid, d)
 	if err == nil && w.failpoint != nil {
 		// A returned error is treated like a failed write: retried.
 		err = w.failpoint("status-after-write")
@@ -213,7 +252,7 @@ func (w *Writer) processNext(ctx context.Context) bool {
 	case err == nil || apierrors.IsNotFound(err):
 		// A claim that is gone has no status to keep.
 		w.mu.Lock()
-		if w.desired[k] == c {
+		if w.desired[k] == d {
 			delete(w.desired, k)
 		}
 		w.mu.Unlock()
@@ -230,7 +269,11 @@ func (w *Writer) processNext(ctx context.Context) bool {
 // conflicts. A claim recreated under the same name (another UID) is not
 // ours to write.
 func (w *Writer) Apply(ctx context.Context, namespace, name string, uid types.UID, c *plan.Claim) error {
-	want, err := DeviceStatuses(c, time.Now())
+	return w.apply(ctx, namespace, name, uid, desired{claim: c})
+}
+
+func (w *Writer) apply(ctx context.Context, namespace, name string, uid types.UID, d desired) error {
+	want, err := deviceStatuses(d.claim, d.mps, time.Now())
 	if err != nil {
 		return err
 	}

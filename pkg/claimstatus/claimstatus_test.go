@@ -57,7 +57,7 @@ func TestDeviceStatusesSayWhatWasDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := claimstatus.DeviceData{UUID: "GPU-2", MemoryRequest: "16Gi", MemoryLimit: "24Gi", ComputeMode: "SMSharing",
-		Enforcement: "dmem", MPSServer: "/var/lib/kubelet/plugins/gpufrac.dev/mps/GPU-2/pipe", ActiveThreadPercentage: ptr.To[int32](40)}
+		Enforcement: "dmem", MPSServer: smPlan().Devices[0].MPS.PipeDir, ActiveThreadPercentage: ptr.To[int32](40)}
 	if data.UUID != want.UUID || data.MemoryRequest != want.MemoryRequest || data.MemoryLimit != want.MemoryLimit ||
 		data.ComputeMode != want.ComputeMode || data.Enforcement != want.Enforcement || data.MPSServer != want.MPSServer ||
 		*data.ActiveThreadPercentage != 40 {
@@ -141,4 +141,43 @@ func TestWriterRetriesUntilApplied(t *testing.T) {
 	if err != nil {
 		t.Errorf("a vanished claim keeps being retried: %v", err)
 	}
+}
+
+// A dead MPS daemon shows on the claim as MPSServerReady=False beside
+// Ready, and True again once the recreated daemon is ready.
+func TestMPSServerCondition(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset(&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid-1"}})
+	w := claimstatus.NewWriter(client, "gpufrac.dev/n")
+	go w.Run(ctx, 1)
+	condition := func(want metav1.ConditionStatus) metav1.Condition {
+		t.Helper()
+		var got metav1.Condition
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			claim, err := client.ResourceV1().ResourceClaims("ns").Get(ctx, "c", metav1.GetOptions{})
+			if err != nil || len(claim.Status.Devices) != 1 {
+				return false, err
+			}
+			for _, c := range claim.Status.Devices[0].Conditions {
+				if c.Type == claimstatus.ConditionMPSServerReady {
+					got = c
+				}
+			}
+			return got.Status == want && len(claim.Status.Devices[0].Conditions) == 2, nil
+		})
+		if err != nil {
+			t.Fatalf("MPSServerReady never became %s (have %+v): %v", want, got, err)
+		}
+		return got
+	}
+	c := smPlan()
+	w.Prepared(c)
+	w.MPSServerState(c, claimstatus.MPSServer{Reason: "DaemonRestarted", Message: "the MPS daemon of GPU GPU-2 is gone", Since: time.Now()})
+	if got := condition(metav1.ConditionFalse); got.Reason != "DaemonRestarted" || got.Message != "the MPS daemon of GPU GPU-2 is gone" {
+		t.Errorf("condition %+v", got)
+	}
+	w.MPSServerState(c, claimstatus.MPSServer{Ready: true, Reason: "DaemonReady", Since: time.Now()})
+	condition(metav1.ConditionTrue)
 }

@@ -42,7 +42,11 @@ type Config struct {
 
 // Events are reported on claims whose daemon had trouble.
 type Events interface {
+	// DaemonRestarted: the claim's daemon died and a new one was created;
+	// the claim's clients lost their server.
 	DaemonRestarted(c *plan.Claim, reason string)
+	// DaemonRecovered: the new daemon is ready.
+	DaemonRecovered(c *plan.Claim)
 }
 
 // user is one claim's use of a GPU's daemon.
@@ -65,6 +69,9 @@ type Manager struct {
 
 	mu    sync.Mutex
 	users map[string]users // GPU UUID → claim → use
+	// restarted are GPUs whose daemon was recreated and has not been
+	// seen ready since; only the reconcile loop touches it.
+	restarted map[string]bool
 }
 
 // NewManager validates cfg.
@@ -78,7 +85,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
 	}
-	return &Manager{cfg: cfg, locks: keymutex.NewHashed(0), users: map[string]users{}}, nil
+	return &Manager{cfg: cfg, locks: keymutex.NewHashed(0), users: map[string]users{}, restarted: map[string]bool{}}, nil
 }
 
 // useOf is what a claim asks of a GPU's daemon: the sum of its SMSharing
@@ -403,6 +410,15 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	for gpu, us := range users {
 		pod := running[gpu]
 		if pod != nil && pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded {
+			if m.restarted[gpu] && podReady(pod) {
+				delete(m.restarted, gpu)
+				logger.Info("A recreated MPS daemon is ready", "gpu", gpu, "claims", len(us))
+				if m.cfg.Events != nil {
+					for _, u := range us {
+						m.cfg.Events.DaemonRecovered(&u.claim)
+					}
+				}
+			}
 			continue
 		}
 		reason := "the MPS daemon of GPU " + gpu + " is gone"
@@ -417,6 +433,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		if !created {
 			continue
 		}
+		m.restarted[gpu] = true
 		logger.Info("Recreated an MPS daemon claims depend on", "gpu", gpu, "claims", len(us), "reason", reason)
 		if m.cfg.Events != nil {
 			for _, u := range us {

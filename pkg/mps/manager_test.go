@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
@@ -70,9 +71,16 @@ func applySettings(p corev1.Pod) {
 	}
 }
 
+func (e *restartEvents) DaemonRecovered(c *plan.Claim) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.recovered = append(e.recovered, c.Name)
+}
+
 type restartEvents struct {
-	mu     sync.Mutex
-	claims []string
+	recovered []string
+	mu        sync.Mutex
+	claims    []string
 }
 
 func (e *restartEvents) DaemonRestarted(c *plan.Claim, reason string) {
@@ -264,6 +272,24 @@ func TestRestoreRebuildsCountsAndCollectsGarbage(t *testing.T) {
 	}
 	if len(ev.claims) != 1 || !strings.Contains(ev.claims[0], "used: the MPS daemon of GPU GPU-a is gone") {
 		t.Errorf("events %v", ev.claims)
+	}
+	// Once the new daemon is ready, the next pass tells its claims, once.
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := after.Restore(ctx, nil); err != nil {
+			return false, err
+		}
+		ev.mu.Lock()
+		defer ev.mu.Unlock()
+		return len(ev.recovered) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the recreated daemon's readiness was never reported: %v", err)
+	}
+	if err := after.Restore(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ev.recovered[0] != "used" || len(ev.recovered) != 1 {
+		t.Errorf("recovered %v, want [used] once", ev.recovered)
 	}
 }
 

@@ -2,6 +2,7 @@ package nodeplugin
 
 import (
 	"context"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/gpufrac/gpufrac/pkg/claimstatus"
 	"github.com/gpufrac/gpufrac/pkg/plan"
 )
 
@@ -18,19 +20,35 @@ import (
 // resourceclaim` shows them next to the allocation.
 type eventReporter struct {
 	recorder events.EventRecorder
+	// status carries the MPS server's state into the claim's
+	// status.devices conditions.
+	status *claimstatus.Writer
 }
 
-func newEventReporter(ctx context.Context, client kubernetes.Interface, nodeName string) *eventReporter {
+func newEventReporter(ctx context.Context, client kubernetes.Interface, nodeName string, status *claimstatus.Writer) *eventReporter {
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	broadcaster.StartRecordingToSink(ctx.Done())
-	return &eventReporter{recorder: broadcaster.NewRecorder(scheme.Scheme, "gpufrac-kubelet-plugin/"+nodeName)}
+	return &eventReporter{recorder: broadcaster.NewRecorder(scheme.Scheme, "gpufrac-kubelet-plugin/"+nodeName), status: status}
+}
+
+func claimRef(c *plan.Claim) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID}}
 }
 
 // DaemonRestarted tells a claim's users that the MPS server they joined
-// died and was recreated: their CUDA contexts on it are lost.
+// died and was recreated: their CUDA contexts on it are lost. The Event is
+// for people; the MPSServerReady=False condition is for controllers that
+// restart such pods.
 func (r *eventReporter) DaemonRestarted(c *plan.Claim, reason string) {
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID}}
-	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "MPSDaemonRestarted", "RestartMPSDaemon", "%s", reason)
+	r.recorder.Eventf(claimRef(c), nil, v1.EventTypeWarning, "MPSDaemonRestarted", "RestartMPSDaemon", "%s", reason)
+	r.status.MPSServerState(c, claimstatus.MPSServer{Reason: "DaemonRestarted", Message: reason, Since: time.Now()})
+}
+
+// DaemonRecovered: the recreated server accepts clients again.
+func (r *eventReporter) DaemonRecovered(c *plan.Claim) {
+	r.recorder.Eventf(claimRef(c), nil, v1.EventTypeNormal, "MPSDaemonReady", "RestartMPSDaemon", "the recreated MPS daemon is ready; restart the claim's containers to reconnect")
+	r.status.MPSServerState(c, claimstatus.MPSServer{Ready: true, Reason: "DaemonReady",
+		Message: "the recreated MPS daemon is ready; containers that used the old one must restart", Since: time.Now()})
 }
 
 func (r *eventReporter) PrepareFailed(claim *resourceapi.ResourceClaim, err error) {

@@ -185,7 +185,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 
 	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
 	status.SetFailpoint(cfg.Failpoint)
-	events := newEventReporter(bgCtx, cfg.KubeClient, cfg.NodeName)
+	events := newEventReporter(bgCtx, cfg.KubeClient, cfg.NodeName, status)
 	p.events = events
 	p.done.Add(1)
 	go func() {
