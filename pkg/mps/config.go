@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/plan"
 )
@@ -78,16 +76,34 @@ func (m *Manager) waitApplied(ctx context.Context, b plan.MPSBinding, file, cont
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
-	backoff := wait.Backoff{Duration: 20 * time.Millisecond, Factor: 2, Cap: time.Second, Steps: 1 << 30}
-	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(context.Context) (bool, error) {
+	applied := poll(ctx, func(context.Context) bool {
 		raw, _ := os.ReadFile(path)
 		got = string(raw)
-		return got == content, nil
+		return got == content
 	})
-	if err != nil {
+	if !applied {
 		return fmt.Errorf("MPS daemon %s/%s of GPU %s did not apply its settings after %s (want %q in %s, have %q); last daemon log lines: %s",
 			m.cfg.Namespace, PodName(m.cfg.NodeName, b.GPUUUID), b.GPUUUID, time.Since(start).Round(100*time.Millisecond),
 			strings.TrimSpace(content), path, strings.TrimSpace(got), tailLog(b.LogDir, 5))
 	}
 	return nil
+}
+
+// poll calls done from 20 ms apart, doubling up to 1 s, until it returns
+// true (poll returns true) or ctx ends (false). Not wait.Backoff with a
+// Cap: reaching the cap zeroes its Steps and ends the wait after a few
+// seconds, long before ctx's deadline.
+func poll(ctx context.Context, done func(context.Context) bool) bool {
+	interval := 20 * time.Millisecond
+	for {
+		if done(ctx) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(interval):
+		}
+		interval = min(2*interval, time.Second)
+	}
 }
