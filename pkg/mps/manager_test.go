@@ -33,12 +33,18 @@ const (
 // settings (template_test runs the real script); ready=false plays a
 // daemon that never answers.
 func kubelet(ctx context.Context, t *testing.T, client *fake.Clientset, ready bool) {
+	kubeletApplying(ctx, client, ready, ready)
+}
+
+// kubeletApplying is kubelet with the daemon's answering of the settings
+// chosen apart from its readiness.
+func kubeletApplying(ctx context.Context, client *fake.Clientset, ready, applies bool) {
 	go func() {
 		for ctx.Err() == nil {
 			pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 			if err == nil {
 				for _, p := range pods.Items {
-					if ready {
+					if applies {
 						applySettings(p)
 					}
 					if p.Status.Phase == corev1.PodRunning {

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -98,20 +96,7 @@ func TestSettingsNeverAppliedFailsPrepare(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset()
-	// Ready, but deaf to the config directory.
-	go func() {
-		for ctx.Err() == nil {
-			pods, _ := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-			for _, p := range pods.Items {
-				if p.Status.Phase != corev1.PodRunning {
-					p.Status.Phase = corev1.PodRunning
-					p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-					_, _ = client.CoreV1().Pods(ns).UpdateStatus(ctx, &p, metav1.UpdateOptions{})
-				}
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
+	kubeletApplying(ctx, client, true, false) // Ready, but deaf to the config directory
 	m, err := mps.NewManager(mps.Config{
 		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
 		Image: "gpufrac/mps:test", Version: inventory.MPSVersionV3, ReadyTimeout: 300 * time.Millisecond,
