@@ -61,6 +61,13 @@ func TestFindCgroup(t *testing.T) {
 	if err != nil || cg.V2 || cg.Path != "/sys/fs/cgroup/memory/kubepods/burstable/podX/abc" {
 		t.Errorf("v1: %+v %v", cg, err)
 	}
+	// Hybrid (systemd's default on many cgroup-v1 hosts): the unified line
+	// names the root of an empty hierarchy, never the container's cgroup.
+	hybrid := "0::/\n" + v1Cgroup
+	cg, err = cdihook.FindCgroup(procTree(t, "42", hybrid), "/sys/fs/cgroup", 42)
+	if err != nil || cg.V2 || cg.Path != "/sys/fs/cgroup/memory/kubepods/burstable/podX/abc" {
+		t.Errorf("hybrid: %+v %v", cg, err)
+	}
 	if _, err := cdihook.FindCgroup(t.TempDir(), "/sys/fs/cgroup", 42); err == nil || !strings.Contains(err.Error(), "cgroup of the container not found") {
 		t.Errorf("missing process: %v", err)
 	}
