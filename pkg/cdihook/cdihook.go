@@ -1,4 +1,4 @@
-// Package cdihook is the logic of gpufrac-cdi-hook, the OCI createContainer
+// Package cdihook is the logic of gpufrac-cdi-hook, the OCI createRuntime
 // hook that gpufrac's CDI specs run: it finds the new container's cgroup
 // from the OCI state on stdin and applies each GPU's soft (guaranteed) and
 // hard (ceiling) memory limit to it through NVML, so the limits are exact
@@ -57,7 +57,7 @@ func ReadState(r io.Reader) (*oci.State, error) {
 		return nil, fmt.Errorf("reading the OCI container state from stdin: %w", err)
 	}
 	if st.Pid <= 0 {
-		return nil, fmt.Errorf("OCI state of container %q has no pid; gpufrac-cdi-hook must run as a createContainer hook", st.ID)
+		return nil, fmt.Errorf("OCI state of container %q has no pid; gpufrac-cdi-hook must run as a createRuntime hook", st.ID)
 	}
 	return &st, nil
 }

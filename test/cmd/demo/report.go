@@ -220,8 +220,8 @@ func (r *reporter) containers(w io.Writer) {
 					_, _ = fmt.Fprintf(w, "      mount  %s -> %s\n", m.Source, m.Destination)
 				}
 				if c.Hooks != nil {
-					for _, h := range c.Hooks.CreateContainer {
-						_, _ = fmt.Fprintf(w, "      hook   createContainer: %s\n", strings.Join(append([]string{h.Path}, h.Args...), " "))
+					for _, h := range c.Hooks.CreateRuntime {
+						_, _ = fmt.Fprintf(w, "      hook   createRuntime: %s\n", strings.Join(append([]string{h.Path}, h.Args...), " "))
 					}
 				}
 			}
