@@ -71,11 +71,12 @@ type ControlPlane struct {
 	pki      *pki
 	server   string
 
-	mu     sync.Mutex
-	procs  []*process // in start order
-	nodes  []*Node
-	peaks  map[string]uint64
-	closed bool
+	mu        sync.Mutex
+	procs     []*process // in start order
+	nodes     []*Node
+	realNodes []*RealNode
+	peaks     map[string]uint64
+	closed    bool
 }
 
 // Start builds what is missing, starts the control plane and waits until
@@ -324,10 +325,14 @@ func (cp *ControlPlane) Close() error {
 	}
 	cp.closed = true
 	nodes := slices.Clone(cp.nodes)
+	realNodes := slices.Clone(cp.realNodes)
 	procs := slices.Clone(cp.procs)
 	cp.mu.Unlock()
 
 	var errs []error
+	for _, n := range realNodes {
+		errs = append(errs, n.Stop())
+	}
 	for _, n := range nodes {
 		errs = append(errs, n.Stop())
 	}
@@ -364,6 +369,9 @@ func (cp *ControlPlane) PeakRSS() map[string]uint64 {
 	for _, n := range cp.nodes {
 		procs = append(procs, n.plugin)
 	}
+	for _, n := range cp.realNodes {
+		procs = append(procs, n.processes()...)
+	}
 	cp.mu.Unlock()
 	for _, proc := range procs {
 		cp.recordPeak(proc)
@@ -399,6 +407,9 @@ func (cp *ControlPlane) logTails(lines int) string {
 	procs := slices.Clone(cp.procs)
 	for _, n := range cp.nodes {
 		procs = append(procs, n.plugin)
+	}
+	for _, n := range cp.realNodes {
+		procs = append(procs, n.processes()...)
 	}
 	cp.mu.Unlock()
 	var b strings.Builder
