@@ -220,7 +220,9 @@ func (b *builder) ensure(ctx context.Context, g group) error {
 
 	names := sortedNames(g)
 	env := buildEnv(g, seccomp)
-	dir := b.root
+	// go install pkg@version ignores the current module, so it runs in
+	// the empty build directory; GOBIN collects the binaries.
+	dir := tmp
 	var args []string
 	if g.module != "" {
 		dir = filepath.Join(b.root, g.module)
@@ -229,10 +231,7 @@ func (b *builder) ensure(ctx context.Context, g group) error {
 			args = append(args, g.pkgs[n])
 		}
 	} else {
-		// go install pkg@version ignores the current module; GOBIN
-		// collects the binaries.
 		env = append(env, "GOBIN="+tmp)
-		dir = tmp
 		args = []string{"install", "-v", "-trimpath", "-ldflags", g.ldflags}
 		if g.tags != "" {
 			args = append(args, "-tags", g.tags)
