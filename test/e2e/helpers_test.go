@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -195,44 +193,18 @@ func (e *env) waitRunning(name string) *v1.Pod {
 	return pod
 }
 
-// seen is what the probe printed inside the container.
-type seen struct {
-	Env     map[string]string
-	Devices map[string]string // path → "c major:minor"
-	Mounts  []string
-	MPSPipe []string
-}
-
 // probe waits for the probe's report in the container's log.
-func (e *env) probe(pod *v1.Pod) seen {
+func (e *env) probe(pod *v1.Pod) *harness.ProbeReport {
 	e.t.Helper()
-	var out string
+	var report *harness.ProbeReport
 	e.poll("the probe's report of pod "+pod.Name, func() (bool, error) {
+		var ok bool
 		var err error
-		out, err = node.ContainerLog(pod, "main")
-		return err == nil && strings.Contains(out, "PROBE END"), err
+		report, ok, err = node.Probe(pod, "main")
+		return ok, err
 	})
-	s := seen{Env: map[string]string{}, Devices: map[string]string{}}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		kind, rest, _ := strings.Cut(sc.Text(), " ")
-		switch kind {
-		case "ENV":
-			k, v, _ := strings.Cut(rest, "=")
-			s.Env[k] = v
-		case "DEV":
-			path, dev, _ := strings.Cut(rest, " ")
-			s.Devices[path] = dev
-		case "MOUNT":
-			s.Mounts = append(s.Mounts, rest)
-		case "MPSPIPE":
-			s.MPSPipe = append(s.MPSPipe, rest)
-		}
-	}
-	e.t.Logf("pod %s saw: NVIDIA_VISIBLE_DEVICES=%s NVIDIA_GPU_MEMORY_REQUESTS=%s NVIDIA_GPU_MEMORY_LIMITS=%s GPUFRAC_CLAIM=%s CUDA_MPS_PIPE_DIRECTORY=%q devices=%v MPS pipe=%v",
-		pod.Name, s.Env["NVIDIA_VISIBLE_DEVICES"], s.Env["NVIDIA_GPU_MEMORY_REQUESTS"], s.Env["NVIDIA_GPU_MEMORY_LIMITS"], s.Env["GPUFRAC_CLAIM"],
-		s.Env["CUDA_MPS_PIPE_DIRECTORY"], s.Devices, s.MPSPipe)
-	return s
+	e.t.Logf("pod %s saw: %s", pod.Name, report)
+	return report
 }
 
 // gpu is the allocated device of the pod's only claim.
@@ -272,7 +244,7 @@ func (e *env) gpuOf(pod *v1.Pod) gpu {
 
 // checkSees checks what a container with a share of g saw: the GPU's uuid,
 // the memory variables (MiB) and its device node.
-func (e *env) checkSees(s seen, g gpu, requestGiB, limitGiB int64) {
+func (e *env) checkSees(s *harness.ProbeReport, g gpu, requestGiB, limitGiB int64) {
 	e.t.Helper()
 	want := map[string]string{
 		"NVIDIA_VISIBLE_DEVICES":     g.UUID,
@@ -302,19 +274,18 @@ func (e *env) checkHook(pod *v1.Pod, g gpu, soft, hard int64) gpusim.LimitRecord
 	if id == "" {
 		e.t.Fatalf("pod %s has no container ID", pod.Name)
 	}
-	data, err := os.ReadFile(node.LimitRecord)
+	all, err := node.LimitRecords()
 	if err != nil {
-		e.t.Fatalf("the hook recorded nothing: %v", err)
+		e.t.Fatal(err)
 	}
 	var found []gpusim.LimitRecord
-	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		var r gpusim.LimitRecord
-		if json.Unmarshal([]byte(line), &r) == nil && strings.HasSuffix(r.Cgroup, id) {
+	for _, r := range all {
+		if strings.HasSuffix(r.Cgroup, id) {
 			found = append(found, r)
 		}
 	}
 	if len(found) != 1 {
-		e.t.Fatalf("hook records for container %s of pod %s: %+v, want one\nall records:\n%s", id, pod.Name, found, data)
+		e.t.Fatalf("hook records for container %s of pod %s: %+v, want one\nall records: %+v", id, pod.Name, found, all)
 	}
 	r := found[0]
 	if r.UUID != g.UUID || r.Soft != uint64(soft) || r.Hard != uint64(hard) {

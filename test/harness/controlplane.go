@@ -71,6 +71,9 @@ type ControlPlane struct {
 	pki      *pki
 	server   string
 
+	imageMu      sync.Mutex
+	imageArchive string // NodeImage, built on the first real node
+
 	mu        sync.Mutex
 	procs     []*process // in start order
 	nodes     []*Node

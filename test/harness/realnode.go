@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -118,7 +119,7 @@ func (cp *ControlPlane) AddRealNode(ctx context.Context, opts RealNodeOptions) (
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	image, err := buildNodeImage(ctx, cp.progress, root, dir)
+	image, err := cp.nodeImage(ctx, root)
 	if err != nil {
 		return nil, err
 	}
@@ -194,6 +195,26 @@ func (cp *ControlPlane) AddRealNode(ctx context.Context, opts RealNodeOptions) (
 		return nil, err
 	}
 	return n, n.waitForSlices(ctx)
+}
+
+// nodeImage builds NodeImage's archive once for all the real nodes of the
+// control plane.
+func (cp *ControlPlane) nodeImage(ctx context.Context, root string) (string, error) {
+	cp.imageMu.Lock()
+	defer cp.imageMu.Unlock()
+	if cp.imageArchive != "" {
+		return cp.imageArchive, nil
+	}
+	dir := filepath.Join(cp.Dir, "node-image")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	archive, err := buildNodeImage(ctx, cp.progress, root, dir)
+	if err != nil {
+		return "", err
+	}
+	cp.imageArchive = archive
+	return archive, nil
 }
 
 // start runs a node process inside the namespace and the node's cgroup.
@@ -504,4 +525,28 @@ func sweepStaleCgroups(logger klog.Logger) {
 			}
 		}
 	}
+}
+
+// LimitRecords are the limits gpufrac-cdi-hook set on this simulated node,
+// in the order it set them.
+func (n *RealNode) LimitRecords() ([]gpusim.LimitRecord, error) {
+	data, err := os.ReadFile(n.LimitRecord)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []gpusim.LimitRecord
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if line == "" {
+			continue
+		}
+		var r gpusim.LimitRecord
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return nil, fmt.Errorf("reading %s: %w", n.LimitRecord, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }

@@ -26,6 +26,7 @@ type reporter struct {
 	ctx       context.Context
 	client    kubernetes.Interface
 	nodes     []*harness.Node
+	realNodes []*harness.RealNode
 	namespace string
 }
 
