@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 )
 
 // nodeNS is a private mount namespace held by one locked OS thread. The real
@@ -289,4 +290,37 @@ func (cg *nodeCgroups) remove() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// cgroupPrefix names the real nodes' cgroups, followed by the owner's PID.
+const cgroupPrefix = "gpufrac-e2e-"
+
+// sweepStaleCgroups kills what is left in the cgroups of real nodes whose
+// test process is gone (killed by go test's timeout: its children died by
+// Pdeathsig, its pods' processes did not) and removes those cgroups.
+func sweepStaleCgroups(logger klog.Logger) {
+	hierarchies, _, err := cgroupHierarchies()
+	if err != nil {
+		return
+	}
+	for _, h := range hierarchies {
+		entries, _ := os.ReadDir(h)
+		for _, e := range entries {
+			rest, ok := strings.CutPrefix(e.Name(), cgroupPrefix)
+			if !ok || !e.IsDir() || strings.HasSuffix(rest, "-node") {
+				continue
+			}
+			pidStr, _, _ := strings.Cut(rest, "-")
+			pid, err := strconv.Atoi(pidStr)
+			if err != nil || pid == os.Getpid() || processAlive(pid) {
+				continue
+			}
+			cg := &nodeCgroups{hierarchies: hierarchies, track: h, Root: "/" + e.Name(), Node: "/" + e.Name() + "-node"}
+			_ = cg.kill(cg.Root, 5*time.Second)
+			_ = cg.kill(cg.Node, 5*time.Second)
+			if err := cg.remove(); err == nil {
+				logger.V(2).Info("Removed the cgroups of a real node that did not clean up", "cgroup", cg.Root, "pid", pid)
+			}
+		}
+	}
 }

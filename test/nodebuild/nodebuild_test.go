@@ -39,7 +39,9 @@ func TestRecipeKeysTheCache(t *testing.T) {
 	for name, recipe := range map[string]func() (string, error){
 		"version":    func() (string, error) { return b.recipe(other, &seccompLib{version: "deb-2.5.4"}) },
 		"libseccomp": func() (string, error) { return b.recipe(runc, &seccompLib{version: "system-2.6.0"}) },
-		"go":         func() (string, error) { return (&builder{goVersion: "go1.26.9"}).recipe(runc, &seccompLib{version: "deb-2.5.4"}) },
+		"go": func() (string, error) {
+			return (&builder{goVersion: "go1.26.9"}).recipe(runc, &seccompLib{version: "deb-2.5.4"})
+		},
 	} {
 		got, err := recipe()
 		if err != nil || got == base {
