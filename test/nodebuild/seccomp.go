@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 )
@@ -103,8 +104,11 @@ func unpackDeb(ctx context.Context, p *kubebuild.Progress, cache, root string) e
 		return err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	// apt-get download writes into its working directory.
-	if err := p.Run(ctx, "Fetching "+seccompPackage+" (apt-get download; nothing is installed) for runc's seccomp support", tmp, os.Environ(), "apt-get", "download", seccompPackage); err != nil {
+	// apt-get download writes into its working directory. Bounded: a
+	// machine without a reachable mirror should skip soon, not hang.
+	fetchCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := p.Run(fetchCtx, "Fetching "+seccompPackage+" (apt-get download; nothing is installed) for runc's seccomp support", tmp, os.Environ(), "apt-get", "download", seccompPackage); err != nil {
 		return unavailable(fmt.Sprintf("`apt-get download %s` failed (%v)", seccompPackage, err))
 	}
 	debs, _ := filepath.Glob(filepath.Join(tmp, seccompPackage+"_*.deb"))
