@@ -10,7 +10,7 @@ STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
 
-.PHONY: all build test test-helm lint demo clean fuzz bench soak kube-binaries
+.PHONY: all build test test-helm lint demo clean fuzz bench soak kube-binaries e2e
 
 all: build
 
@@ -23,7 +23,8 @@ build:
 # kube-binaries first: on a fresh machine the integration tests' upstream
 # binaries are built there, with progress on the terminal, rather than
 # silently inside go test's buffered output (the tests build them too when
-# run alone).
+# run alone). It also builds the real node of test/e2e where that can run
+# (root, Linux, writable cgroups), and otherwise says why test/e2e skips.
 test: kube-binaries
 	$(GO) test -race -count=1 ./...
 	$(MAKE) test-helm
@@ -34,6 +35,12 @@ test: kube-binaries
 # and plugin it runs are raced in the suite above.
 test-helm:
 	cd test/helm && $(GO) test -count=1 ./...
+
+# The end-to-end tests alone: the control plane plus a real node (kubelet,
+# containerd, runc) running pods with the plugin's CDI specs. Root only.
+e2e:
+	@$(GO) run ./test/cmd/kube-binaries -q -node
+	$(GO) test -count=1 -v ./test/e2e/
 
 # Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time);
 # `make test` runs their seed corpora already.
@@ -86,7 +93,7 @@ demo: build
 # machine (15 to 20 minutes on 2 cores, kube-apiserver most of it) into
 # ${XDG_CACHE_HOME:-~/.cache}/gpufrac/kube-v1.37.2; instant afterwards.
 kube-binaries:
-	@$(GO) run ./test/cmd/kube-binaries -q
+	@$(GO) run ./test/cmd/kube-binaries -q -node
 
 clean:
 	rm -rf $(BIN)

@@ -6,13 +6,15 @@
 # 2. Runs test/cmd/demo: a real local control plane (etcd, kube-apiserver,
 #    kube-scheduler, kube-controller-manager v1.37.2, built from the Go module
 #    proxy on the first run and cached in ~/.cache/gpufrac), two simulated
-#    nodes of 8 x H200 with gpufrac-kubelet-plugin and a kubelet stand-in
-#    each, the manifests in demo/ applied with kubectl, pods Running on GPU
-#    shares, `kubectl gpufrac status`, the plugin's metrics for one pod and
-#    `kubectl describe resourceclaim`.
+#    nodes of 8 x H200 with gpufrac-kubelet-plugin each, and either a real
+#    kubelet, containerd and runc (root on Linux with writable cgroups; the
+#    containers print what they see) or a kubelet stand-in (otherwise; the
+#    demo says which and why), the manifests in demo/ applied with kubectl,
+#    pods Running on GPU shares, `kubectl gpufrac status`, the plugin's
+#    metrics for one pod and `kubectl describe resourceclaim`.
 #
 # Arguments go to the demo driver, e.g. demo/run.sh -wait (keep the cluster
-# until Ctrl-C) or -gpus h100x4,a100x4.
+# until Ctrl-C), -gpus h100x4,a100x4 or -node=standin.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }

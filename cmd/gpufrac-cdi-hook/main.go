@@ -1,4 +1,4 @@
-// Command gpufrac-cdi-hook is the OCI createContainer hook in gpufrac's CDI
+// Command gpufrac-cdi-hook is the OCI createRuntime hook in gpufrac's CDI
 // specs: it applies a container's GPU memory limits to its cgroup. The logic
 // is in pkg/cdihook; this file is flags and wiring.
 package main

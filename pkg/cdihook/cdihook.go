@@ -1,4 +1,4 @@
-// Package cdihook is the logic of gpufrac-cdi-hook, the OCI createContainer
+// Package cdihook is the logic of gpufrac-cdi-hook, the OCI createRuntime
 // hook that gpufrac's CDI specs run: it finds the new container's cgroup
 // from the OCI state on stdin and applies each GPU's soft (guaranteed) and
 // hard (ceiling) memory limit to it through NVML, so the limits are exact
@@ -57,7 +57,7 @@ func ReadState(r io.Reader) (*oci.State, error) {
 		return nil, fmt.Errorf("reading the OCI container state from stdin: %w", err)
 	}
 	if st.Pid <= 0 {
-		return nil, fmt.Errorf("OCI state of container %q has no pid; gpufrac-cdi-hook must run as a createContainer hook", st.ID)
+		return nil, fmt.Errorf("OCI state of container %q has no pid; gpufrac-cdi-hook must run as a createRuntime hook", st.ID)
 	}
 	return &st, nil
 }
@@ -79,7 +79,7 @@ func FindCgroup(procRoot, cgroupRoot string, pid int) (Cgroup, error) {
 		return Cgroup{}, fmt.Errorf("cgroup of the container not found: %w", err)
 	}
 	defer func() { _ = f.Close() }()
-	var v1Memory, v1First string
+	var v1Memory, v1First, v2 string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// hierarchy-ID:controller-list:cgroup-path
@@ -88,7 +88,8 @@ func FindCgroup(procRoot, cgroupRoot string, pid int) (Cgroup, error) {
 			continue
 		}
 		if parts[0] == "0" && parts[1] == "" {
-			return Cgroup{Path: filepath.Join(cgroupRoot, parts[2]), V2: true}, nil
+			v2 = filepath.Join(cgroupRoot, parts[2])
+			continue
 		}
 		if v1First == "" {
 			v1First = filepath.Join(cgroupRoot, parts[1], parts[2])
@@ -102,11 +103,17 @@ func FindCgroup(procRoot, cgroupRoot string, pid int) (Cgroup, error) {
 	if err := sc.Err(); err != nil {
 		return Cgroup{}, fmt.Errorf("reading %s: %w", file, err)
 	}
+	// A hybrid host (v1 controllers, plus an empty unified hierarchy
+	// mounted elsewhere, usually cgroup-root/unified) lists a "0::" line
+	// too; the container's cgroup that matters is then the v1 one, and the
+	// unified path would wrongly resolve to cgroup-root itself.
 	switch {
 	case v1Memory != "":
 		return Cgroup{Path: v1Memory}, nil
 	case v1First != "":
 		return Cgroup{Path: v1First}, nil
+	case v2 != "":
+		return Cgroup{Path: v2, V2: true}, nil
 	}
 	return Cgroup{}, fmt.Errorf("cgroup of the container not found: %s lists no cgroup", file)
 }

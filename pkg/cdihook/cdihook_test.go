@@ -61,6 +61,13 @@ func TestFindCgroup(t *testing.T) {
 	if err != nil || cg.V2 || cg.Path != "/sys/fs/cgroup/memory/kubepods/burstable/podX/abc" {
 		t.Errorf("v1: %+v %v", cg, err)
 	}
+	// Hybrid (systemd's default on many cgroup-v1 hosts): the unified line
+	// names the root of an empty hierarchy, never the container's cgroup.
+	hybrid := "0::/\n" + v1Cgroup
+	cg, err = cdihook.FindCgroup(procTree(t, "42", hybrid), "/sys/fs/cgroup", 42)
+	if err != nil || cg.V2 || cg.Path != "/sys/fs/cgroup/memory/kubepods/burstable/podX/abc" {
+		t.Errorf("hybrid: %+v %v", cg, err)
+	}
 	if _, err := cdihook.FindCgroup(t.TempDir(), "/sys/fs/cgroup", 42); err == nil || !strings.Contains(err.Error(), "cgroup of the container not found") {
 		t.Errorf("missing process: %v", err)
 	}
@@ -124,8 +131,8 @@ func TestRunFailuresSayWhatToDo(t *testing.T) {
 		{name: "unknown GPU", uuid: "GPU-gone", want: "GPU GPU-gone is not on this node"},
 		{name: "cgroup v1 with real NVML", proc: func(t *testing.T) string { return procTree(t, "42", v1Cgroup) },
 			want: "container abc is in cgroup v1 (/sys/fs/cgroup/memory/kubepods/burstable/podX/abc): NVIDIA per-container memory limits need cgroup v2"},
-		{name: "not a createContainer hook", state: `{"ociVersion":"1.2.0","id":"abc","status":"creating"}`,
-			want: `OCI state of container "abc" has no pid; gpufrac-cdi-hook must run as a createContainer hook`},
+		{name: "not a createRuntime hook", state: `{"ociVersion":"1.2.0","id":"abc","status":"creating"}`,
+			want: `OCI state of container "abc" has no pid; gpufrac-cdi-hook must run as a createRuntime hook`},
 		{name: "garbage on stdin", state: `not json`, want: "reading the OCI container state from stdin"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

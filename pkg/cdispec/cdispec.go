@@ -169,7 +169,12 @@ func env(c *plan.Claim) []string {
 
 // hook applies the claim's limits when the container is created. The
 // values travel as arguments, per GPU, so they are exact whatever the
-// container's environment says.
+// container's environment says. A createRuntime hook: it runs after the
+// container's cgroup is set up, in the runtime's namespaces, where
+// /proc/<pid>/cgroup gives the container's full cgroup path. A
+// createContainer hook runs inside the container's cgroup namespace (private
+// by default on cgroup v2), where the path reads "/" and would name the
+// cgroup root.
 func hook(c *plan.Claim, opts Options) *cdispec.Hook {
 	args := []string{"gpufrac-cdi-hook", "apply"}
 	for _, g := range c.PerGPU() {
@@ -179,7 +184,7 @@ func hook(c *plan.Claim, opts Options) *cdispec.Hook {
 		args = append(args, "--claim", string(c.UID), "--record-dir", opts.RecordDir)
 	}
 	args = append(args, opts.HookArgs...)
-	return &cdispec.Hook{HookName: "createContainer", Path: opts.HookPath, Args: args}
+	return &cdispec.Hook{HookName: "createRuntime", Path: opts.HookPath, Args: args}
 }
 
 // Writer writes and removes claim specs in one CDI directory.

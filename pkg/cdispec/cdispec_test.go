@@ -125,10 +125,10 @@ func TestInjectTimeSlicingClaim(t *testing.T) {
 		t.Errorf("%d device cgroup rules allow access, want 5", allowed)
 	}
 
-	if spec.Hooks == nil || len(spec.Hooks.CreateContainer) != 1 {
-		t.Fatalf("hooks %+v, want one createContainer hook", spec.Hooks)
+	if spec.Hooks == nil || len(spec.Hooks.CreateRuntime) != 1 {
+		t.Fatalf("hooks %+v, want one createRuntime hook", spec.Hooks)
 	}
-	h := spec.Hooks.CreateContainer[0]
+	h := spec.Hooks.CreateRuntime[0]
 	wantArgs := []string{"gpufrac-cdi-hook", "apply",
 		"--gpu", "GPU-gpu-0=42949672960:64424509440",
 		"--gpu", "GPU-gpu-3=21474836480:21474836480",

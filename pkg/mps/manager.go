@@ -218,17 +218,23 @@ func (m *Manager) waitReady(ctx context.Context, b plan.MPSBinding, name string)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
-	backoff := wait.Backoff{Duration: 50 * time.Millisecond, Factor: 2, Cap: 2 * time.Second, Steps: 1 << 30}
-	err := wait.ExponentialBackoffWithContext(ctx, backoff, func(ctx context.Context) (bool, error) {
-		pod, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
+	// Polls from 50 ms, doubling up to 1 s, until ReadyTimeout. Not
+	// wait.Backoff with a Cap: reaching the cap zeroes its Steps, which
+	// ended the wait after about 3 s, before a real daemon (init
+	// container, then a startup probe every second) is ready.
+	interval := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		if pod, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
+			last = pod
+			if podReady(pod) {
+				return nil
+			}
 		}
-		last = pod
-		return podReady(pod), nil
-	})
-	if err == nil {
-		return nil
+		select {
+		case <-ctx.Done():
+		case <-time.After(interval):
+		}
+		interval = min(2*interval, time.Second)
 	}
 	state := "not found"
 	if last != nil {

@@ -345,3 +345,26 @@ func TestCallerDeadlineKeepsTheStartingDaemon(t *testing.T) {
 		t.Errorf("%d daemon pods after the retry, want 1", n)
 	}
 }
+
+// TestDaemonSlowerThanThreeSecondsIsAwaited: a real daemon Pod is Ready
+// after its init container and a startup probe or two, about 4 s on a real
+// node; Acquire waits up to ReadyTimeout, not a few backoff steps.
+func TestDaemonSlowerThanThreeSecondsIsAwaited(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	go func() {
+		time.Sleep(4 * time.Second)
+		kubelet(ctx, t, client, true)
+	}()
+	c := smClaim(t.TempDir(), "c", "GPU-a", 8)
+	m := newManager(t, client, 20*time.Second, nil)
+	start := time.Now()
+	if err := m.Acquire(ctx, *c.MPS(), c); err != nil {
+		t.Fatalf("Acquire gave up on a daemon that became ready after 4 s: %v", err)
+	}
+	if d := time.Since(start); d > 8*time.Second {
+		t.Errorf("Acquire took %s for a daemon ready after 4 s", d)
+	}
+}

@@ -71,15 +71,19 @@ type ControlPlane struct {
 	pki      *pki
 	server   string
 
+	imageMu      sync.Mutex
+	imageArchive string // NodeImage, built on the first real node
+
 	mu sync.Mutex
 	// The MPS double the stand-ins run daemon Pods with, built once.
-	mpsOnce  sync.Once
-	mpsTools string
-	mpsErr   error
-	procs    []*process // in start order
-	nodes    []*Node
-	peaks    map[string]uint64
-	closed   bool
+	mpsOnce   sync.Once
+	mpsTools  string
+	mpsErr    error
+	procs     []*process // in start order
+	nodes     []*Node
+	realNodes []*RealNode
+	peaks     map[string]uint64
+	closed    bool
 }
 
 // Start builds what is missing, starts the control plane and waits until
@@ -328,10 +332,14 @@ func (cp *ControlPlane) Close() error {
 	}
 	cp.closed = true
 	nodes := slices.Clone(cp.nodes)
+	realNodes := slices.Clone(cp.realNodes)
 	procs := slices.Clone(cp.procs)
 	cp.mu.Unlock()
 
 	var errs []error
+	for _, n := range realNodes {
+		errs = append(errs, n.Stop())
+	}
 	for _, n := range nodes {
 		errs = append(errs, n.Stop())
 	}
@@ -368,6 +376,9 @@ func (cp *ControlPlane) PeakRSS() map[string]uint64 {
 	for _, n := range cp.nodes {
 		procs = append(procs, n.plugin) // cp.mu held
 	}
+	for _, n := range cp.realNodes {
+		procs = append(procs, n.processes()...)
+	}
 	cp.mu.Unlock()
 	for _, proc := range procs {
 		cp.recordPeak(proc)
@@ -403,6 +414,9 @@ func (cp *ControlPlane) logTails(lines int) string {
 	procs := slices.Clone(cp.procs)
 	for _, n := range cp.nodes {
 		procs = append(procs, n.plugin) // cp.mu held
+	}
+	for _, n := range cp.realNodes {
+		procs = append(procs, n.processes()...)
 	}
 	cp.mu.Unlock()
 	var b strings.Builder

@@ -40,6 +40,12 @@ type process struct {
 // demo's terminal reaches the harness, which stops children in order) and
 // SIGKILL when the harness dies, so a crashed test leaves no servers behind.
 func startProcess(name, dir, bin string, args []string, env []string) (*process, error) {
+	return startProcessVia(spawn, name, dir, bin, args, env)
+}
+
+// startProcessVia is startProcess with the function that forks the child
+// (the real node's children are forked inside its mount namespace).
+func startProcessVia(start func(*exec.Cmd) error, name, dir, bin string, args []string, env []string) (*process, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -54,7 +60,7 @@ func startProcess(name, dir, bin string, args []string, env []string) (*process,
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := spawn(cmd); err != nil {
+	if err := start(cmd); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s (%s): %w", name, bin, err)
 	}

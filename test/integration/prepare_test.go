@@ -67,9 +67,9 @@ func checkShare(t *testing.T, c kubeletstandin.ContainerRecord, gpus []resourcea
 			t.Errorf("container %s: %s=%q, want %d (MiB)", c.Name, name, got, want)
 		}
 	}
-	hooked := c.Hooks != nil && slices.ContainsFunc(c.Hooks.CreateContainer, func(h specs.Hook) bool { return strings.HasSuffix(h.Path, "gpufrac-cdi-hook") })
+	hooked := c.Hooks != nil && slices.ContainsFunc(c.Hooks.CreateRuntime, func(h specs.Hook) bool { return strings.HasSuffix(h.Path, "gpufrac-cdi-hook") })
 	if !hooked {
-		t.Errorf("container %s: no createContainer hook running gpufrac-cdi-hook: %+v", c.Name, c.Hooks)
+		t.Errorf("container %s: no createRuntime hook running gpufrac-cdi-hook: %+v", c.Name, c.Hooks)
 	}
 }
 

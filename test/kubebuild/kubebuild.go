@@ -416,3 +416,12 @@ func BuildMPSDouble(ctx context.Context, p *Progress, repoRoot, dir string) erro
 	}
 	return nil
 }
+
+// LDFlags are the version flags every Kubernetes binary of the harness is
+// built with (the kubelet of test/nodebuild too), so that all of them report
+// the same release.
+func LDFlags() string { return ldflags }
+
+// Lock takes the cache's build lock (see Ensure), for builders of other
+// binaries that share the machine's cache.
+func Lock(ctx context.Context, p *Progress, path string) (func(), error) { return lock(ctx, p, path) }

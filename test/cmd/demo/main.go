@@ -1,10 +1,12 @@
 // Command demo is `make demo`: it starts a real local control plane
 // (etcd, kube-apiserver, kube-scheduler, kube-controller-manager v1.37.2) with
-// two simulated nodes of 8 x H200, each running gpufrac-kubelet-plugin and a
-// kubelet stand-in, applies the manifests in demo/ with kubectl, waits until
-// the pods are Running, shows what each GPU holds (`kubectl gpufrac
-// status`), the plugin's metrics for one pod and what its claim says about
-// itself, and stops everything it started. State (logs, CDI specs, the
+// two simulated nodes of 8 x H200, each running gpufrac-kubelet-plugin and
+// either a real kubelet with containerd and runc (as root on Linux with
+// writable cgroups: test/harness's real node) or a kubelet stand-in
+// (elsewhere; it says which and why), applies the manifests in demo/ with
+// kubectl, waits until the pods are Running, shows what each GPU holds
+// (`kubectl gpufrac status`), the plugin's metrics for one pod and what its
+// claim says about itself, and stops everything it started. State (logs, CDI specs, the
 // stand-ins' records, the objects as YAML) stays under the printed folder.
 //
 // It exits non-zero, with each pod's reason, when a pod does not reach
@@ -45,6 +47,9 @@ type options struct {
 	timeout time.Duration
 	wait    bool
 	smGPUs  string
+	node    string
+	// real is decided at start: real nodes or kubelet stand-ins.
+	real bool
 }
 
 func main() {
@@ -54,6 +59,7 @@ func main() {
 	flag.StringVar(&o.gpus, "gpus", "h200x8", "simulated GPUs per node (--simulate-gpus)")
 	flag.StringVar(&o.smGPUs, "sm-sharing-gpus", "6,7", "GPUs of each node reserved for SMSharing (the plugin's --sm-sharing-gpus); the rest serve TimeSlicing")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long pods may take to reach Running")
+	flag.StringVar(&o.node, "node", nodeAuto, "real: kubelet, containerd and runc run the pods (root, Linux, writable cgroups); standin: kubelet stand-ins; auto: real where possible")
 	flag.BoolVar(&o.wait, "wait", false, "keep the cluster running after the report until Ctrl-C, to explore it with kubectl")
 	flag.Parse()
 	os.Exit(run(o))
@@ -98,6 +104,16 @@ func run(o options) int {
 	if err != nil {
 		return fail(err)
 	}
+	useReal, why, err := chooseNodes(ctx, o.node)
+	if err != nil {
+		return fail(fmt.Errorf("-node=real: %w", err))
+	}
+	o.real = useReal
+	if useReal {
+		fmt.Printf("gpufrac demo: real nodes (upstream kubelet, containerd, runc run the pods; %s)\n", why)
+	} else {
+		fmt.Printf("gpufrac demo: kubelet stand-ins, no container runs (%s)\n", why)
+	}
 	plugin := filepath.Join(root, "bin", "gpufrac-kubelet-plugin") // from make build
 	if _, err := os.Stat(plugin); err != nil {
 		plugin = "" // the harness builds it
@@ -133,12 +149,25 @@ func fail(err error) int {
 // demo runs the part between start and stop; the caller always stops.
 func demo(ctx context.Context, o options, root, cluster string, cp *harness.ControlPlane, kubectlBin string) int {
 	var nodes []*harness.Node
+	var realNodes []*harness.RealNode
 	metricsAddr := map[string]string{}
 	for i := range o.nodes {
 		name := fmt.Sprintf("demo-node-%d", i+1)
 		addr, err := freeLocalAddress()
 		if err != nil {
 			return fail(err)
+		}
+		metricsAddr[name] = addr
+		if o.real {
+			n, err := cp.AddRealNode(ctx, harness.RealNodeOptions{
+				Name: name, GPUs: o.gpus,
+				PluginArgs: []string{"--sm-sharing-gpus=" + o.smGPUs, "--metrics-address=" + addr},
+			})
+			if err != nil {
+				return fail(err)
+			}
+			realNodes = append(realNodes, n)
+			continue
 		}
 		n, err := cp.AddNode(ctx, harness.NodeOptions{
 			Name: name, GPUs: o.gpus, MPSImage: mpsImage,
@@ -150,7 +179,6 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 			return fail(err)
 		}
 		nodes = append(nodes, n)
-		metricsAddr[name] = addr
 	}
 	kubectl := func(args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig=" + cp.Kubeconfig}, args...)...)
@@ -170,16 +198,29 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 
 	step("Applying the demo manifests with kubectl apply")
 	demoDir := filepath.Join(root, "demo")
-	apply := kubectl("apply", "--namespace=default",
+	pods := []string{"-f", filepath.Join(demoDir, "pods.yaml"), "-f", filepath.Join(demoDir, "kai-pods.yaml")}
+	if o.real {
+		// No registry: the pods run the probe of the node's own image.
+		file, err := realNodePods(cluster, filepath.Join(demoDir, "pods.yaml"), filepath.Join(demoDir, "kai-pods.yaml"))
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Printf("    (on real nodes every container runs %s /probe, which prints what it sees: %s)\n", harness.NodeImage, file)
+		pods = []string{"-f", file}
+	}
+	apply := kubectl(append([]string{"apply", "--namespace=default",
 		"-f", filepath.Join(demoDir, "deviceclasses.yaml"), "-f", filepath.Join(demoDir, "claim-template-40g.yaml"),
-		"-f", filepath.Join(demoDir, "claim-templates.yaml"), "-f", filepath.Join(demoDir, "pods.yaml"),
-		"-f", filepath.Join(demoDir, "kai-pods.yaml"))
+		"-f", filepath.Join(demoDir, "claim-templates.yaml")}, pods...)...)
 	if err := apply.Run(); err != nil {
 		return fail(fmt.Errorf("kubectl apply: %w", err))
 	}
 
-	step("Waiting until the pods are Running (scheduler allocates, the stand-in prepares through the plugin)")
-	r := &reporter{ctx: ctx, client: cp.Client, nodes: nodes, namespace: "default"}
+	if o.real {
+		step("Waiting until the pods are Running (scheduler allocates, the kubelet prepares through the plugin, containerd applies the CDI spec, runc runs the hook)")
+	} else {
+		step("Waiting until the pods are Running (scheduler allocates, the stand-in prepares through the plugin)")
+	}
+	r := &reporter{ctx: ctx, client: cp.Client, nodes: nodes, realNodes: realNodes, namespace: "default"}
 	notRunning, waitErr := r.waitRunning(o.timeout)
 	dumpObjects(cluster, kubectl)
 	if ctx.Err() != nil {
@@ -199,8 +240,13 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 	if err := status.Run(); err != nil {
 		return fail(fmt.Errorf("kubectl gpufrac status (bin/ comes from make build): %w", err))
 	}
-	step("What each container got (CDI edits the stand-in applied with the CDI library, as containerd does)")
-	r.containers(os.Stdout)
+	if o.real {
+		step("What each container saw inside (containerd applied the CDI specs; gpufrac-cdi-hook set the limits on its cgroup)")
+		r.realContainers(os.Stdout)
+	} else {
+		step("What each container got (CDI edits the stand-in applied with the CDI library, as containerd does)")
+		r.containers(os.Stdout)
+	}
 
 	if claim, err := r.claimName("llm", "gpu"); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)

@@ -25,6 +25,7 @@ type reporter struct {
 	ctx       context.Context
 	client    kubernetes.Interface
 	nodes     []*harness.Node
+	realNodes []*harness.RealNode
 	namespace string
 }
 
@@ -188,8 +189,8 @@ func (r *reporter) containers(w io.Writer) {
 					_, _ = fmt.Fprintf(w, "      mount  %s -> %s\n", m.Source, m.Destination)
 				}
 				if c.Hooks != nil {
-					for _, h := range c.Hooks.CreateContainer {
-						_, _ = fmt.Fprintf(w, "      hook   createContainer: %s\n", strings.Join(append([]string{h.Path}, h.Args...), " "))
+					for _, h := range c.Hooks.CreateRuntime {
+						_, _ = fmt.Fprintf(w, "      hook   createRuntime: %s\n", strings.Join(append([]string{h.Path}, h.Args...), " "))
 					}
 				}
 			}

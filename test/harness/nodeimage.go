@@ -1,0 +1,137 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	"github.com/gpufrac/gpufrac/test/kubebuild"
+	"github.com/gpufrac/gpufrac/test/ociimage"
+)
+
+// NodeImage is the only image of the real node, imported into containerd
+// (no registry): its entrypoint /pause is the pod sandbox, /probe prints what
+// a container sees (test/cmd/e2e-probe), and nvidia-cuda-mps-control and
+// nvidia-smi are the MPS double (test/mpsdouble) with a shell and the few
+// tools the MPS daemon template's script runs, copied from the host with
+// their shared libraries.
+const NodeImage = "gpufrac.dev/e2e:v1"
+
+// shellTools are what templates/mps-control-daemon.yaml's script and probes
+// run besides the shell's builtins.
+var shellTools = []string{"sh", "cat", "rm", "sleep", "mkdir", "cp", "mv"}
+
+// buildNodeImage writes the image's OCI archive into dir.
+func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir string) (string, error) {
+	binDir := filepath.Join(dir, "image-bin")
+	env := []string{"CGO_ENABLED=0", "GOWORK=off"}
+	for _, kv := range os.Environ() {
+		switch strings.SplitN(kv, "=", 2)[0] {
+		case "CGO_ENABLED", "GOWORK":
+			continue
+		}
+		env = append(env, kv)
+	}
+	if err := p.Run(ctx, "Building the node image's programs (test/cmd/e2e-probe, test/mpsdouble)", repoRoot, env,
+		"go", "build", "-o", binDir+"/", "./test/cmd/e2e-probe", "./test/mpsdouble"); err != nil {
+		return "", err
+	}
+	probe, err := os.ReadFile(filepath.Join(binDir, "e2e-probe"))
+	if err != nil {
+		return "", err
+	}
+	mps, err := os.ReadFile(filepath.Join(binDir, "mpsdouble"))
+	if err != nil {
+		return "", err
+	}
+	img := ociimage.Image{
+		Name:       NodeImage,
+		Entrypoint: []string{"/pause"},
+		Env:        []string{"PATH=/usr/bin:/bin"},
+		Dirs:       []string{"/tmp", "/etc", "/proc", "/sys", "/dev", "/var/log"},
+		Files: []ociimage.File{
+			{Path: "/pause", Mode: 0o755, Data: probe},
+			{Path: "/probe", Mode: 0o755, Data: probe},
+			{Path: "/usr/bin/nvidia-cuda-mps-control", Mode: 0o755, Data: mps},
+			{Path: "/usr/bin/nvidia-smi", Mode: 0o755, Data: mps},
+		},
+	}
+	host, err := hostTools(ctx, shellTools)
+	if err != nil {
+		return "", err
+	}
+	img.Files = append(img.Files, host...)
+	archive := filepath.Join(dir, "e2e-image.tar")
+	var buf bytes.Buffer
+	if err := ociimage.Write(&buf, img, runtime.GOARCH); err != nil {
+		return "", err
+	}
+	return archive, os.WriteFile(archive, buf.Bytes(), 0o644)
+}
+
+// hostTools copies host programs into /bin of the image, with the shared
+// libraries ldd names at the paths it names them (the dynamic loader
+// included), so they run in an image that has nothing else.
+func hostTools(ctx context.Context, names []string) ([]ociimage.File, error) {
+	var files []ociimage.File
+	seen := map[string]bool{}
+	add := func(imagePath, hostPath string, mode int64) error {
+		if seen[imagePath] {
+			return nil
+		}
+		data, err := os.ReadFile(hostPath)
+		if err != nil {
+			return fmt.Errorf("copying %s into the node image: %w", hostPath, err)
+		}
+		seen[imagePath] = true
+		files = append(files, ociimage.File{Path: imagePath, Mode: mode, Data: data})
+		return nil
+	}
+	for _, name := range names {
+		path, err := exec.LookPath(name)
+		if err != nil {
+			return nil, fmt.Errorf("the node image needs the host's %s: %w", name, err)
+		}
+		if err := add("/bin/"+name, path, 0o755); err != nil {
+			return nil, err
+		}
+		libs, err := sharedLibraries(ctx, path)
+		if err != nil {
+			return nil, err
+		}
+		for _, lib := range libs {
+			if err := add(lib, lib, 0o755); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return files, nil
+}
+
+// sharedLibraries asks ldd; a static program has none.
+func sharedLibraries(ctx context.Context, path string) ([]string, error) {
+	out, err := exec.CommandContext(ctx, "ldd", path).CombinedOutput()
+	if err != nil {
+		if strings.Contains(string(out), "not a dynamic executable") {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("ldd %s: %v: %s", path, err, out)
+	}
+	var libs []string
+	for _, line := range strings.Split(string(out), "\n") {
+		// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
+		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; the vDSO has no path.
+		fields := strings.Fields(line)
+		for i, f := range fields {
+			if strings.HasPrefix(f, "/") && (i == 0 || fields[i-1] == "=>") {
+				libs = append(libs, f)
+			}
+		}
+	}
+	return libs, nil
+}

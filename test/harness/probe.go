@@ -1,0 +1,60 @@
+package harness
+
+import (
+	"bufio"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// ProbeReport is what the probe of NodeImage (test/cmd/e2e-probe) printed
+// inside a container on a real node.
+type ProbeReport struct {
+	Env     map[string]string
+	Devices map[string]string // path → "c major:minor"
+	Mounts  []string
+	MPSPipe []string // files in CUDA_MPS_PIPE_DIRECTORY
+}
+
+// Probe reads the report of a container running /probe from its log;
+// ok is false while the report is not complete yet.
+func (n *RealNode) Probe(pod *v1.Pod, container string) (_ *ProbeReport, ok bool, _ error) {
+	out, err := n.ContainerLog(pod, container)
+	if err != nil {
+		return nil, false, err
+	}
+	if !strings.Contains(out, "PROBE END") {
+		return nil, false, nil
+	}
+	return ParseProbe(out), true, nil
+}
+
+// ParseProbe reads the probe's "KIND value" lines.
+func ParseProbe(out string) *ProbeReport {
+	r := &ProbeReport{Env: map[string]string{}, Devices: map[string]string{}}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		kind, rest, _ := strings.Cut(sc.Text(), " ")
+		switch kind {
+		case "ENV":
+			k, v, _ := strings.Cut(rest, "=")
+			r.Env[k] = v
+		case "DEV":
+			path, dev, _ := strings.Cut(rest, " ")
+			r.Devices[path] = dev
+		case "MOUNT":
+			r.Mounts = append(r.Mounts, rest)
+		case "MPSPIPE":
+			r.MPSPipe = append(r.MPSPipe, rest)
+		}
+	}
+	return r
+}
+
+// String is the report in a line, for logs.
+func (r *ProbeReport) String() string {
+	return fmt.Sprintf("NVIDIA_VISIBLE_DEVICES=%s NVIDIA_GPU_MEMORY_REQUESTS=%s NVIDIA_GPU_MEMORY_LIMITS=%s GPUFRAC_CLAIM=%s CUDA_MPS_PIPE_DIRECTORY=%q devices=%v MPS pipe=%v",
+		r.Env["NVIDIA_VISIBLE_DEVICES"], r.Env["NVIDIA_GPU_MEMORY_REQUESTS"], r.Env["NVIDIA_GPU_MEMORY_LIMITS"], r.Env["GPUFRAC_CLAIM"],
+		r.Env["CUDA_MPS_PIPE_DIRECTORY"], r.Devices, r.MPSPipe)
+}
