@@ -167,7 +167,9 @@ func run(ctx context.Context, f *flags) error {
 		cfg.CDI.DeviceNode = gpusim.DeviceNode
 		// The hook of a simulated node records the limits it would set
 		// instead of calling NVML.
-		cfg.CDI.HookArgs = []string{"--simulate-record=" + filepath.Join(f.pluginDataDir, gpusim.RecordFile)}
+		record := filepath.Join(f.pluginDataDir, gpusim.RecordFile)
+		cfg.CDI.HookArgs = []string{"--simulate-record=" + record}
+		gpusim.AnswerRecordedLimits(node.NVML, record)
 		// Simulated GPUs fail when this file says so.
 		cfg.Health.SimulatedFile = filepath.Join(f.pluginDataDir, gpusim.HealthFile)
 	} else {

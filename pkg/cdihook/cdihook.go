@@ -183,13 +183,24 @@ type Record struct {
 	GPUs      []string `json:"gpus"`
 }
 
-// CRI annotations on the OCI spec that name the container (containerd and
-// CRI-O set both).
-const (
-	annotationNamespace = "io.kubernetes.pod.namespace"
-	annotationPod       = "io.kubernetes.pod.name"
-	annotationContainer = "io.kubernetes.container.name"
+// Annotations on the OCI spec that name the container, first match wins:
+// containerd's CRI plugin writes the io.kubernetes.cri.* keys (the real
+// node of test/e2e showed it writes no others), CRI-O the
+// io.kubernetes.pod.* and io.kubernetes.container.* ones.
+var (
+	annotationNamespace = []string{"io.kubernetes.cri.sandbox-namespace", "io.kubernetes.pod.namespace"}
+	annotationPod       = []string{"io.kubernetes.cri.sandbox-name", "io.kubernetes.pod.name"}
+	annotationContainer = []string{"io.kubernetes.cri.container-name", "io.kubernetes.container.name"}
 )
+
+func annotation(st *oci.State, keys []string) string {
+	for _, k := range keys {
+		if v := st.Annotations[k]; v != "" {
+			return v
+		}
+	}
+	return ""
+}
 
 // RecordPath is where the record of a container of a claim lives.
 func RecordPath(dir, claimUID, containerID string) string {
@@ -197,8 +208,8 @@ func RecordPath(dir, claimUID, containerID string) string {
 }
 
 func writeRecord(st *oci.State, cg Cgroup, opts Options) error {
-	r := Record{ClaimUID: opts.ClaimUID, Namespace: st.Annotations[annotationNamespace], Pod: st.Annotations[annotationPod],
-		Container: st.Annotations[annotationContainer], Cgroup: cg.Path}
+	r := Record{ClaimUID: opts.ClaimUID, Namespace: annotation(st, annotationNamespace), Pod: annotation(st, annotationPod),
+		Container: annotation(st, annotationContainer), Cgroup: cg.Path}
 	for _, l := range opts.Limits {
 		r.GPUs = append(r.GPUs, l.UUID)
 	}

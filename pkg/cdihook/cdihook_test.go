@@ -185,25 +185,34 @@ func TestSimulatedNodeRecordsEvenOnCgroupV1(t *testing.T) {
 	}
 }
 
+// The record names the container from the annotations of whichever
+// runtime created it: containerd's io.kubernetes.cri.* keys (seen on the
+// real node) or CRI-O's.
 func TestRunRecordsTheContainerForMetrics(t *testing.T) {
-	srv, _ := recordingServer(nvml.SUCCESS)
-	u := srv.Devices[0].(*server.Device).UUID
-	dir := t.TempDir()
-	st := `{"ociVersion":"1.2.0","id":"ctr-1","status":"created","pid":42,"bundle":"/b","annotations":{` +
-		`"io.kubernetes.pod.namespace":"team","io.kubernetes.pod.name":"llm-0","io.kubernetes.container.name":"main"}}`
-	err := cdihook.Run(strings.NewReader(st), srv, cdihook.Options{
-		Limits: []cdihook.Limit{{UUID: u, Soft: 1, Hard: 2}}, ProcRoot: procTree(t, "42", v2Cgroup), CgroupRoot: "/sys/fs/cgroup",
-		ClaimUID: "uid-1", RecordDir: dir,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(cdihook.RecordPath(dir, "uid-1", "ctr-1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := `{"claimUID":"uid-1","namespace":"team","pod":"llm-0","container":"main","cgroup":"/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cri-containerd-abc.scope","gpus":["` + u + `"]}`
-	if string(raw) != want {
-		t.Errorf("record\n got %s\nwant %s", raw, want)
+	for runtime, annotations := range map[string]string{
+		"containerd": `"io.kubernetes.cri.sandbox-namespace":"team","io.kubernetes.cri.sandbox-name":"llm-0","io.kubernetes.cri.container-name":"main","io.kubernetes.cri.container-type":"container"`,
+		"cri-o":      `"io.kubernetes.pod.namespace":"team","io.kubernetes.pod.name":"llm-0","io.kubernetes.container.name":"main"`,
+	} {
+		t.Run(runtime, func(t *testing.T) {
+			srv, _ := recordingServer(nvml.SUCCESS)
+			u := srv.Devices[0].(*server.Device).UUID
+			dir := t.TempDir()
+			st := `{"ociVersion":"1.2.0","id":"ctr-1","status":"created","pid":42,"bundle":"/b","annotations":{` + annotations + `}}`
+			err := cdihook.Run(strings.NewReader(st), srv, cdihook.Options{
+				Limits: []cdihook.Limit{{UUID: u, Soft: 1, Hard: 2}}, ProcRoot: procTree(t, "42", v2Cgroup), CgroupRoot: "/sys/fs/cgroup",
+				ClaimUID: "uid-1", RecordDir: dir,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, err := os.ReadFile(cdihook.RecordPath(dir, "uid-1", "ctr-1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := `{"claimUID":"uid-1","namespace":"team","pod":"llm-0","container":"main","cgroup":"/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cri-containerd-abc.scope","gpus":["` + u + `"]}`
+			if string(raw) != want {
+				t.Errorf("record\n got %s\nwant %s", raw, want)
+			}
+		})
 	}
 }

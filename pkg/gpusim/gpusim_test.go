@@ -1,7 +1,10 @@
 package gpusim_test
 
 import (
+	"path/filepath"
 	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"k8s.io/klog/v2/ktesting"
 
@@ -121,5 +124,36 @@ func TestNodeIsCoherentPerEnforcement(t *testing.T) {
 	}
 	if _, err := gpusim.NewNode("h200x1", "n", "cgroup"); err == nil {
 		t.Error("an unknown enforcement was accepted")
+	}
+}
+
+// A simulated GPU reports, per cgroup, the limits the simulated hook
+// recorded there last, and nothing for other cgroups.
+func TestAnswerRecordedLimits(t *testing.T) {
+	srv, err := gpusim.New("h200x2", "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), gpusim.RecordFile)
+	gpusim.AnswerRecordedLimits(srv, path)
+	gpu0, _ := srv.DeviceGetHandleByIndex(0)
+	uuid, _ := gpu0.GetUUID()
+	if _, ret := gpu0.GetMemoryLimits_v1("/cg/a"); ret != nvml.ERROR_NOT_FOUND {
+		t.Errorf("no record yet: %v, want NOT_FOUND", ret)
+	}
+	hook := gpusim.RecordingNVML(path)
+	dev, _ := hook.DeviceGetHandleByUUID(uuid)
+	for _, hard := range []uint64{60 << 30, 50 << 30} {
+		if ret := dev.SetMemoryLimits_v1("/cg/a", 40<<30, hard); ret != nvml.SUCCESS {
+			t.Fatal(ret)
+		}
+	}
+	got, ret := gpu0.GetMemoryLimits_v1("/cg/a")
+	if ret != nvml.SUCCESS || got.SoftLimit != 40<<30 || got.HardLimit != 50<<30 || got.CurrentUsed != 0 {
+		t.Errorf("got %+v %v, want the latest record: soft 40Gi, hard 50Gi, none used", got, ret)
+	}
+	gpu1, _ := srv.DeviceGetHandleByIndex(1)
+	if _, ret := gpu1.GetMemoryLimits_v1("/cg/a"); ret != nvml.ERROR_NOT_FOUND {
+		t.Errorf("another GPU answers for gpu-0's record: %v", ret)
 	}
 }
