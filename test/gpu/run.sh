@@ -10,7 +10,7 @@
 #    not at the GPU's size. Under v3 the limit must hold without the client's
 #    variable, and a non-MPS process must run beside the server.
 # 2. dmem (driver r615+, cgroup v2): puts a shell in a fresh cgroup, runs
-#    gpufrac-cdi-hook on it as a createContainer hook would, and runs memalloc
+#    gpufrac-cdi-hook on it as a createRuntime hook would, and runs memalloc
 #    there: allocation must stop at the hard limit.
 # Prints PASS/FAIL per check and exits non-zero on any FAIL.
 set -uo pipefail
