@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -315,4 +317,40 @@ func (e *env) deletePod(name string) {
 		_, err := e.client.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})
+}
+
+// checkContainerMetric scrapes the plugin's /metrics for the pod's
+// container series: the hook recorded the container as containerd named
+// it, and the plugin labels its usage with that pod and container.
+func (e *env) checkContainerMetric(pod *v1.Pod, g gpu) {
+	e.t.Helper()
+	want := []string{`namespace="` + pod.Namespace + `"`, `pod="` + pod.Name + `"`,
+		`container="` + pod.Spec.Containers[0].Name + `"`, `gpu_uuid="` + g.UUID + `"`}
+	var found string
+	e.poll("the plugin's per-container metric for pod "+pod.Name, func() (bool, error) {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return false, nil
+		}
+		defer func() { _ = resp.Body.Close() }()
+		raw, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return false, nil
+		}
+		for _, line := range strings.Split(string(raw), "\n") {
+			if !strings.HasPrefix(line, "gpufrac_container_gpu_memory_used_bytes{") {
+				continue
+			}
+			all := true
+			for _, w := range want {
+				all = all && strings.Contains(line, w)
+			}
+			if all {
+				found = line
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	e.t.Logf("plugin metric: %s", found)
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"slices"
 	"testing"
@@ -19,6 +20,8 @@ var (
 	node *harness.RealNode
 	// skipReason, when set, is why this machine cannot run the tests.
 	skipReason string
+	// metricsAddr is the plugin's --metrics-address on the real node.
+	metricsAddr string
 )
 
 func TestMain(m *testing.M) {
@@ -53,7 +56,15 @@ func run(m *testing.M) int {
 	}
 	code := func() int {
 		nodeStart := time.Now()
-		node, err = cp.AddRealNode(context.Background(), harness.RealNodeOptions{Name: "real1", GPUs: "h200x8"})
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "e2e tests: finding a port for the plugin's metrics: %v\n", err)
+			return 1
+		}
+		metricsAddr = l.Addr().String()
+		_ = l.Close()
+		node, err = cp.AddRealNode(context.Background(), harness.RealNodeOptions{Name: "real1", GPUs: "h200x8",
+			PluginArgs: []string{"--metrics-address=" + metricsAddr}})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "e2e tests: starting the real node: %v\n", err)
 			return 1

@@ -29,6 +29,7 @@ func TestTimeSlicingPodSeesItsGPU(t *testing.T) {
 		t.Errorf("a TimeSlicing container sees CUDA_MPS_PIPE_DIRECTORY=%s", s.Env["CUDA_MPS_PIPE_DIRECTORY"])
 	}
 	e.checkHook(pod, g, 40*gib, 60*gib)
+	e.checkContainerMetric(pod, g)
 }
 
 // TestSMSharingPodGetsTheMPSPipe: an SMSharing claim makes the plugin start
