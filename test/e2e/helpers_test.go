@@ -12,7 +12,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -50,23 +49,8 @@ func newEnv(t *testing.T) *env {
 	}
 	_, ctx := ktesting.NewTestContext(t)
 	e := &env{t: t, ctx: ctx, client: cp.Client}
-	t.Cleanup(func() {
-		if t.Failed() {
-			var b strings.Builder
-			cp.LogTails(&b, 30)
-			t.Logf("component logs:\n%s", b.String())
-		}
-	})
-	ns, err := e.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating a namespace: %v", err)
-	}
-	e.ns = ns.Name
+	e.ns = cp.TestNamespace(ctx, t, "e2e-", 30, waitTimeout)
 	t.Cleanup(e.cleanupPods)
-	e.poll("the default ServiceAccount", func() (bool, error) {
-		_, err := e.client.CoreV1().ServiceAccounts(e.ns).Get(e.ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	})
 	return e
 }
 
@@ -84,18 +68,7 @@ func (e *env) cleanupPods() {
 
 func (e *env) poll(what string, cond func() (bool, error)) {
 	e.t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
-		ok, err := cond()
-		if err != nil {
-			last = err
-			return false, nil
-		}
-		return ok, nil
-	})
-	if err != nil {
-		e.t.Fatalf("waiting for %s: %v (last error: %v)", what, err, last)
-	}
+	harness.Poll(e.ctx, e.t, waitTimeout, what, cond)
 }
 
 // classFor creates a DeviceClass of this namespace for the GPU of the given
@@ -310,13 +283,7 @@ func specPath(claim *resourceapi.ResourceClaim) string {
 
 func (e *env) deletePod(name string) {
 	e.t.Helper()
-	if err := e.client.CoreV1().Pods(e.ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
-		e.t.Fatalf("deleting pod %s: %v", name, err)
-	}
-	e.poll("pod "+name+" to be gone", func() (bool, error) {
-		_, err := e.client.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
+	cp.DeletePod(e.ctx, e.t, waitTimeout, e.ns, name)
 }
 
 // checkContainerMetric scrapes the plugin's /metrics for the pod's

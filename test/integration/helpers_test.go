@@ -12,12 +12,10 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"k8s.io/klog/v2/ktesting"
@@ -47,24 +45,8 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	e := &env{t: t, ctx: ctx, client: cp.Client}
-	t.Cleanup(func() {
-		if t.Failed() {
-			var b strings.Builder
-			cp.LogTails(&b, 25)
-			t.Logf("component logs:\n%s", b.String())
-		}
-	})
-	ns, err := e.client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "gf-"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("creating a namespace: %v", err)
-	}
-	e.ns = ns.Name
+	e.ns = cp.TestNamespace(ctx, t, "gf-", 25, waitTimeout)
 	t.Cleanup(func() { e.cleanupPods() })
-	// Pods need the namespace's default service account (admission).
-	e.poll("the default ServiceAccount", func() (bool, error) {
-		_, err := e.client.CoreV1().ServiceAccounts(e.ns).Get(e.ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	})
 	return e
 }
 
@@ -189,18 +171,7 @@ func (e *env) createPod(name, template, node string) *v1.Pod {
 
 func (e *env) poll(what string, cond func() (bool, error)) {
 	e.t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(e.ctx, 100*time.Millisecond, waitTimeout, true, func(context.Context) (bool, error) {
-		ok, err := cond()
-		if err != nil {
-			last = err
-			return false, nil
-		}
-		return ok, nil
-	})
-	if err != nil {
-		e.t.Fatalf("waiting for %s: %v (last error: %v)", what, err, last)
-	}
+	harness.Poll(e.ctx, e.t, waitTimeout, what, cond)
 }
 
 func (e *env) pods() []v1.Pod {
@@ -301,13 +272,7 @@ func (e *env) events(pod, reason string) []v1.Event {
 // and removes it.
 func (e *env) deletePod(name string) {
 	e.t.Helper()
-	if err := e.client.CoreV1().Pods(e.ns).Delete(e.ctx, name, metav1.DeleteOptions{}); err != nil {
-		e.t.Fatalf("deleting pod %s: %v", name, err)
-	}
-	e.poll("pod "+name+" to be gone", func() (bool, error) {
-		_, err := e.client.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	})
+	cp.DeletePod(e.ctx, e.t, waitTimeout, e.ns, name)
 }
 
 // slices returns the ResourceSlices of a node from the API server.
