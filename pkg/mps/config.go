@@ -66,17 +66,15 @@ func writeConfig(b plan.MPSBinding, file, content string) error {
 	return nil
 }
 
-// waitApplied waits until the daemon reports the settings applied, so a
-// container never starts before its limit (legacy) or its namespace (v3)
-// exists: a client arriving earlier would get a server without limits or
-// find no socket.
+// waitApplied waits, until ctx ends, for the daemon to report the
+// settings applied, so a container never starts before its limit (legacy)
+// or its namespace (v3) exists: a client arriving earlier would get a
+// server without limits or find no socket.
 func (m *Manager) waitApplied(ctx context.Context, b plan.MPSBinding, file, content string) error {
 	path := filepath.Join(ConfigDir(b), file+AppliedSuffix)
 	var got string
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
-	defer cancel()
-	applied := poll(ctx, func(context.Context) bool {
+	applied := poll(ctx, 20*time.Millisecond, func(context.Context) bool {
 		raw, _ := os.ReadFile(path)
 		got = string(raw)
 		return got == content
@@ -89,12 +87,12 @@ func (m *Manager) waitApplied(ctx context.Context, b plan.MPSBinding, file, cont
 	return nil
 }
 
-// poll calls done from 20 ms apart, doubling up to 1 s, until it returns
-// true (poll returns true) or ctx ends (false). Not wait.Backoff with a
-// Cap: reaching the cap zeroes its Steps and ends the wait after a few
-// seconds, long before ctx's deadline.
-func poll(ctx context.Context, done func(context.Context) bool) bool {
-	interval := 20 * time.Millisecond
+// poll calls done first interval apart, doubling up to 1 s, until it
+// returns true (poll returns true) or ctx ends (false). Not wait.Backoff
+// with a Cap: reaching the cap zeroes its Steps and ends the wait after a
+// few seconds, long before ctx's deadline.
+func poll(ctx context.Context, first time.Duration, done func(context.Context) bool) bool {
+	interval := first
 	for {
 		if done(ctx) {
 			return true

@@ -174,6 +174,9 @@ func (m *Manager) ensure(ctx context.Context, b plan.MPSBinding, file, content s
 			return err
 		}
 	}
+	// One ReadyTimeout for the daemon to start and to apply the settings.
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+	defer cancel()
 	if err := m.waitReady(ctx, b, name); err != nil {
 		return err
 	}
@@ -216,25 +219,18 @@ func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content s
 func (m *Manager) waitReady(ctx context.Context, b plan.MPSBinding, name string) error {
 	var last *corev1.Pod
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
-	defer cancel()
-	// Polls from 50 ms, doubling up to 1 s, until ReadyTimeout. Not
-	// wait.Backoff with a Cap: reaching the cap zeroes its Steps, which
-	// ended the wait after about 3 s, before a real daemon (init
-	// container, then a startup probe every second) is ready.
-	interval := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		if pod, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
-			last = pod
-			if podReady(pod) {
-				return nil
-			}
+	// A real daemon takes seconds (init container, then a startup probe
+	// every second).
+	ready := poll(ctx, 50*time.Millisecond, func(ctx context.Context) bool {
+		pod, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(interval):
-		}
-		interval = min(2*interval, time.Second)
+		last = pod
+		return podReady(pod)
+	})
+	if ready {
+		return nil
 	}
 	state := "not found"
 	if last != nil {
