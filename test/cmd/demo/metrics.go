@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,7 +66,7 @@ func (r *reporter) fractionMetrics(w io.Writer, podName, claimName string, metri
 		all = append(all, line)
 		if strings.Contains(line, `claim="`+claimName+`"`) || strings.Contains(line, `claim_uid="`+string(claim.UID)+`"`) {
 			lines = append(lines, line)
-			if u := labelValue(line, "gpu_uuid"); u != "" && !contains(gpuUUIDs, u) {
+			if u := labelValue(line, "gpu_uuid"); u != "" && !slices.Contains(gpuUUIDs, u) {
 				gpuUUIDs = append(gpuUUIDs, u)
 			}
 		}
@@ -77,7 +78,7 @@ func (r *reporter) fractionMetrics(w io.Writer, podName, claimName string, metri
 		return fmt.Errorf("%s has no series for claim %s", url, claimName)
 	}
 	for _, line := range all {
-		if strings.HasPrefix(line, "gpufrac_gpu_") && contains(gpuUUIDs, labelValue(line, "gpu_uuid")) {
+		if strings.HasPrefix(line, "gpufrac_gpu_") && slices.Contains(gpuUUIDs, labelValue(line, "gpu_uuid")) {
 			lines = append(lines, line)
 		}
 	}
@@ -97,13 +98,4 @@ func labelValue(line, name string) string {
 	}
 	v, _, _ := strings.Cut(rest, `"`)
 	return v
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
