@@ -2,8 +2,9 @@
 // runtime reads to wire a container to its GPU share, and writes and removes
 // those files through the CDI library (validated, atomic). The spec carries
 // everything a container needs: device nodes, the NVIDIA environment
-// contract, MPS wiring for SMSharing, and the gpufrac-cdi-hook that applies
-// the memory limits to the container's cgroup.
+// contract, MPS wiring for SMSharing and, only where the node enforces
+// per-cgroup limits, the gpufrac-cdi-hook that applies the memory limits to
+// the container's cgroup.
 package cdispec
 
 import (
@@ -51,6 +52,10 @@ type Options struct {
 	// HookArgs are appended to the hook's arguments (the simulator points
 	// the hook at its recording NVML with them).
 	HookArgs []string
+	// DriverRoot is the host root of the NVIDIA driver installation the
+	// hook loads NVML under ("/" for a host install, /run/nvidia/driver
+	// with the GPU Operator's driver container); empty: the hook's default.
+	DriverRoot string
 	// RecordDir, when set, is where the hook records each container's
 	// cgroup for per-fraction metrics.
 	RecordDir string
@@ -98,7 +103,9 @@ func Build(c *plan.Claim, opts Options) (*cdispec.Spec, error) {
 			bind(mps.ShmDir, ContainerShmDir),
 		}
 	}
-	claimEdits.Hooks = []*cdispec.Hook{hook(c, opts)}
+	if h := hook(c, opts); h != nil {
+		claimEdits.Hooks = []*cdispec.Hook{h}
+	}
 	spec.ContainerEdits = claimEdits
 
 	for _, d := range c.Devices {
@@ -132,18 +139,13 @@ func MiB(bytes int64) int64 { return bytes >> 20 }
 // Lists follow the order of NVIDIA_VISIBLE_DEVICES.
 func env(c *plan.Claim) []string {
 	gpus := c.PerGPU()
-	uuids, requests, limits := make([]string, len(gpus)), make([]string, len(gpus)), make([]string, len(gpus))
+	uuids := make([]string, len(gpus))
 	for i, g := range gpus {
 		uuids[i] = g.UUID
-		requests[i] = strconv.FormatInt(MiB(g.SoftLimitBytes), 10)
-		limits[i] = strconv.FormatInt(MiB(g.HardLimitBytes), 10)
 	}
-	out := []string{
-		"NVIDIA_VISIBLE_DEVICES=" + strings.Join(uuids, ","),
-		"NVIDIA_GPU_MEMORY_REQUESTS=" + strings.Join(requests, ","),
-		"NVIDIA_GPU_MEMORY_LIMITS=" + strings.Join(limits, ","),
-		"GPUFRAC_CLAIM=" + c.Namespace + "/" + c.Name,
-	}
+	out := []string{"NVIDIA_VISIBLE_DEVICES=" + strings.Join(uuids, ",")}
+	out = append(out, limitEnv(c)...)
+	out = append(out, "GPUFRAC_CLAIM="+c.Namespace+"/"+c.Name)
 	if mps := c.MPS(); mps != nil {
 		var hard int64
 		var atp *int32
@@ -165,26 +167,6 @@ func env(c *plan.Claim) []string {
 		}
 	}
 	return out
-}
-
-// hook applies the claim's limits when the container is created. The
-// values travel as arguments, per GPU, so they are exact whatever the
-// container's environment says. A createRuntime hook: it runs after the
-// container's cgroup is set up, in the runtime's namespaces, where
-// /proc/<pid>/cgroup gives the container's full cgroup path. A
-// createContainer hook runs inside the container's cgroup namespace (private
-// by default on cgroup v2), where the path reads "/" and would name the
-// cgroup root.
-func hook(c *plan.Claim, opts Options) *cdispec.Hook {
-	args := []string{"gpufrac-cdi-hook", "apply"}
-	for _, g := range c.PerGPU() {
-		args = append(args, "--gpu", fmt.Sprintf("%s=%d:%d", g.UUID, g.SoftLimitBytes, g.HardLimitBytes))
-	}
-	if opts.RecordDir != "" {
-		args = append(args, "--claim", string(c.UID), "--record-dir", opts.RecordDir)
-	}
-	args = append(args, opts.HookArgs...)
-	return &cdispec.Hook{HookName: "createRuntime", Path: opts.HookPath, Args: args}
 }
 
 // Writer writes and removes claim specs in one CDI directory.

@@ -89,11 +89,11 @@ func TestInjectTimeSlicingClaim(t *testing.T) {
 
 	env := envOf(spec)
 	for k, want := range map[string]string{
-		"NVIDIA_VISIBLE_DEVICES":     "GPU-gpu-0,GPU-gpu-3",
-		"NVIDIA_GPU_MEMORY_REQUESTS": "40960,20480",
-		"NVIDIA_GPU_MEMORY_LIMITS":   "61440,20480",
-		"GPUFRAC_CLAIM":              "ns/llm",
-		"PATH":                       "/usr/bin",
+		"NVIDIA_VISIBLE_DEVICES":      "GPU-gpu-0,GPU-gpu-3",
+		"GPUFRAC_GPU_MEMORY_REQUESTS": "40960,20480",
+		"GPUFRAC_GPU_MEMORY_LIMITS":   "61440,20480",
+		"GPUFRAC_CLAIM":               "ns/llm",
+		"PATH":                        "/usr/bin",
 	} {
 		if env[k] != want {
 			t.Errorf("env %s=%q, want %q", k, env[k], want)

@@ -222,10 +222,10 @@ func (e *env) gpuOf(pod *v1.Pod) gpu {
 func (e *env) checkSees(s *harness.ProbeReport, g gpu, requestGiB, limitGiB int64) {
 	e.t.Helper()
 	want := map[string]string{
-		"NVIDIA_VISIBLE_DEVICES":     g.UUID,
-		"NVIDIA_GPU_MEMORY_REQUESTS": fmt.Sprint(requestGiB * 1024),
-		"NVIDIA_GPU_MEMORY_LIMITS":   fmt.Sprint(limitGiB * 1024),
-		"GPUFRAC_CLAIM":              g.Claim.Namespace + "/" + g.Claim.Name,
+		"NVIDIA_VISIBLE_DEVICES":    g.UUID,
+		"NVIDIA_GPU_MEMORY_REQUEST": fmt.Sprint(requestGiB * 1024),
+		"NVIDIA_GPU_MEMORY_LIMIT":   fmt.Sprint(limitGiB * 1024),
+		"GPUFRAC_CLAIM":             g.Claim.Namespace + "/" + g.Claim.Name,
 	}
 	for k, v := range want {
 		if s.Env[k] != v {

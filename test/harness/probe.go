@@ -54,7 +54,7 @@ func ParseProbe(out string) *ProbeReport {
 
 // String is the report in a line, for logs.
 func (r *ProbeReport) String() string {
-	return fmt.Sprintf("NVIDIA_VISIBLE_DEVICES=%s NVIDIA_GPU_MEMORY_REQUESTS=%s NVIDIA_GPU_MEMORY_LIMITS=%s GPUFRAC_CLAIM=%s CUDA_MPS_PIPE_DIRECTORY=%q devices=%v MPS pipe=%v",
-		r.Env["NVIDIA_VISIBLE_DEVICES"], r.Env["NVIDIA_GPU_MEMORY_REQUESTS"], r.Env["NVIDIA_GPU_MEMORY_LIMITS"], r.Env["GPUFRAC_CLAIM"],
+	return fmt.Sprintf("NVIDIA_VISIBLE_DEVICES=%s NVIDIA_GPU_MEMORY_REQUEST=%s NVIDIA_GPU_MEMORY_LIMIT=%s GPUFRAC_CLAIM=%s CUDA_MPS_PIPE_DIRECTORY=%q devices=%v MPS pipe=%v",
+		r.Env["NVIDIA_VISIBLE_DEVICES"], r.Env["NVIDIA_GPU_MEMORY_REQUEST"], r.Env["NVIDIA_GPU_MEMORY_LIMIT"], r.Env["GPUFRAC_CLAIM"],
 		r.Env["CUDA_MPS_PIPE_DIRECTORY"], r.Devices, r.MPSPipe)
 }

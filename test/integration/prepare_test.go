@@ -61,7 +61,7 @@ func checkShare(t *testing.T, c kubeletstandin.ContainerRecord, gpus []resourcea
 			t.Errorf("container %s: no character device %s (major 195) among %+v", c.Name, path, c.DeviceNodes)
 		}
 	}
-	for name, want := range map[string]int64{"NVIDIA_GPU_MEMORY_REQUESTS": requestMiB, "NVIDIA_GPU_MEMORY_LIMITS": limitMiB} {
+	for name, want := range map[string]int64{"GPUFRAC_GPU_MEMORY_REQUESTS": requestMiB, "GPUFRAC_GPU_MEMORY_LIMITS": limitMiB} {
 		got, ok := c.EnvValue(name)
 		if !ok || !strings.Contains(got, strconv.FormatInt(want, 10)) {
 			t.Errorf("container %s: %s=%q, want %d (MiB)", c.Name, name, got, want)
