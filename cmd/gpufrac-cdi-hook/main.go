@@ -38,21 +38,22 @@ func newCommand() *cobra.Command {
 				}
 				opts.Limits = append(opts.Limits, l)
 			}
-			var lib nvml.Interface
+			// The library is found under --driver-root on every node; a
+			// simulated node's driver root holds its simulated driver.
+			opts.Open = func(path string) (nvml.Interface, error) { return nvml.New(nvml.WithLibraryPath(path)), nil }
 			if simulateRecord != "" {
-				lib, opts.Simulated = gpusim.RecordingNVML(simulateRecord), true
-			} else {
-				lib = nvml.New()
+				opts.Open = func(path string) (nvml.Interface, error) { return gpusim.OpenDriver(path, simulateRecord) }
 			}
-			return cdihook.Run(cmd.InOrStdin(), lib, opts)
+			return cdihook.Run(cmd.InOrStdin(), opts)
 		},
 	}
 	apply.Flags().StringArrayVar(&gpus, "gpu", nil, "UUID=SOFT:HARD limits in bytes, once per GPU")
+	apply.Flags().StringVar(&opts.DriverRoot, "driver-root", "/", "host root of the NVIDIA driver installation, where libnvidia-ml.so.1 is loaded from (/run/nvidia/driver with the GPU Operator)")
 	apply.Flags().StringVar(&opts.ProcRoot, "proc-root", "/proc", "where /proc is mounted")
 	apply.Flags().StringVar(&opts.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the cgroup hierarchy is mounted")
 	apply.Flags().StringVar(&opts.ClaimUID, "claim", "", "UID of the claim, for the metrics record")
 	apply.Flags().StringVar(&opts.RecordDir, "record-dir", "", "where to record the container's cgroup for per-fraction metrics")
-	apply.Flags().StringVar(&simulateRecord, "simulate-record", "", "simulated node: record the limits to this file instead of calling NVML")
+	apply.Flags().StringVar(&simulateRecord, "simulate-record", "", "simulated node: the library under --driver-root is its simulated driver, which records the limits it accepts to this file")
 	var installDir string
 	install := &cobra.Command{
 		Use:   "install --dir DIR",

@@ -44,6 +44,8 @@ type flags struct {
 	cdiRoot             string
 	cdiHookPath         string
 	cgroupRoot          string
+	driverRoot          string
+	simulateCgroup      string
 	metricsAddress      string
 	simulateGPUs        string
 	simulateEnforcement string
@@ -94,12 +96,16 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.cdiRoot, "cdi-root", envOr("CDI_ROOT", "/var/run/cdi"), "directory for CDI specs of prepared claims")
 	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", envOr("CDI_HOOK_PATH", "/var/lib/gpufrac/bin/gpufrac-cdi-hook"),
 		"host path of gpufrac-cdi-hook, which CDI specs run when a container is created")
+	fs.StringVar(&f.driverRoot, "driver-root", envOr("NVIDIA_DRIVER_ROOT", "/"),
+		"host path of the NVIDIA driver installation (the chart's nvidiaDriverRoot: / for a driver on the host, /run/nvidia/driver with the GPU Operator); gpufrac-cdi-hook loads NVML under it (env NVIDIA_DRIVER_ROOT)")
 	fs.StringVar(&f.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "mount point of the cgroup hierarchy (dmem enforcement needs cgroup v2)")
 	fs.StringVar(&f.metricsAddress, "metrics-address", envOr("METRICS_ADDRESS", ":8080"), "address for /metrics and /healthz; empty disables")
 	fs.StringVar(&f.simulateGPUs, "simulate-gpus", envOr("SIMULATE_GPUS", ""),
 		fmt.Sprintf("simulate GPUs instead of using NVML, e.g. h200x8 or h100x4,a100x4 (models: %v)", gpusim.Models()))
 	fs.StringVar(&f.simulateEnforcement, "simulate-enforcement", envOr("SIMULATE_ENFORCEMENT", string(inventory.EnforcementDMem)),
-		"with --simulate-gpus: the memory enforcement to simulate (dmem, mps, none)")
+		"with --simulate-gpus: the driver to simulate: dmem (r615, per-cgroup limits), mps (older driver, legacy MPS), none (older driver, no MPS)")
+	fs.StringVar(&f.simulateCgroup, "simulate-cgroup", "v2",
+		"with --simulate-gpus: the node's cgroup hierarchy, v2 or v1 (where no driver sets per-cgroup limits)")
 	fs.StringVar(&f.namespace, "namespace", envOr("POD_NAMESPACE", "gpufrac-system"), "the plugin's namespace, where MPS daemon Pods run (env POD_NAMESPACE)")
 	fs.StringVar(&f.mpsImage, "mps-image", envOr("MPS_IMAGE", ""), "image of the MPS control daemon Pods; empty turns SMSharing off on this node")
 	fs.StringVar(&f.mpsTemplate, "mps-template", envOr("MPS_TEMPLATE", ""), "file with the MPS daemon Pod template; empty uses the built-in templates/mps-control-daemon.yaml")
@@ -140,7 +146,7 @@ func run(ctx context.Context, f *flags) error {
 		MPS: nodeplugin.MPSConfig{
 			Namespace: f.namespace, Image: f.mpsImage, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
 		},
-		CDI:       cdispec.Options{HookPath: f.cdiHookPath, DeviceNode: cdispec.HostDeviceNode},
+		CDI:       cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode},
 		Failpoint: failpointHook(),
 		OnFatal: func(err error) {
 			select {
@@ -157,11 +163,26 @@ func run(ctx context.Context, f *flags) error {
 		if err != nil {
 			return fmt.Errorf("--simulate-enforcement: %w", err)
 		}
-		node, err := gpusim.NewNode(f.simulateGPUs, f.nodeName, enforcement)
+		if f.simulateCgroup != "v1" && f.simulateCgroup != "v2" {
+			return fmt.Errorf("--simulate-cgroup %q: want v1 or v2", f.simulateCgroup)
+		}
+		node, err := gpusim.NewNodeWith(f.simulateGPUs, f.nodeName, gpusim.NodeOptions{Enforcement: enforcement, CgroupV1: f.simulateCgroup == "v1"})
 		if err != nil {
 			return fmt.Errorf("--simulate-gpus: %w", err)
 		}
-		logger.Info("Simulating GPUs: no NVML, no real GPU is touched", "gpus", f.simulateGPUs, "enforcement", enforcement)
+		// The simulated driver is installed where the hook looks for NVML,
+		// under the node's driver root, never into the host's own library
+		// directories: a simulated node on the host's root gets its own.
+		if f.driverRoot == "/" {
+			f.driverRoot = filepath.Join(f.pluginDataDir, "simulated-driver-root")
+			cfg.CDI.DriverRoot = f.driverRoot
+		}
+		lib, err := gpusim.InstallDriver(f.driverRoot, "usr/lib64", node.Driver)
+		if err != nil {
+			return err
+		}
+		logger.Info("Simulating GPUs: no NVML, no real GPU is touched", "gpus", f.simulateGPUs, "driver", enforcement,
+			"cgroup", f.simulateCgroup, "simulatedDriver", lib)
 		cfg.NVML = node.NVML
 		cfg.InventoryOptions = node.InventoryOptions
 		cfg.CDI.DeviceNode = gpusim.DeviceNode

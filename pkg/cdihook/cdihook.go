@@ -107,21 +107,25 @@ func FindCgroup(procRoot, cgroupRoot string, pid int) (Cgroup, error) {
 	// mounted elsewhere, usually cgroup-root/unified) lists a "0::" line
 	// too; the container's cgroup that matters is then the v1 one, and the
 	// unified path would wrongly resolve to cgroup-root itself.
+	var cg Cgroup
 	switch {
 	case v1Memory != "":
-		return Cgroup{Path: v1Memory}, nil
+		cg = Cgroup{Path: v1Memory}
 	case v1First != "":
-		return Cgroup{Path: v1First}, nil
+		cg = Cgroup{Path: v1First}
 	case v2 != "":
-		return Cgroup{Path: v2, V2: true}, nil
+		cg = Cgroup{Path: v2, V2: true}
+	default:
+		return Cgroup{}, fmt.Errorf("cgroup of the container not found: %s lists no cgroup", file)
 	}
-	return Cgroup{}, fmt.Errorf("cgroup of the container not found: %s lists no cgroup", file)
+	return cg, checkCgroupPath(cgroupRoot, cg.Path, file)
 }
 
 // setMemoryLimitsSymbol must be exported by libnvidia-ml for limits to work.
 const setMemoryLimitsSymbol = "nvmlDeviceSetMemoryLimits_v1"
 
-// Apply sets every limit on cgroup through lib.
+// Apply sets every limit on cgroup through lib: the same calls on a real
+// node and a simulated one, whose NVML refuses what the real one refuses.
 func Apply(lib nvml.Interface, cg Cgroup, limits []Limit) error {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return fmt.Errorf("NVML is not available (is the NVIDIA driver installed on this node?): %w", ret)
@@ -135,6 +139,10 @@ func Apply(lib nvml.Interface, cg Cgroup, limits []Limit) error {
 	var errs []error
 	for _, l := range limits {
 		dev, ret := lib.DeviceGetHandleByUUID(l.UUID)
+		if ret == nvml.ERROR_FUNCTION_NOT_FOUND {
+			errs = append(errs, fmt.Errorf("GPU %s: %s", l.UUID, explain(ret)))
+			continue
+		}
 		if ret != nvml.SUCCESS {
 			errs = append(errs, fmt.Errorf("GPU %s is not on this node: %w", l.UUID, ret))
 			continue
@@ -146,26 +154,19 @@ func Apply(lib nvml.Interface, cg Cgroup, limits []Limit) error {
 	return errors.Join(errs...)
 }
 
-func explain(ret nvml.Return) string {
-	switch ret {
-	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
-		return fmt.Sprintf("%v: this driver or GPU does not support per-cgroup memory limits (MIG GPUs never do)", ret)
-	case nvml.ERROR_NO_PERMISSION:
-		return fmt.Sprintf("%v: the hook must run as root", ret)
-	case nvml.ERROR_INVALID_ARGUMENT:
-		return fmt.Sprintf("%v: a limit is above the GPU's memory, the soft limit is above the hard one, or the cgroup is not a cgroup v2 directory", ret)
-	}
-	return ret.Error()
-}
-
 // Options are the hook's inputs besides the OCI state.
 type Options struct {
 	Limits     []Limit
 	ProcRoot   string
 	CgroupRoot string
-	// Simulated is true when lib records instead of enforcing; then a
-	// cgroup v1 path is recorded rather than refused.
-	Simulated bool
+	// DriverRoot is the host root of the NVIDIA driver installation; NVML
+	// is loaded from under it (FindNVML), never from the host's library
+	// path, so a GPU Operator node (/run/nvidia/driver) works.
+	DriverRoot string
+	// Open loads the NVML library found under DriverRoot: on a real node
+	// go-nvml with that path, on a simulated node the simulated driver
+	// installed at that path (pkg/gpusim), through the same lookup.
+	Open func(libraryPath string) (nvml.Interface, error)
 	// ClaimUID and RecordDir, when set, make the hook record the container
 	// (see Record) for the plugin's per-fraction metrics.
 	ClaimUID  string
@@ -228,24 +229,50 @@ func writeRecord(st *oci.State, cg Cgroup, opts Options) error {
 	return os.Rename(tmp, path)
 }
 
+// SimulatedCgroupV2 is implemented by a simulated node's NVML: a node
+// simulated as cgroup v2 on a host that runs cgroup v1 (where no real node
+// could set limits) declares so, and the hook then sets the limits on the
+// container's v1 cgroup directory, which the simulated NVML checks exists.
+// A node simulated as cgroup v1 refuses as a real one does.
+type SimulatedCgroupV2 interface {
+	SimulatesCgroupV2() bool
+}
+
 // Run is the whole hook: state in, limits applied.
-func Run(stdin io.Reader, lib nvml.Interface, opts Options) error {
+func Run(stdin io.Reader, opts Options) error {
 	if len(opts.Limits) == 0 {
 		return errors.New("no --gpu limits given: nothing to apply")
+	}
+	if err := ValidateClaimUID(opts.ClaimUID); err != nil {
+		return err
 	}
 	st, err := ReadState(stdin)
 	if err != nil {
 		return err
 	}
+	if err := ValidateContainerID(st.ID); err != nil {
+		return err
+	}
+	libPath, err := FindNVML(opts.DriverRoot)
+	if err != nil {
+		return fmt.Errorf("container %s: %w", st.ID, err)
+	}
+	lib, err := opts.Open(libPath)
+	if err != nil {
+		return fmt.Errorf("container %s: loading NVML from %s: %w", st.ID, libPath, err)
+	}
 	cg, err := FindCgroup(opts.ProcRoot, opts.CgroupRoot, st.Pid)
 	if err != nil {
 		return err
 	}
-	if !cg.V2 && !opts.Simulated {
-		return fmt.Errorf("container %s is in cgroup v1 (%s): NVIDIA per-container memory limits need cgroup v2; run this node with the unified hierarchy or select nodes whose memoryEnforcement is not dmem", st.ID, cg.Path)
+	if !cg.V2 {
+		sim, ok := lib.(SimulatedCgroupV2)
+		if !ok || !sim.SimulatesCgroupV2() {
+			return fmt.Errorf("container %s is in cgroup v1 (%s): NVIDIA per-container GPU memory limits need cgroup v2 mounted at /sys/fs/cgroup; run this node with the unified hierarchy, or restart gpufrac-kubelet-plugin so the node stops offering memoryEnforcement dmem", st.ID, cg.Path)
+		}
 	}
 	if err := Apply(lib, cg, opts.Limits); err != nil {
-		return err
+		return fmt.Errorf("container %s: %w", st.ID, err)
 	}
 	if opts.RecordDir != "" && opts.ClaimUID != "" {
 		// Metrics are not worth failing a container over.

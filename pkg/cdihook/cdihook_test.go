@@ -12,7 +12,6 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpufrac/gpufrac/pkg/cdihook"
-	"github.com/gpufrac/gpufrac/pkg/gpusim"
 )
 
 func TestParseLimit(t *testing.T) {
@@ -91,17 +90,47 @@ func recordingServer(ret nvml.Return) (*server.Server, *[]call) {
 	return srv, &calls
 }
 
+// driverRoot is a host driver installation: libnvidia-ml.so.1 in usr/lib64.
+func driverRoot(t *testing.T) string {
+	root := t.TempDir()
+	writeLib(t, filepath.Join(root, "usr/lib64"), "libnvidia-ml.so.1")
+	return root
+}
+
+func writeLib(t *testing.T, dir, name string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte("\x7fELF stand-in"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// opener loads srv whatever library path the hook found.
+func opener(srv nvml.Interface) func(string) (nvml.Interface, error) {
+	return func(string) (nvml.Interface, error) { return srv, nil }
+}
+
 const state = `{"ociVersion":"1.2.0","id":"abc","status":"created","pid":42,"bundle":"/run/b"}`
 
 func TestRunAppliesEveryLimitThroughNVML(t *testing.T) {
 	srv, calls := recordingServer(nvml.SUCCESS)
 	u0, u5 := srv.Devices[0].(*server.Device).UUID, srv.Devices[5].(*server.Device).UUID
-	err := cdihook.Run(strings.NewReader(state), srv, cdihook.Options{
+	root := driverRoot(t)
+	var loaded string
+	err := cdihook.Run(strings.NewReader(state), cdihook.Options{
 		Limits:   []cdihook.Limit{{UUID: u0, Soft: 40 << 30, Hard: 60 << 30}, {UUID: u5, Soft: 1 << 30, Hard: 1 << 30}},
-		ProcRoot: procTree(t, "42", v2Cgroup), CgroupRoot: "/sys/fs/cgroup",
+		ProcRoot: procTree(t, "42", v2Cgroup), CgroupRoot: "/sys/fs/cgroup", DriverRoot: root,
+		Open: func(path string) (nvml.Interface, error) { loaded = path; return srv, nil },
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if want := filepath.Join(root, "usr/lib64/libnvidia-ml.so.1"); loaded != want {
+		t.Errorf("loaded NVML from %q, want %q", loaded, want)
 	}
 	path := "/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cri-containerd-abc.scope"
 	want := []call{{u0, path, 40 << 30, 60 << 30}, {u5, path, 1 << 30, 1 << 30}}
@@ -110,6 +139,8 @@ func TestRunAppliesEveryLimitThroughNVML(t *testing.T) {
 	}
 }
 
+// Every refusal names the cause and what to do; NVML's return codes of
+// nvmlDeviceSetMemoryLimits_v1 are read as NVIDIA's reference documents.
 func TestRunFailuresSayWhatToDo(t *testing.T) {
 	okProc := func(t *testing.T) string { return procTree(t, "42", v2Cgroup) }
 	for _, tc := range []struct {
@@ -117,8 +148,10 @@ func TestRunFailuresSayWhatToDo(t *testing.T) {
 		setup func(srv *server.Server)
 		ret   nvml.Return
 		proc  func(t *testing.T) string
+		root  func(t *testing.T) string
 		state string
 		uuid  string
+		claim string
 		want  string
 	}{
 		{name: "no driver", setup: func(s *server.Server) { s.InitFunc = func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND } },
@@ -126,13 +159,25 @@ func TestRunFailuresSayWhatToDo(t *testing.T) {
 		{name: "old driver", setup: func(s *server.Server) {
 			s.LookupSymbolFunc = func(string) error { return errors.New("undefined symbol") }
 		}, want: "this NVIDIA driver cannot set per-container GPU memory limits (needs r615 / CUDA 13.4 or later; nvmlDeviceSetMemoryLimits_v1 missing)"},
-		{name: "unsupported", ret: nvml.ERROR_NOT_SUPPORTED, want: "does not support per-cgroup memory limits"},
-		{name: "not root", ret: nvml.ERROR_NO_PERMISSION, want: "the hook must run as root"},
+		{name: "INVALID_ARGUMENT", ret: nvml.ERROR_INVALID_ARGUMENT, want: "the soft limit is above the hard limit, or a limit is above the GPU's total memory"},
+		{name: "OPERATING_SYSTEM", ret: nvml.ERROR_OPERATING_SYSTEM, want: "the driver cannot open the container's cgroup"},
+		{name: "NOT_SUPPORTED", ret: nvml.ERROR_NOT_SUPPORTED, want: "no per-cgroup GPU memory limits here: the cgroup has no GPU memory limit files"},
+		{name: "FUNCTION_NOT_FOUND", ret: nvml.ERROR_FUNCTION_NOT_FOUND, want: "this driver has no nvmlDeviceSetMemoryLimits_v1 (it needs r615"},
+		{name: "not root", ret: nvml.ERROR_NO_PERMISSION, want: "setting limits needs root"},
 		{name: "unknown GPU", uuid: "GPU-gone", want: "GPU GPU-gone is not on this node"},
 		{name: "cgroup v1 with real NVML", proc: func(t *testing.T) string { return procTree(t, "42", v1Cgroup) },
-			want: "container abc is in cgroup v1 (/sys/fs/cgroup/memory/kubepods/burstable/podX/abc): NVIDIA per-container memory limits need cgroup v2"},
+			want: "container abc is in cgroup v1 (/sys/fs/cgroup/memory/kubepods/burstable/podX/abc): NVIDIA per-container GPU memory limits need cgroup v2"},
+		{name: "cgroup that climbs out of the hierarchy", proc: func(t *testing.T) string { return procTree(t, "42", "0::/../../etc\n") },
+			want: "which is not a cgroup below /sys/fs/cgroup"},
+		{name: "the root cgroup", proc: func(t *testing.T) string { return procTree(t, "42", "0::/\n") },
+			want: "which is not a cgroup below /sys/fs/cgroup"},
+		{name: "driver root without NVML", root: func(t *testing.T) string { return t.TempDir() },
+			want: "libnvidia-ml.so.1 not found under the driver root"},
 		{name: "not a createRuntime hook", state: `{"ociVersion":"1.2.0","id":"abc","status":"creating"}`,
 			want: `OCI state of container "abc" has no pid; gpufrac-cdi-hook must run as a createRuntime hook`},
+		{name: "container id that is a path", state: `{"ociVersion":"1.2.0","id":"../../etc/x","status":"created","pid":42}`,
+			want: `container id "../../etc/x" is not an id a runtime makes`},
+		{name: "claim that is a path", claim: "../x", want: `--claim "../x": not a ResourceClaim UID`},
 		{name: "garbage on stdin", state: `not json`, want: "reading the OCI container state from stdin"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -144,9 +189,12 @@ func TestRunFailuresSayWhatToDo(t *testing.T) {
 			if tc.setup != nil {
 				tc.setup(srv)
 			}
-			proc := okProc
+			proc, root := okProc, driverRoot
 			if tc.proc != nil {
 				proc = tc.proc
+			}
+			if tc.root != nil {
+				root = tc.root
 			}
 			st := state
 			if tc.state != "" {
@@ -156,32 +204,14 @@ func TestRunFailuresSayWhatToDo(t *testing.T) {
 			if tc.uuid != "" {
 				uuid = tc.uuid
 			}
-			err := cdihook.Run(strings.NewReader(st), srv, cdihook.Options{
+			err := cdihook.Run(strings.NewReader(st), cdihook.Options{
 				Limits: []cdihook.Limit{{UUID: uuid, Soft: 1, Hard: 2}}, ProcRoot: proc(t), CgroupRoot: "/sys/fs/cgroup",
+				DriverRoot: root(t), Open: opener(srv), ClaimUID: tc.claim,
 			})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v, want it to contain %q", err, tc.want)
 			}
 		})
-	}
-}
-
-func TestSimulatedNodeRecordsEvenOnCgroupV1(t *testing.T) {
-	rec := filepath.Join(t.TempDir(), gpusim.RecordFile)
-	err := cdihook.Run(strings.NewReader(state), gpusim.RecordingNVML(rec), cdihook.Options{
-		Limits:   []cdihook.Limit{{UUID: "GPU-x", Soft: 5, Hard: 7}},
-		ProcRoot: procTree(t, "42", v1Cgroup), CgroupRoot: "/sys/fs/cgroup", Simulated: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := `{"uuid":"GPU-x","cgroup":"/sys/fs/cgroup/memory/kubepods/burstable/podX/abc","soft":5,"hard":7}` + "\n"
-	if string(raw) != want {
-		t.Errorf("record %q, want %q", raw, want)
 	}
 }
 
@@ -198,9 +228,9 @@ func TestRunRecordsTheContainerForMetrics(t *testing.T) {
 			u := srv.Devices[0].(*server.Device).UUID
 			dir := t.TempDir()
 			st := `{"ociVersion":"1.2.0","id":"ctr-1","status":"created","pid":42,"bundle":"/b","annotations":{` + annotations + `}}`
-			err := cdihook.Run(strings.NewReader(st), srv, cdihook.Options{
+			err := cdihook.Run(strings.NewReader(st), cdihook.Options{
 				Limits: []cdihook.Limit{{UUID: u, Soft: 1, Hard: 2}}, ProcRoot: procTree(t, "42", v2Cgroup), CgroupRoot: "/sys/fs/cgroup",
-				ClaimUID: "uid-1", RecordDir: dir,
+				DriverRoot: driverRoot(t), Open: opener(srv), ClaimUID: "uid-1", RecordDir: dir,
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -79,16 +79,38 @@ func Parse(spec string) ([]Group, error) {
 	return groups, nil
 }
 
-// Node is a simulated node: its NVML server and the discovery options that
-// make inventory see the enforcement asked for.
+// Node is a simulated node: its NVML server, its driver as the hook finds
+// it on disk, and the discovery options under which inventory detects the
+// node's enforcement as on a real node.
 type Node struct {
 	NVML             *server.Server
+	Driver           Driver
 	InventoryOptions inventory.Options
+}
+
+// NodeOptions say what kind of node to simulate.
+type NodeOptions struct {
+	// Enforcement picks the driver: dmem an r615 driver with per-cgroup
+	// limits and MPS v3; mps an older driver with legacy MPS; none an
+	// older driver without MPS.
+	Enforcement inventory.Enforcement
+	// CgroupV1 simulates a node on cgroup v1, where even an r615 driver
+	// sets no per-cgroup limits: it is detected as an mps node, and its
+	// NVML refuses per-cgroup limits.
+	CgroupV1 bool
 }
 
 // NewNode simulates a node whose GPUs are spec and whose memory enforcement
 // is enforcement, with the driver and MPS a real node of that kind has.
 func NewNode(spec, nodeName string, enforcement inventory.Enforcement) (*Node, error) {
+	return NewNodeWith(spec, nodeName, NodeOptions{Enforcement: enforcement})
+}
+
+// NewNodeWith simulates the node opts describe. Nothing is forced: the
+// plugin detects what the simulated driver and cgroups offer, as it does
+// on a real node.
+func NewNodeWith(spec, nodeName string, opts NodeOptions) (*Node, error) {
+	enforcement := opts.Enforcement
 	srv, err := New(spec, nodeName)
 	if err != nil {
 		return nil, err
@@ -104,10 +126,19 @@ func NewNode(spec, nodeName string, enforcement inventory.Enforcement) (*Node, e
 	default:
 		return nil, fmt.Errorf("simulated enforcement %q is not one of dmem, mps, none", enforcement)
 	}
+	driver := DriverFor(srv, !opts.CgroupV1)
+	// Older drivers do not export the per-cgroup limit entry point.
+	srv.LookupSymbolFunc = func(symbol string) error {
+		if symbol == SetMemoryLimitsSymbol && !driver.HasSetMemoryLimits() {
+			return fmt.Errorf("undefined symbol: %s (simulated driver %s)", symbol, driver.DriverVersion)
+		}
+		return nil
+	}
 	return &Node{
-		NVML: srv,
+		NVML:   srv,
+		Driver: driver,
 		InventoryOptions: inventory.Options{
-			ForceEnforcement: enforcement,
+			CgroupV2: func() bool { return !opts.CgroupV1 },
 			LookPath: func(file string) (string, error) {
 				if !mps {
 					return "", fmt.Errorf("%s: not present on a simulated node without MPS", file)

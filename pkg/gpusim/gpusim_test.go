@@ -141,19 +141,94 @@ func TestAnswerRecordedLimits(t *testing.T) {
 	if _, ret := gpu0.GetMemoryLimits_v1("/cg/a"); ret != nvml.ERROR_NOT_FOUND {
 		t.Errorf("no record yet: %v, want NOT_FOUND", ret)
 	}
-	hook := gpusim.RecordingNVML(path)
+	lib, err := gpusim.InstallDriver(t.TempDir(), "usr/lib64", gpusim.DriverFor(srv, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hook, err := gpusim.OpenDriver(lib, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg := t.TempDir()
 	dev, _ := hook.DeviceGetHandleByUUID(uuid)
 	for _, hard := range []uint64{60 << 30, 50 << 30} {
-		if ret := dev.SetMemoryLimits_v1("/cg/a", 40<<30, hard); ret != nvml.SUCCESS {
+		if ret := dev.SetMemoryLimits_v1(cg, 40<<30, hard); ret != nvml.SUCCESS {
 			t.Fatal(ret)
 		}
 	}
-	got, ret := gpu0.GetMemoryLimits_v1("/cg/a")
+	got, ret := gpu0.GetMemoryLimits_v1(cg)
 	if ret != nvml.SUCCESS || got.SoftLimit != 40<<30 || got.HardLimit != 50<<30 || got.CurrentUsed != 0 {
 		t.Errorf("got %+v %v, want the latest record: soft 40Gi, hard 50Gi, none used", got, ret)
 	}
 	gpu1, _ := srv.DeviceGetHandleByIndex(1)
-	if _, ret := gpu1.GetMemoryLimits_v1("/cg/a"); ret != nvml.ERROR_NOT_FOUND {
+	if _, ret := gpu1.GetMemoryLimits_v1(cg); ret != nvml.ERROR_NOT_FOUND {
 		t.Errorf("another GPU answers for gpu-0's record: %v", ret)
+	}
+}
+
+// The simulated dmem backend raises every ancestor's reservation by a
+// leaf's soft limit, and only a reset through NVML while the leaf exists
+// takes it back: a leaf deleted with its limit set leaks into every
+// ancestor, as NVIDIA documents.
+func TestReservationsPropagateAndLeak(t *testing.T) {
+	const root = "/sys/fs/cgroup"
+	const pod = root + "/kubepods/burstable/pod1"
+	g := "GPU-a"
+	recs := []gpusim.LimitRecord{
+		{UUID: g, Cgroup: pod + "/c1", Soft: 10 << 30, Hard: 20 << 30},
+		{UUID: g, Cgroup: pod + "/c2", Soft: 5 << 30, Hard: 5 << 30},
+		{UUID: g, Cgroup: pod + "/c1", Soft: 0, Hard: nvml.DEVICE_MEMORY_LIMIT_MAX}, // c1 reset before its cgroup went
+		{UUID: "GPU-b", Cgroup: pod + "/c3", Soft: 1 << 30, Hard: 1 << 30},
+	}
+	got := gpusim.Reservations(recs, root)
+	for cg, want := range map[string]uint64{pod: 5 << 30, root + "/kubepods/burstable": 5 << 30, root + "/kubepods": 5 << 30, pod + "/c2": 5 << 30, pod + "/c1": 0} {
+		if got[g][cg] != want {
+			t.Errorf("GPU-a %s reserved %d, want %d", cg, got[g][cg], want)
+		}
+	}
+	if _, ok := got[g][root]; ok {
+		t.Errorf("the hierarchy's root got a reservation: %v", got[g])
+	}
+	if got["GPU-b"][root+"/kubepods"] != 1<<30 {
+		t.Errorf("GPU-b kubepods %d, want 1Gi", got["GPU-b"][root+"/kubepods"])
+	}
+	// c2 ends without a reset: nothing is recorded, its 5Gi stay reserved.
+	if got[g][root+"/kubepods"] != 5<<30 {
+		t.Errorf("leak not modelled")
+	}
+}
+
+// Detection runs on a simulated node as on a real one: a cgroup v1 node
+// with an r615 driver offers no per-cgroup limits (it has MPS, so mps),
+// and an older driver has no nvmlDeviceSetMemoryLimits_v1.
+func TestSimulatedNodesAreDetectedNotForced(t *testing.T) {
+	for _, tc := range []struct {
+		opts gpusim.NodeOptions
+		want inventory.Enforcement
+		sym  bool
+	}{
+		{gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem}, inventory.EnforcementDMem, true},
+		{gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem, CgroupV1: true}, inventory.EnforcementMPS, true},
+		{gpusim.NodeOptions{Enforcement: inventory.EnforcementMPS}, inventory.EnforcementMPS, false},
+		{gpusim.NodeOptions{Enforcement: inventory.EnforcementNone}, inventory.EnforcementNone, false},
+	} {
+		_, ctx := ktesting.NewTestContext(t)
+		node, err := gpusim.NewNodeWith("h200x1", "n", tc.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if node.InventoryOptions.ForceEnforcement != "" {
+			t.Errorf("%+v: enforcement forced", tc.opts)
+		}
+		inv, err := inventory.Discover(ctx, node.NVML, node.InventoryOptions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if inv.Enforcement != tc.want {
+			t.Errorf("%+v: detected %s, want %s", tc.opts, inv.Enforcement, tc.want)
+		}
+		if got := node.NVML.LookupSymbol(gpusim.SetMemoryLimitsSymbol) == nil; got != tc.sym || node.Driver.HasSetMemoryLimits() != tc.sym {
+			t.Errorf("%+v: symbol present %v, want %v", tc.opts, got, tc.sym)
+		}
 	}
 }

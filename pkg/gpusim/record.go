@@ -7,7 +7,6 @@ import (
 	"os"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 )
 
@@ -19,34 +18,13 @@ const RecordFile = "simulated-memory-limits.jsonl"
 // GPUs unhealthy: a JSON object of GPU UUID to reason (see health.WatchFile).
 const HealthFile = "simulated-health.json"
 
-// LimitRecord is one SetMemoryLimits_v1 call seen by the recording NVML.
+// LimitRecord is one SetMemoryLimits_v1 call that a simulated node's NVML
+// accepted (see OpenDriver).
 type LimitRecord struct {
 	UUID   string `json:"uuid"`
 	Cgroup string `json:"cgroup"`
 	Soft   uint64 `json:"soft"`
 	Hard   uint64 `json:"hard"`
-}
-
-// RecordingNVML stands in for NVML in gpufrac-cdi-hook on simulated nodes:
-// every GPU exists, and setting memory limits appends a LimitRecord line
-// to path, so tests and the demo can see what a real node would enforce.
-func RecordingNVML(path string) nvml.Interface {
-	lib := &mock.Interface{
-		InitFunc:     func() nvml.Return { return nvml.SUCCESS },
-		ShutdownFunc: func() nvml.Return { return nvml.SUCCESS },
-	}
-	ext := &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return nil }}
-	lib.ExtensionsFunc = func() nvml.ExtendedInterface { return ext }
-	lib.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
-		return &mock.Device{SetMemoryLimits_v1Func: func(cgroup string, soft, hard uint64) nvml.Return {
-			if err := appendRecord(path, LimitRecord{UUID: uuid, Cgroup: cgroup, Soft: soft, Hard: hard}); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return nvml.ERROR_UNKNOWN
-			}
-			return nvml.SUCCESS
-		}}, nvml.SUCCESS
-	}
-	return lib
 }
 
 func appendRecord(path string, r LimitRecord) error {

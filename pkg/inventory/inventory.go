@@ -159,7 +159,11 @@ type Options struct {
 	CgroupRoot string
 	// LookPath finds nvidia-cuda-mps-control; default exec.LookPath.
 	LookPath func(file string) (string, error)
-	// ForceEnforcement, when set, replaces detection. The simulator uses it
+	// CgroupV2, when set, replaces the check of CgroupRoot: a simulated
+	// node declares its cgroup hierarchy with it, and detection then runs
+	// as on a real node (the simulated driver's symbols included).
+	CgroupV2 func() bool
+	// ForceEnforcement, when set, replaces detection. Unit tests use it
 	// so a laptop without a GPU still exercises every enforcement path.
 	ForceEnforcement Enforcement
 	// PCIeRoot resolves a PCI bus id to its PCIe root; nil skips the
@@ -288,8 +292,16 @@ func detectMPS(driverVersion string, opts Options) string {
 	return MPSVersionLegacy
 }
 
+// detectEnforcement: per-cgroup limits need the driver's
+// nvmlDeviceSetMemoryLimits_v1 (r615+) and cgroup v2 (NVIDIA,
+// mpsv3-memory-partitioning); without either the node enforces at most
+// what MPS's pinned memory limit gives SMSharing clients.
 func detectEnforcement(lib nvml.Interface, mpsVersion string, opts Options) Enforcement {
-	if hasSymbol(lib, setMemoryLimitsSymbol) && isCgroupV2(opts.CgroupRoot) {
+	cgroupV2 := opts.CgroupV2
+	if cgroupV2 == nil {
+		cgroupV2 = func() bool { return isCgroupV2(opts.CgroupRoot) }
+	}
+	if hasSymbol(lib, setMemoryLimitsSymbol) && cgroupV2() {
 		return EnforcementDMem
 	}
 	if mpsVersion != MPSVersionNone {
