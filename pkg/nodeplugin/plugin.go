@@ -204,6 +204,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		Status:      status,
 		Events:      events,
 		Failpoint:   cfg.Failpoint,
+		Pods:        podGetter(cfg.KubeClient),
 	}
 	if mpsManager != nil {
 		pcfg.MPS = mpsManager

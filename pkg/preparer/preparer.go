@@ -58,6 +58,9 @@ type Config struct {
 	// MPS is nil on nodes where SMSharing cannot run yet; such claims
 	// then fail with that reason.
 	MPS MPS
+	// Pods, when set, reads the pods a claim is reserved for, so Prepare
+	// refuses a claim that several of their containers would hold.
+	Pods PodGetter
 	// Failpoint, when set (tests only), is called at every step boundary
 	// of Prepare and Unprepare with the step's name; an error it returns
 	// fails the step there, as a crash or an I/O error would.
@@ -115,6 +118,9 @@ func (p *Preparer) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim
 	pl, err := plan.Compute(claim, p.cfg.Inventory, p.cfg.PlanOptions)
 	if err == nil && pl.MPS() != nil && p.cfg.MPS == nil {
 		err = fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, ErrNoMPS)
+	}
+	if err == nil {
+		err = p.checkOneGuarantee(ctx, claim, pl)
 	}
 	if err != nil {
 		p.report(claim, err)

@@ -58,6 +58,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(PathMutatePods, s.serve(s.mutatePod))
 	mux.HandleFunc(PathValidate, s.serve(s.validate))
+	mux.HandleFunc(PathValidatePods, s.serve(s.validatePod))
 	return mux
 }
 
