@@ -42,7 +42,9 @@ func TestValidatePodOneGuaranteePerClaim(t *testing.T) {
 		claim.Name = "gpu"
 		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{ResourceClaims: []corev1.PodResourceClaim{claim}, Containers: containers}}
 	}
-	tmpl := func(n string) corev1.PodResourceClaim { return corev1.PodResourceClaim{ResourceClaimTemplateName: ptr.To(n)} }
+	tmpl := func(n string) corev1.PodResourceClaim {
+		return corev1.PodResourceClaim{ResourceClaimTemplateName: ptr.To(n)}
+	}
 	named := func(n string) corev1.PodResourceClaim { return corev1.PodResourceClaim{ResourceClaimName: ptr.To(n)} }
 	for _, tc := range []struct {
 		name    string
