@@ -24,9 +24,9 @@ import (
 
 // Limit is one GPU's limits for the container, in bytes.
 type Limit struct {
-	UUID string
-	Soft uint64
-	Hard uint64
+	UUID string `json:"uuid"`
+	Soft uint64 `json:"soft"`
+	Hard uint64 `json:"hard"`
 }
 
 // ParseLimit reads the hook argument form UUID=SOFT:HARD.
@@ -68,6 +68,9 @@ type Cgroup struct {
 	Path string
 	// V2 is false on a cgroup v1 host, where NVML cannot set limits.
 	V2 bool
+	// Root is the mount point of its hierarchy: its ancestors below Root
+	// are the cgroups whose reservations its soft limit raises.
+	Root string
 }
 
 // FindCgroup reads /proc/<pid>/cgroup under procRoot and resolves the
@@ -79,7 +82,7 @@ func FindCgroup(procRoot, cgroupRoot string, pid int) (Cgroup, error) {
 		return Cgroup{}, fmt.Errorf("cgroup of the container not found: %w", err)
 	}
 	defer func() { _ = f.Close() }()
-	var v1Memory, v1First, v2 string
+	var v1Memory, v1First, v2, v1FirstRoot string
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		// hierarchy-ID:controller-list:cgroup-path
@@ -93,6 +96,7 @@ func FindCgroup(procRoot, cgroupRoot string, pid int) (Cgroup, error) {
 		}
 		if v1First == "" {
 			v1First = filepath.Join(cgroupRoot, parts[1], parts[2])
+			v1FirstRoot = filepath.Join(cgroupRoot, parts[1])
 		}
 		for _, c := range strings.Split(parts[1], ",") {
 			if c == "memory" {
@@ -110,11 +114,11 @@ func FindCgroup(procRoot, cgroupRoot string, pid int) (Cgroup, error) {
 	var cg Cgroup
 	switch {
 	case v1Memory != "":
-		cg = Cgroup{Path: v1Memory}
+		cg = Cgroup{Path: v1Memory, Root: filepath.Join(cgroupRoot, "memory")}
 	case v1First != "":
-		cg = Cgroup{Path: v1First}
+		cg = Cgroup{Path: v1First, Root: v1FirstRoot}
 	case v2 != "":
-		cg = Cgroup{Path: v2, V2: true}
+		cg = Cgroup{Path: v2, V2: true, Root: filepath.Clean(cgroupRoot)}
 	default:
 		return Cgroup{}, fmt.Errorf("cgroup of the container not found: %s lists no cgroup", file)
 	}
@@ -182,6 +186,9 @@ type Record struct {
 	Container string   `json:"container"`
 	Cgroup    string   `json:"cgroup"`
 	GPUs      []string `json:"gpus"`
+	// Limits are what the hook set, so later hooks can tell what the live
+	// containers hold (LiveReservations).
+	Limits []Limit `json:"limits,omitempty"`
 }
 
 // Annotations on the OCI spec that name the container, first match wins:
@@ -210,7 +217,7 @@ func RecordPath(dir, claimUID, containerID string) string {
 
 func writeRecord(st *oci.State, cg Cgroup, opts Options) error {
 	r := Record{ClaimUID: opts.ClaimUID, Namespace: annotation(st, annotationNamespace), Pod: annotation(st, annotationPod),
-		Container: annotation(st, annotationContainer), Cgroup: cg.Path}
+		Container: annotation(st, annotationContainer), Cgroup: cg.Path, Limits: opts.Limits}
 	for _, l := range opts.Limits {
 		r.GPUs = append(r.GPUs, l.UUID)
 	}
@@ -271,14 +278,33 @@ func Run(stdin io.Reader, opts Options) error {
 			return fmt.Errorf("container %s is in cgroup v1 (%s): NVIDIA per-container GPU memory limits need cgroup v2 mounted at /sys/fs/cgroup; run this node with the unified hierarchy, or restart gpufrac-kubelet-plugin so the node stops offering memoryEnforcement dmem", st.ID, cg.Path)
 		}
 	}
+	if opts.RecordDir == "" || opts.ClaimUID == "" {
+		if err := Apply(lib, cg, opts.Limits); err != nil {
+			return fmt.Errorf("container %s: %w", st.ID, err)
+		}
+		return nil
+	}
+	unlock, err := lockRecords(opts.RecordDir)
+	if err != nil {
+		return fmt.Errorf("container %s: locking %s: %w", st.ID, opts.RecordDir, err)
+	}
+	defer unlock()
 	if err := Apply(lib, cg, opts.Limits); err != nil {
 		return fmt.Errorf("container %s: %w", st.ID, err)
 	}
-	if opts.RecordDir != "" && opts.ClaimUID != "" {
-		// Metrics are not worth failing a container over.
-		if err := writeRecord(st, cg, opts); err != nil {
-			fmt.Fprintf(os.Stderr, "gpufrac-cdi-hook: recording container %s for metrics: %v\n", st.ID, err)
-		}
+	// Neither the record nor the rebalance is worth failing a container
+	// that has its limits over: a missed rebalance is made up by the next
+	// container's hook.
+	if err := writeRecord(st, cg, opts); err != nil {
+		fmt.Fprintf(os.Stderr, "gpufrac-cdi-hook: recording container %s: %v\n", st.ID, err)
+		return nil
+	}
+	live, err := LiveReservations(opts.RecordDir, cg.Root)
+	if err == nil {
+		err = Rebalance(lib, cg, opts.Limits, live)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpufrac-cdi-hook: container %s: resetting ancestor reservations to the live containers': %v\n", st.ID, err)
 	}
 	return nil
 }

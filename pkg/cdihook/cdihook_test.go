@@ -86,6 +86,10 @@ func recordingServer(ret nvml.Return) (*server.Server, *[]call) {
 			calls = append(calls, call{dev.UUID, cgroup, soft, hard})
 			return ret
 		}
+		// No ancestor has per-cgroup limits (no dmem files).
+		dev.GetMemoryLimits_v1Func = func(string) (nvml.MemoryLimits_v1, nvml.Return) {
+			return nvml.MemoryLimits_v1{}, nvml.ERROR_NOT_SUPPORTED
+		}
 	}
 	return srv, &calls
 }
@@ -239,7 +243,7 @@ func TestRunRecordsTheContainerForMetrics(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := `{"claimUID":"uid-1","namespace":"team","pod":"llm-0","container":"main","cgroup":"/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cri-containerd-abc.scope","gpus":["` + u + `"]}`
+			want := `{"claimUID":"uid-1","namespace":"team","pod":"llm-0","container":"main","cgroup":"/sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/cri-containerd-abc.scope","gpus":["` + u + `"],"limits":[{"uuid":"` + u + `","soft":1,"hard":2}]}`
 			if string(raw) != want {
 				t.Errorf("record\n got %s\nwant %s", raw, want)
 			}

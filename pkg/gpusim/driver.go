@@ -129,7 +129,9 @@ func newDriverNVML(d Driver, recordPath string) *driverNVML {
 		if !ok {
 			return nil, nvml.ERROR_NOT_FOUND
 		}
-		return &mock.Device{SetMemoryLimits_v1Func: func(cgroup string, soft, hard uint64) nvml.Return {
+		return &mock.Device{GetMemoryLimits_v1Func: func(cgroup string) (nvml.MemoryLimits_v1, nvml.Return) {
+			return getMemoryLimits(recordPath, uuid, cgroup, hasSymbol, d.CgroupV2)
+		}, SetMemoryLimits_v1Func: func(cgroup string, soft, hard uint64) nvml.Return {
 			if !hasSymbol {
 				// go-nvml's answer when the library lacks the symbol.
 				return nvml.ERROR_FUNCTION_NOT_FOUND
@@ -164,6 +166,33 @@ func checkSetMemoryLimits(cgroup string, soft, hard, total uint64, cgroupV2 bool
 		return nvml.ERROR_NOT_SUPPORTED
 	}
 	return nvml.SUCCESS
+}
+
+// getMemoryLimits answers nvmlDeviceGetMemoryLimits_v1 from the accepted
+// calls: a cgroup whose limits were set reads back its reservation and
+// hard limit; one that exists but was never set is NOT_FOUND (as a real
+// r615 node answers, docs/node-contract.md); a cgroup v1 node has no
+// per-cgroup limits at all.
+func getMemoryLimits(recordPath, uuid, cgroup string, hasSymbol, cgroupV2 bool) (nvml.MemoryLimits_v1, nvml.Return) {
+	if !hasSymbol {
+		return nvml.MemoryLimits_v1{}, nvml.ERROR_FUNCTION_NOT_FOUND
+	}
+	if !cgroupV2 {
+		return nvml.MemoryLimits_v1{}, nvml.ERROR_NOT_SUPPORTED
+	}
+	if fi, err := os.Stat(cgroup); err != nil || !fi.IsDir() {
+		return nvml.MemoryLimits_v1{}, nvml.ERROR_OPERATING_SYSTEM
+	}
+	records, err := ReadRecords(recordPath)
+	if err != nil {
+		return nvml.MemoryLimits_v1{}, nvml.ERROR_UNKNOWN
+	}
+	reserved, hard := replay(records, "/")
+	h, set := hard[uuid][cgroup]
+	if !set {
+		return nvml.MemoryLimits_v1{}, nvml.ERROR_NOT_FOUND
+	}
+	return nvml.MemoryLimits_v1{NameSpace: cgroup, SoftLimit: reserved[uuid][cgroup], HardLimit: h}, nvml.SUCCESS
 }
 
 // ReadRecords reads the calls a simulated node's NVML recorded, in order.
@@ -213,19 +242,29 @@ func splitLines(raw []byte) [][]byte {
 // That setting an ancestor directly moves its reservation to the value
 // set, with the same propagation above it, is inferred.
 func Reservations(records []LimitRecord, root string) map[string]map[string]uint64 {
+	reserved, _ := replay(records, root)
+	return reserved
+}
+
+// replay returns the reservations and, for cgroups set directly, their
+// hard limits.
+func replay(records []LimitRecord, root string) (reserved, hard map[string]map[string]uint64) {
 	root = filepath.Clean(root)
 	out := map[string]map[string]uint64{}
+	hard = map[string]map[string]uint64{}
 	for _, r := range records {
 		m := out[r.UUID]
 		if m == nil {
 			m = map[string]uint64{}
 			out[r.UUID] = m
+			hard[r.UUID] = map[string]uint64{}
 		}
+		hard[r.UUID][r.Cgroup] = r.Hard
 		delta := int64(r.Soft) - int64(m[r.Cgroup])
 		m[r.Cgroup] = r.Soft
 		for a := filepath.Dir(r.Cgroup); len(a) > len(root) && a != filepath.Dir(a); a = filepath.Dir(a) {
 			m[a] = uint64(int64(m[a]) + delta)
 		}
 	}
-	return out
+	return out, hard
 }
