@@ -64,6 +64,9 @@ type RealNode struct {
 	containerd *process
 	kubelet    *process
 	pluginArgs []string
+	// basePluginArgs are the node's own flags, kept while
+	// RestartPluginWith runs the plugin with more.
+	basePluginArgs []string
 
 	mu       sync.Mutex
 	plugin   *process
