@@ -261,6 +261,12 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		}
 	}
 
+	if waitErr == nil {
+		step("Two more kinds of node: an older driver (no per-cgroup limits) and a GPU Operator driver root")
+		if err := nodeKinds(ctx, o, cp, cluster, os.Stdout); err != nil {
+			return fail(err)
+		}
+	}
 	if waitErr != nil {
 		step("Not every pod reached Running")
 		for _, line := range notRunning {
