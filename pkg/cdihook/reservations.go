@@ -107,11 +107,12 @@ func Rebalance(lib nvml.Interface, cg Cgroup, limits []Limit, live Live) error {
 			if ret == nvml.ERROR_NOT_SUPPORTED {
 				break
 			}
-			want := live[l.UUID][a]
+			// An ancestor's own hard limit stays, and bounds its soft one.
+			want := min(live[l.UUID][a], hard)
 			if ret == nvml.SUCCESS && cur.SoftLimit == want {
 				continue
 			}
-			if ret := dev.SetMemoryLimits_v1(a, want, max(hard, want)); ret != nvml.SUCCESS {
+			if ret := dev.SetMemoryLimits_v1(a, want, hard); ret != nvml.SUCCESS {
 				errs = append(errs, fmt.Errorf("GPU %s: resetting the reservation of %s to %d bytes: %s", l.UUID, a, want, explain(ret)))
 				break
 			}
