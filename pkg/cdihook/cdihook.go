@@ -286,7 +286,13 @@ func Run(stdin io.Reader, opts Options) error {
 	}
 	unlock, err := lockRecords(opts.RecordDir)
 	if err != nil {
-		return fmt.Errorf("container %s: locking %s: %w", st.ID, opts.RecordDir, err)
+		// Without the lock the rebalance could race another hook's; the
+		// limits themselves do not need it.
+		fmt.Fprintf(os.Stderr, "gpufrac-cdi-hook: container %s: locking %s: %v; ancestor reservations are left to the next container\n", st.ID, opts.RecordDir, err)
+		if err := Apply(lib, cg, opts.Limits); err != nil {
+			return fmt.Errorf("container %s: %w", st.ID, err)
+		}
+		return nil
 	}
 	defer unlock()
 	if err := Apply(lib, cg, opts.Limits); err != nil {

@@ -1,11 +1,15 @@
 package cdihook_test
 
 import (
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpufrac/gpufrac/pkg/cdihook"
 )
@@ -57,4 +61,22 @@ func fmtU(v uint64) string {
 		return "max"
 	}
 	return strconv.FormatUint(v, 10)
+}
+
+// A record directory the hook cannot use costs the rebalance, never the
+// container its limits.
+func TestUnusableRecordDirStillAppliesLimits(t *testing.T) {
+	srv, calls := recordingServer(nvml.SUCCESS)
+	u := srv.Devices[0].(*server.Device).UUID
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := cdihook.Run(strings.NewReader(state), cdihook.Options{
+		Limits: []cdihook.Limit{{UUID: u, Soft: 1, Hard: 2}}, ProcRoot: procTree(t, "42", v2Cgroup), CgroupRoot: "/sys/fs/cgroup",
+		DriverRoot: driverRoot(t), Open: opener(srv), ClaimUID: "uid-1", RecordDir: filepath.Join(file, "sub", "containers"),
+	})
+	if err != nil || len(*calls) != 1 {
+		t.Fatalf("got %v, calls %+v; want the limits applied", err, *calls)
+	}
 }
