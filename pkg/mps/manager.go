@@ -34,6 +34,9 @@ type Config struct {
 	// Version is the node's MPS version (inventory.MPSVersionV3 or
 	// inventory.MPSVersionLegacy).
 	Version string
+	// DriverVersion ("615.23.01") selects the MPS v3 configuration keys
+	// the node's driver accepts.
+	DriverVersion string
 	// ReadyTimeout bounds how long Prepare waits for a new daemon.
 	ReadyTimeout time.Duration
 	// Events reports daemon trouble on the claims that use it; optional.
@@ -81,6 +84,11 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	if cfg.Version != inventory.MPSVersionV3 && cfg.Version != inventory.MPSVersionLegacy {
 		return nil, fmt.Errorf("MPS version %q: this node has no usable MPS", cfg.Version)
+	}
+	if cfg.Version == inventory.MPSVersionV3 {
+		if _, err := DaemonTOML(cfg.DriverVersion, plan.MPSServerName, "GPU-check"); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
@@ -194,6 +202,15 @@ func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content s
 	_ = os.Remove(filepath.Join(ConfigDir(b), file+AppliedSuffix))
 	if err := writeConfig(b, file, content); err != nil {
 		return nil, err
+	}
+	if m.cfg.Version == inventory.MPSVersionV3 {
+		toml, err := DaemonTOML(m.cfg.DriverVersion, plan.MPSServerName, b.GPUUUID)
+		if err != nil {
+			return nil, err
+		}
+		if err := writeConfig(b, ConfigTOMLFile, toml); err != nil {
+			return nil, err
+		}
 	}
 	pod, err := Render(m.cfg.Template, DaemonParams{
 		Name: PodName(m.cfg.NodeName, b.GPUUUID), Namespace: m.cfg.Namespace, NodeName: m.cfg.NodeName,

@@ -24,7 +24,7 @@ const NodeImage = "gpufrac.dev/e2e:v1"
 
 // shellTools are what templates/mps-control-daemon.yaml's script and probes
 // run besides the shell's builtins.
-var shellTools = []string{"sh", "cat", "rm", "sleep", "mkdir", "cp", "mv"}
+var shellTools = []string{"sh", "cat", "rm", "sleep", "mkdir", "cp", "mv", "mkfifo"}
 
 // buildNodeImage writes the image's OCI archive into dir.
 func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir string) (string, error) {
