@@ -427,6 +427,11 @@ func (d *daemonProc) serveClient(conn *net.UnixConn, dec *json.Decoder, enc *jso
 			res = d.v3.alloc(c, op.Bytes)
 		case "free":
 			res = d.v3.free(c, op.Bytes)
+		case "sync":
+			res = cudaSuccess
+			if c.terminated != "" {
+				res = cudaTerminated
+			}
 		default:
 			res = cudaInvalidValue
 		}
