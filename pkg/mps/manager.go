@@ -97,12 +97,14 @@ func NewManager(cfg Config) (*Manager, error) {
 }
 
 // useOf is what a claim asks of a GPU's daemon: the sum of its SMSharing
-// shares' hard limits there, its namespace and thread percentage.
+// shares' hard limits there, its namespace and thread percentage. A
+// TimeSlicing claim (MPS v3 nodes with per-cgroup limits) asks only that
+// the daemon runs: it has no namespace.
 func useOf(c *plan.Claim, gpu string) user {
 	u := user{claim: *c, threads: 100}
 	var sum int64
 	for _, d := range c.Devices {
-		if d.MPS != nil && d.GPU.UUID == gpu {
+		if d.MPS != nil && d.GPU.UUID == gpu && (d.MPS.Namespace != "" || d.MPS.Version != inventory.MPSVersionV3) {
 			sum += d.HardLimitBytes
 			u.namespace = d.MPS.Namespace
 			if d.ActiveThreadPercentage != nil {
@@ -337,7 +339,7 @@ func (m *Manager) stop(ctx context.Context, b plan.MPSBinding) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting MPS daemon %s/%s: %w", m.cfg.Namespace, name, err)
 	}
-	klog.FromContext(ctx).Info("Stopped MPS control daemon: no SMSharing claims left", "gpu", b.GPUUUID, "pod", klog.KRef(m.cfg.Namespace, name))
+	klog.FromContext(ctx).Info("Stopped MPS control daemon: no claims use it", "gpu", b.GPUUUID, "pod", klog.KRef(m.cfg.Namespace, name))
 	// Orphaned pipe and shm directories are a known cause of a new daemon
 	// failing to start; the log stays for inspection.
 	for _, dir := range []string{b.PipeDir, b.ShmDir, ConfigDir(b)} {

@@ -290,7 +290,10 @@ func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, ev
 		logger.Info("SMSharing is off on this node: no MPS (nvidia-cuda-mps-control not found)")
 		return nil, nil
 	case cfg.MPS.Image == "" || cfg.MPS.Namespace == "":
-		logger.Info("SMSharing is off on this node: no MPS daemon image or namespace configured (--mps-image, --namespace)")
+		logger.Info("MPS is off on this node: no MPS daemon image or namespace configured (--mps-image, --namespace); SMSharing is refused and, with per-cgroup limits, so is a memoryLimit above the request")
+		// The slice and the plans say so: no daemon, so no eviction to
+		// uphold a request others borrow against.
+		inv.MPSVersion = inventory.MPSVersionNone
 		return nil, nil
 	}
 	m, err := mps.NewManager(mps.Config{
