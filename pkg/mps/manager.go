@@ -218,7 +218,7 @@ func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content s
 		Name: PodName(m.cfg.NodeName, b.GPUUUID), Namespace: m.cfg.Namespace, NodeName: m.cfg.NodeName,
 		GPUUUID: b.GPUUUID, Image: m.cfg.Image, Version: m.cfg.Version,
 		PipeDir: b.PipeDir, LogDir: b.LogDir, ShmDir: b.ShmDir, ConfigDir: ConfigDir(b),
-		ServerName: plan.MPSServerName,
+		ServerName: plan.MPSServerName, GPUMemoryMiB: m.gpuMemoryMiB(b.GPUUUID),
 	})
 	if err != nil {
 		return nil, err
@@ -231,6 +231,20 @@ func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content s
 		return nil, fmt.Errorf("creating MPS daemon %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return created, nil
+}
+
+// gpuMemoryMiB is the GPU's memory as the claims using it know it.
+func (m *Manager) gpuMemoryMiB(gpu string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, u := range m.users[gpu] {
+		for _, d := range u.claim.Devices {
+			if d.GPU.UUID == gpu {
+				return int64(d.GPU.MemoryBytes >> 20)
+			}
+		}
+	}
+	return 0
 }
 
 // waitReady polls the daemon Pod's Ready condition, which its startup
@@ -296,6 +310,12 @@ func tailLog(dir string, n int) string {
 	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
+	}
+	// Events carry this and are limited to 1024 characters.
+	for i, l := range lines {
+		if len(l) > 120 {
+			lines[i] = l[:117] + "..."
+		}
 	}
 	return strings.Join(lines, " | ")
 }

@@ -57,6 +57,9 @@ type DaemonParams struct {
 	PipeDir, LogDir, ShmDir, ConfigDir string
 	// ServerName is the MPS v3 server SMSharing clients share.
 	ServerName string
+	// GPUMemoryMiB is the GPU's memory: informational for a real daemon,
+	// the memory ledger's size for the MPS double.
+	GPUMemoryMiB int64
 }
 
 // ConfigDir is where the plugin writes a GPU daemon's settings.

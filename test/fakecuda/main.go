@@ -71,7 +71,7 @@ func run(args []string) int {
 	if pipe == "" {
 		pipe = "/tmp/nvidia-mps"
 	}
-	conn, err := net.Dial("unix", filepath.Join(pipe, "control"))
+	conn, err := dial(filepath.Join(pipe, "control"))
 	if err != nil {
 		// The real driver would silently run without MPS here (DEFAULT
 		// compute mode); the fake fails, so a test notices.
@@ -137,6 +137,21 @@ func run(args []string) int {
 		}
 	}
 	return 0
+}
+
+// dial connects to a control socket, through its directory's
+// /proc/self/fd name where the path is too long for a unix socket address
+// (test harnesses' temporary directories).
+func dial(path string) (net.Conn, error) {
+	if len(path) < 100 {
+		return net.Dial("unix", path)
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = dir.Close() }()
+	return net.Dial("unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path)))
 }
 
 func why(r response) string {

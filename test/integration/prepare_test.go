@@ -101,11 +101,14 @@ func TestPreparedClaimReachesTheContainer(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	node := e.node("h200x2")
+	// A container reaches one MPS daemon and daemons are per GPU, so a
+	// claim for two GPUs runs where MPS is off (strict partitions).
+	noMPS := e.nodeWith(harness.NodeOptions{GPUs: "h200x2", NoMPS: true})
 	class := e.classFor("all", "")
 	e.createTemplate(claimTemplate("llm-40g", class, "40Gi", 1, "apiVersion: gpufrac.dev/v1alpha1\nkind: FractionConfig\nmemoryLimit: 60Gi\ncomputeMode: TimeSlicing\n"))
 	e.createTemplate(claimTemplate("two-gpus", class, "20Gi", 2, ""))
 	e.createPod("llm", "llm-40g", node.Name)
-	e.createPod("pair", "two-gpus", node.Name)
+	e.createPod("pair", "two-gpus", noMPS.Name)
 
 	for _, tc := range []struct {
 		pod                  string
@@ -113,6 +116,10 @@ func TestPreparedClaimReachesTheContainer(t *testing.T) {
 		requestMiB, limitMiB int64
 	}{{"llm", 1, 40 * 1024, 60 * 1024}, {"pair", 2, 20 * 1024, 20 * 1024}} {
 		pod := e.waitRunning(tc.pod)
+		node := node
+		if tc.pod == "pair" {
+			node = noMPS
+		}
 		claim := e.claimOf(pod)
 		var gpus []resourceapi.Device
 		for _, r := range claim.Status.Allocation.Devices.Results {

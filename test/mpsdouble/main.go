@@ -142,7 +142,7 @@ func oneShot(req request) int {
 }
 
 func call(req request) (*response, error) {
-	conn, err := net.DialTimeout("unix", filepath.Join(pipeDir(), "control"), time.Second)
+	conn, err := dialUnix(filepath.Join(pipeDir(), "control"))
 	if err != nil {
 		return nil, err
 	}
@@ -155,6 +155,20 @@ func call(req request) (*response, error) {
 		return nil, err
 	}
 	return &resp, nil
+}
+
+// dialUnix connects to path, through the directory's /proc/self/fd name
+// when the path is too long for a unix socket address (see listenUnix).
+func dialUnix(path string) (net.Conn, error) {
+	if len(path) < 100 {
+		return net.DialTimeout("unix", path, time.Second)
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = dir.Close() }()
+	return net.DialTimeout("unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path)), time.Second)
 }
 
 // daemonProc is the running daemon: its state under one lock, and its
@@ -273,7 +287,7 @@ func (d *daemonProc) listen(dir string, rt route) error {
 	}
 	path := filepath.Join(dir, "control")
 	_ = os.Remove(path)
-	lis, err := net.Listen("unix", path)
+	lis, err := listenUnix(path)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", path, err)
 	}
@@ -288,6 +302,23 @@ func (d *daemonProc) listen(dir string, rt route) error {
 		}
 	}()
 	return nil
+}
+
+// listenUnix binds a socket at path. Test harnesses keep their node
+// directories under long temporary paths, beyond the 108 bytes of a unix
+// socket address; such a path is bound through a short /proc/self/fd name
+// of its directory. Production layouts stay under the limit
+// (plan.TestMPSLayoutFitsSocketPaths).
+func listenUnix(path string) (net.Listener, error) {
+	if len(path) < 100 {
+		return net.Listen("unix", path)
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = dir.Close() }()
+	return net.Listen("unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path)))
 }
 
 func (d *daemonProc) unlisten(dir string) {
