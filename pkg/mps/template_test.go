@@ -21,7 +21,7 @@ import (
 
 // buildDouble builds test/mpsdouble as nvidia-cuda-mps-control and
 // nvidia-smi into a fresh directory for PATH.
-func buildDouble(t *testing.T) string {
+func buildDouble(t testing.TB) string {
 	t.Helper()
 	bin := t.TempDir()
 	cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "nvidia-cuda-mps-control"), "../../test/mpsdouble")
@@ -51,7 +51,7 @@ func containerEnv(c corev1.Container, bin string, dirs map[string]string) []stri
 
 var logCommand = regexp.MustCompile(`^\[[^]]+\] (.*)$`)
 
-func commands(t *testing.T, logDir string) []string {
+func commands(t testing.TB, logDir string) []string {
 	raw, _ := os.ReadFile(filepath.Join(logDir, "control.log"))
 	var out []string
 	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
@@ -69,7 +69,7 @@ func commands(t *testing.T, logDir string) []string {
 // daemonRun is a rendered daemon Pod run as the kubelet would run it, on
 // host directories standing in for its volumes, with the MPS double.
 type daemonRun struct {
-	t      *testing.T
+	t      testing.TB
 	dirs   map[string]string
 	env    []string
 	probe  []string
@@ -77,7 +77,7 @@ type daemonRun struct {
 	exited chan error
 }
 
-func startDaemon(t *testing.T, version string, settings map[string]string) *daemonRun {
+func startDaemon(t testing.TB, version string, settings map[string]string) *daemonRun {
 	t.Helper()
 	bin := buildDouble(t)
 	host := t.TempDir()
