@@ -52,8 +52,14 @@ type response struct {
 
 func main() { os.Exit(run(os.Args[1:])) }
 
+// envMiB reads NVIDIA's singular variable, or the first value of
+// gpufrac's older per-GPU list (NAME + "S").
 func envMiB(name string) int64 {
-	n, _ := strconv.ParseInt(os.Getenv(name), 10, 64)
+	v := os.Getenv(name)
+	if v == "" {
+		v, _, _ = strings.Cut(os.Getenv(name+"S"), ",")
+	}
+	n, _ := strconv.ParseInt(v, 10, 64)
 	return n
 }
 
