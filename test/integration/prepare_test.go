@@ -310,3 +310,42 @@ func TestSMSharingClaimGetsTheGPUsMPSDaemon(t *testing.T) {
 		return true, nil
 	})
 }
+
+// TestBurstRefusedWhereNoMPSDaemonRuns (issue 15): on a node with
+// per-cgroup limits whose plugin runs no MPS daemons, nothing could evict a
+// borrower to uphold a neighbour's request, so the slice says mpsVersion
+// none and a claim whose limit exceeds its request is refused there with
+// the reason, while a strict partition (limit = request) runs.
+func TestBurstRefusedWhereNoMPSDaemonRuns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	node := e.nodeWith(harness.NodeOptions{GPUs: "h200x1", NoMPS: true})
+	class := e.classFor("all", "")
+	e.createTemplate(claimTemplate("burst", class, "40Gi", 1, "apiVersion: gpufrac.dev/v1alpha1\nkind: FractionConfig\nmemoryLimit: 100Gi\n"))
+	e.createTemplate(claimTemplate("strict", class, "40Gi", 1, ""))
+	e.createPod("burst", "burst", node.Name)
+	e.createPod("strict", "strict", node.Name)
+	var event v1.Event
+	e.poll("a FailedPrepareDynamicResources event on pod burst", func() (bool, error) {
+		evs := e.events("burst", "FailedPrepareDynamicResources")
+		if len(evs) > 0 {
+			event = evs[0]
+		}
+		return len(evs) > 0, nil
+	})
+	for _, want := range []string{"memoryLimit 100Gi exceeds the request 40Gi", "runs no MPS daemon (mpsVersion none", "MPS eviction"} {
+		if !strings.Contains(event.Message, want) {
+			t.Errorf("refusal %q does not say %q", event.Message, want)
+		}
+	}
+	e.waitRunning("strict")
+	slices, err := e.client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node.Name})
+	if err != nil || len(slices.Items) == 0 {
+		t.Fatalf("slices of %s: %v", node.Name, err)
+	}
+	for _, d := range slices.Items[0].Spec.Devices {
+		if v := d.Attributes["mpsVersion"].StringValue; v == nil || *v != "none" {
+			t.Errorf("device %s publishes mpsVersion %v, want none on a node without MPS daemons", d.Name, d.Attributes["mpsVersion"])
+		}
+	}
+}
