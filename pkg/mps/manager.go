@@ -40,7 +40,11 @@ type Config struct {
 	// ReadyTimeout bounds how long Prepare waits for a new daemon.
 	ReadyTimeout time.Duration
 	// Events reports daemon trouble on the claims that use it; optional.
+	// When it also implements EvictionEvents, evictions are reported too.
 	Events Events
+	// RecordDir is where gpufrac-cdi-hook records containers; it maps an
+	// evicted client's cgroup to its claim.
+	RecordDir string
 }
 
 // Events are reported on claims whose daemon had trouble.
@@ -75,6 +79,9 @@ type Manager struct {
 	// restarted are GPUs whose daemon was recreated and has not been
 	// seen ready since; only the reconcile loop touches it.
 	restarted map[string]bool
+	// logOffsets: how far each daemon's control.log was scanned for
+	// evictions; only the reconcile loop touches it.
+	logOffsets map[string]int64
 }
 
 // NewManager validates cfg.
@@ -93,7 +100,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
 	}
-	return &Manager{cfg: cfg, locks: keymutex.NewHashed(0), users: map[string]users{}, restarted: map[string]bool{}}, nil
+	return &Manager{cfg: cfg, locks: keymutex.NewHashed(0), users: map[string]users{}, restarted: map[string]bool{}, logOffsets: map[string]int64{}}, nil
 }
 
 // useOf is what a claim asks of a GPU's daemon: the sum of its SMSharing
@@ -423,12 +430,17 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	users := map[string][]user{}
+	logs := map[string]string{}
 	for gpu, us := range m.users {
 		for _, u := range us {
 			users[gpu] = append(users[gpu], u)
+			if b := u.claim.MPS(); b != nil {
+				logs[gpu] = b.LogDir
+			}
 		}
 	}
 	m.mu.Unlock()
+	m.scanEvictions(ctx, logs)
 
 	var errs []error
 	for gpu, pod := range running {

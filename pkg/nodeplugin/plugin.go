@@ -295,7 +295,7 @@ func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, ev
 	m, err := mps.NewManager(mps.Config{
 		Client: cfg.KubeClient, Namespace: cfg.MPS.Namespace, NodeName: cfg.NodeName,
 		Template: cfg.MPS.Template, Image: cfg.MPS.Image, Version: inv.MPSVersion, DriverVersion: inv.DriverVersion,
-		ReadyTimeout: cfg.MPS.ReadyTimeout, Events: events,
+		ReadyTimeout: cfg.MPS.ReadyTimeout, Events: events, RecordDir: cfg.CDI.RecordDir,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("configuring MPS daemons: %w", err)

@@ -27,7 +27,8 @@ func fakeCUDAPod(name, template string, args ...string) *v1.Pod {
 // clients of the GPU's daemon (the double, with NVIDIA's documented
 // eviction), so B, within its request, succeeds after the daemon evicts A,
 // which is over its request: A's next CUDA call returns
-// CUDA_ERROR_MPS_CLIENT_TERMINATED and its container fails.
+// CUDA_ERROR_MPS_CLIENT_TERMINATED, its container fails, and an Event on
+// A's claim names the reason.
 func TestEvictionUpholdsTheRequest(t *testing.T) {
 	e := newEnv(t)
 	class := e.classFor(7)
@@ -57,6 +58,22 @@ func TestEvictionUpholdsTheRequest(t *testing.T) {
 	})
 	if _, term := phase("a"); term == nil || term.ExitCode != 4 {
 		t.Errorf("pod a terminated with %+v, want exit 4 (CUDA_ERROR_MPS_CLIENT_TERMINATED)", term)
+	}
+	// The plugin reads the eviction from the daemon's log and tells A's
+	// claim why its process died.
+	var reason string
+	e.poll("an MPSClientEvicted Event on pod a's claim "+g.Claim.Name, func() (bool, error) {
+		evs, err := e.client.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + g.Claim.Name + ",reason=MPSClientEvicted"})
+		if err != nil || len(evs.Items) == 0 {
+			return false, err
+		}
+		reason = evs.Items[0].Message
+		return true, nil
+	})
+	for _, want := range []string{"MPS evicted this claim's process", "above its request", "CUDA_ERROR_MPS_CLIENT_TERMINATED"} {
+		if !strings.Contains(reason, want) {
+			t.Errorf("the eviction Event %q does not say %q", reason, want)
+		}
 	}
 	daemonLog := read()
 	for _, want := range []string{

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ const (
 // client pid 0").
 type client struct {
 	pid, uid            int
+	cgroup              string // from /proc/<pid>/cgroup, as memacct knows it
 	server, namespace   string
 	device, cmd         string
 	context             int
@@ -123,7 +125,7 @@ func (s *v3State) connect(pid, uid int, rt route, h hello) (*client, error) {
 		return nil, fmt.Errorf("%s: soft limit %d above hard limit %d", cudaInvalidValue, h.SoftBytes, h.HardBytes)
 	}
 	c := &client{pid: pid, uid: uid, server: rt.server, namespace: rt.namespace, device: h.Device, cmd: h.Cmd,
-		soft: h.SoftBytes, hard: h.HardBytes}
+		soft: h.SoftBytes, hard: h.HardBytes, cgroup: cgroupOf(pid)}
 	// Context sharing: clients of a context-shared server share one
 	// context per device; the default socket's UID servers do not when
 	// default_socket is off (KAI's reading of the feature, inferred).
@@ -142,6 +144,23 @@ func contextName(ctx int) string {
 		return "own"
 	}
 	return "shared"
+}
+
+// cgroupOf is the process's cgroup path (cgroup v2's one line, or the
+// first hierarchy's path on v1); memacct compares limits per cgroup, so
+// the double names its victims by cgroup (the log format is the double's:
+// NVIDIA documents per-device counts only).
+func cgroupOf(pid int) string {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return "-"
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && parts[2] != "/" && parts[2] != "" {
+			return parts[2]
+		}
+	}
+	return "-"
 }
 
 // hardOf is the client's ceiling: its cgroup's hard limit, further held by
@@ -196,6 +215,8 @@ func (s *v3State) alloc(c *client, n int64) string {
 			return cudaOutOfMemory
 		}
 		s.ledger.performed[c.device]++
+		logLine("memacct: evicted client pid=%d cgroup=%s device=%s for pid %d: used %dMiB, soft limit %dMiB",
+			victim.pid, victim.cgroup, c.device, c.pid, victim.used>>20, victim.soft>>20)
 		s.terminate(victim, fmt.Sprintf("evicted: it used %dMiB above its soft limit of %dMiB on %s, and pid %d (%s/%s) within its soft limit needed the memory",
 			(victim.used-victim.soft)>>20, victim.soft>>20, c.device, c.pid, c.server, c.namespace))
 		logLine("memacct: device %s eviction requested=%d performed=%d no-victim=%d",
