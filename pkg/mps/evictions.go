@@ -54,7 +54,7 @@ func (m *Manager) scanEvictions(ctx context.Context, logs map[string]string) {
 					break // a partial last line is read again next time
 				}
 				m.logOffsets[path] += int64(len(line))
-				if mm := evictedLine.FindStringSubmatch(line); mm != nil {
+				if mm := evictedLine.FindStringSubmatch(strings.TrimSpace(line)); mm != nil {
 					m.reportEviction(ctx, ev, gpu, mm[2], fmt.Sprintf("MPS evicted this claim's process %s on GPU %s: %s, above its request, and process %s, within its own request, needed the memory (NVIDIA: memacct eviction upholds requests); the process got CUDA_ERROR_MPS_CLIENT_TERMINATED",
 						mm[1], mm[3], strings.TrimSpace(mm[5]), mm[4]))
 				}
