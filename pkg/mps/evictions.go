@@ -37,6 +37,8 @@ func (m *Manager) scanEvictions(ctx context.Context, logs map[string]string) {
 	if !ok || m.cfg.RecordDir == "" {
 		return
 	}
+	m.scanMu.Lock()
+	defer m.scanMu.Unlock()
 	for gpu, logDir := range logs {
 		path := filepath.Join(logDir, "control.log")
 		f, err := os.Open(path)

@@ -80,7 +80,8 @@ type Manager struct {
 	// seen ready since; only the reconcile loop touches it.
 	restarted map[string]bool
 	// logOffsets: how far each daemon's control.log was scanned for
-	// evictions; only the reconcile loop touches it.
+	// evictions, under scanMu.
+	scanMu     sync.Mutex
 	logOffsets map[string]int64
 }
 
@@ -335,6 +336,10 @@ func (m *Manager) Release(ctx context.Context, b plan.MPSBinding, claimUID types
 }
 
 func (m *Manager) release(ctx context.Context, b plan.MPSBinding, claimUID types.UID) error {
+	// An eviction ends the victim's container, and so its pod's claim may
+	// be unprepared before the next reconcile: read the daemon's log while
+	// the claim is still a user.
+	m.scanEvictions(ctx, map[string]string{b.GPUUUID: b.LogDir})
 	m.mu.Lock()
 	if _, user := m.users[b.GPUUUID][claimUID]; !user {
 		// Not a user (never was, or its use was dropped when the kubelet

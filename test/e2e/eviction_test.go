@@ -61,6 +61,13 @@ func TestEvictionUpholdsTheRequest(t *testing.T) {
 	}
 	// The plugin reads the eviction from the daemon's log and tells A's
 	// claim why its process died.
+	records, _ := filepath.Glob(filepath.Join(node.PluginDataDir, "containers", "*", "*.json"))
+	for _, l := range strings.Split(read(), "\n") {
+		if strings.Contains(l, "memacct") || strings.Contains(l, "client connected") {
+			t.Logf("daemon: %s", l)
+		}
+	}
+	t.Logf("container records: %v", records)
 	var reason string
 	e.poll("an MPSClientEvicted Event on pod a's claim "+g.Claim.Name, func() (bool, error) {
 		evs, err := e.client.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + g.Claim.Name + ",reason=MPSClientEvicted"})
