@@ -22,7 +22,8 @@ const (
 	// ConfigFile (legacy MPS) holds the daemon-side pinned device memory
 	// limit in MiB, applied with set_default_device_pinned_mem_limit.
 	ConfigFile = "pinned-mem-limit-mib"
-	// NamespacesFile (MPS v3) lists one line per SMSharing claim:
+	// NamespacesFile (MPS v3) lists one line per SMSharing claim (TimeSlicing
+	// claims need the daemon but no namespace):
 	// "<namespace> <pinned memory limit MiB> <active thread percentage>",
 	// sorted; the script creates, changes and deletes namespaces of the
 	// shared server to match.
@@ -43,6 +44,11 @@ func desired(version string, users users) (string, string) {
 	}
 	lines := make([]string, 0, len(users))
 	for _, u := range users {
+		if u.namespace == "" {
+			// A TimeSlicing share: a client of the main socket, which
+			// needs the daemon but no namespace.
+			continue
+		}
 		lines = append(lines, fmt.Sprintf("%s %d %d\n", u.namespace, u.hardMiB, u.threads))
 	}
 	slices.Sort(lines)

@@ -34,10 +34,17 @@ type Config struct {
 	// Version is the node's MPS version (inventory.MPSVersionV3 or
 	// inventory.MPSVersionLegacy).
 	Version string
+	// DriverVersion ("615.23.01") selects the MPS v3 configuration keys
+	// the node's driver accepts.
+	DriverVersion string
 	// ReadyTimeout bounds how long Prepare waits for a new daemon.
 	ReadyTimeout time.Duration
 	// Events reports daemon trouble on the claims that use it; optional.
+	// When it also implements EvictionEvents, evictions are reported too.
 	Events Events
+	// RecordDir is where gpufrac-cdi-hook records containers; it maps an
+	// evicted client's cgroup to its claim.
+	RecordDir string
 }
 
 // Events are reported on claims whose daemon had trouble.
@@ -72,6 +79,10 @@ type Manager struct {
 	// restarted are GPUs whose daemon was recreated and has not been
 	// seen ready since; only the reconcile loop touches it.
 	restarted map[string]bool
+	// logOffsets: how far each daemon's control.log was scanned for
+	// evictions, under scanMu.
+	scanMu     sync.Mutex
+	logOffsets map[string]int64
 }
 
 // NewManager validates cfg.
@@ -82,19 +93,26 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Version != inventory.MPSVersionV3 && cfg.Version != inventory.MPSVersionLegacy {
 		return nil, fmt.Errorf("MPS version %q: this node has no usable MPS", cfg.Version)
 	}
+	if cfg.Version == inventory.MPSVersionV3 {
+		if _, err := DaemonTOML(cfg.DriverVersion, plan.MPSServerName, "GPU-check"); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
 	}
-	return &Manager{cfg: cfg, locks: keymutex.NewHashed(0), users: map[string]users{}, restarted: map[string]bool{}}, nil
+	return &Manager{cfg: cfg, locks: keymutex.NewHashed(0), users: map[string]users{}, restarted: map[string]bool{}, logOffsets: map[string]int64{}}, nil
 }
 
 // useOf is what a claim asks of a GPU's daemon: the sum of its SMSharing
-// shares' hard limits there, its namespace and thread percentage.
+// shares' hard limits there, its namespace and thread percentage. A
+// TimeSlicing claim (MPS v3 nodes with per-cgroup limits) asks only that
+// the daemon runs: it has no namespace.
 func useOf(c *plan.Claim, gpu string) user {
 	u := user{claim: *c, threads: 100}
 	var sum int64
 	for _, d := range c.Devices {
-		if d.MPS != nil && d.GPU.UUID == gpu {
+		if d.MPS != nil && d.GPU.UUID == gpu && (d.MPS.Namespace != "" || d.MPS.Version != inventory.MPSVersionV3) {
 			sum += d.HardLimitBytes
 			u.namespace = d.MPS.Namespace
 			if d.ActiveThreadPercentage != nil {
@@ -195,11 +213,20 @@ func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content s
 	if err := writeConfig(b, file, content); err != nil {
 		return nil, err
 	}
+	if m.cfg.Version == inventory.MPSVersionV3 {
+		toml, err := DaemonTOML(m.cfg.DriverVersion, plan.MPSServerName, b.GPUUUID)
+		if err != nil {
+			return nil, err
+		}
+		if err := writeConfig(b, ConfigTOMLFile, toml); err != nil {
+			return nil, err
+		}
+	}
 	pod, err := Render(m.cfg.Template, DaemonParams{
 		Name: PodName(m.cfg.NodeName, b.GPUUUID), Namespace: m.cfg.Namespace, NodeName: m.cfg.NodeName,
 		GPUUUID: b.GPUUUID, Image: m.cfg.Image, Version: m.cfg.Version,
 		PipeDir: b.PipeDir, LogDir: b.LogDir, ShmDir: b.ShmDir, ConfigDir: ConfigDir(b),
-		ServerName: plan.MPSServerName,
+		ServerName: plan.MPSServerName, GPUMemoryMiB: m.gpuMemoryMiB(b.GPUUUID),
 	})
 	if err != nil {
 		return nil, err
@@ -212,6 +239,20 @@ func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content s
 		return nil, fmt.Errorf("creating MPS daemon %s/%s: %w", pod.Namespace, pod.Name, err)
 	}
 	return created, nil
+}
+
+// gpuMemoryMiB is the GPU's memory as the claims using it know it.
+func (m *Manager) gpuMemoryMiB(gpu string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, u := range m.users[gpu] {
+		for _, d := range u.claim.Devices {
+			if d.GPU.UUID == gpu {
+				return int64(d.GPU.MemoryBytes >> 20)
+			}
+		}
+	}
+	return 0
 }
 
 // waitReady polls the daemon Pod's Ready condition, which its startup
@@ -278,6 +319,12 @@ func tailLog(dir string, n int) string {
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]
 	}
+	// Events carry this and are limited to 1024 characters.
+	for i, l := range lines {
+		if len(l) > 120 {
+			lines[i] = l[:117] + "..."
+		}
+	}
 	return strings.Join(lines, " | ")
 }
 
@@ -289,6 +336,10 @@ func (m *Manager) Release(ctx context.Context, b plan.MPSBinding, claimUID types
 }
 
 func (m *Manager) release(ctx context.Context, b plan.MPSBinding, claimUID types.UID) error {
+	// An eviction ends the victim's container, and so its pod's claim may
+	// be unprepared before the next reconcile: read the daemon's log while
+	// the claim is still a user.
+	m.scanEvictions(ctx, map[string]string{b.GPUUUID: b.LogDir})
 	m.mu.Lock()
 	if _, user := m.users[b.GPUUUID][claimUID]; !user {
 		// Not a user (never was, or its use was dropped when the kubelet
@@ -320,7 +371,7 @@ func (m *Manager) stop(ctx context.Context, b plan.MPSBinding) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting MPS daemon %s/%s: %w", m.cfg.Namespace, name, err)
 	}
-	klog.FromContext(ctx).Info("Stopped MPS control daemon: no SMSharing claims left", "gpu", b.GPUUUID, "pod", klog.KRef(m.cfg.Namespace, name))
+	klog.FromContext(ctx).Info("Stopped MPS control daemon: no claims use it", "gpu", b.GPUUUID, "pod", klog.KRef(m.cfg.Namespace, name))
 	// Orphaned pipe and shm directories are a known cause of a new daemon
 	// failing to start; the log stays for inspection.
 	for _, dir := range []string{b.PipeDir, b.ShmDir, ConfigDir(b)} {
@@ -384,12 +435,17 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	users := map[string][]user{}
+	logs := map[string]string{}
 	for gpu, us := range m.users {
 		for _, u := range us {
 			users[gpu] = append(users[gpu], u)
+			if b := u.claim.MPS(); b != nil {
+				logs[gpu] = b.LogDir
+			}
 		}
 	}
 	m.mu.Unlock()
+	m.scanEvictions(ctx, logs)
 
 	var errs []error
 	for gpu, pod := range running {

@@ -1,9 +1,18 @@
-// Package mps runs the managed MPS servers of SMSharing claims: one MPS
-// control daemon per GPU, as a Pod rendered from
-// templates/mps-control-daemon.yaml and pinned to this node, started when
-// the GPU gets its first SMSharing claim, awaited until ready before Prepare
-// returns, recreated if it dies, and deleted after the last such claim goes.
-// Reference counts are rebuilt from the checkpoint after a restart.
+// Package mps runs the managed MPS servers: one MPS control daemon per GPU,
+// as a Pod rendered from templates/mps-control-daemon.yaml and pinned to
+// this node, started when the GPU gets its first claim that uses MPS
+// (SMSharing claims; on MPS v3 nodes with per-cgroup limits every claim,
+// so that MPS eviction upholds each request), awaited until ready before
+// Prepare returns, recreated if it dies, and deleted after the last such
+// claim goes. Reference counts are rebuilt from the checkpoint after a
+// restart.
+//
+// One daemon per GPU rather than one per node (NVIDIA allows either): a
+// daemon's restart, or a wedged server, touches one GPU's tenants; a
+// daemon runs only for GPUs that hold fractions; and bindings, directories
+// and reference counts stay per GPU as checkpoints already have them. The
+// price: a container reaches one daemon, so a claim whose shares are MPS
+// clients spans one GPU (pkg/plan refuses others with the reason).
 //
 // A Pod, not a Deployment: the plugin owns the daemon's whole lifecycle
 // (reference counts, garbage collection, recreation); a Deployment's
@@ -48,6 +57,9 @@ type DaemonParams struct {
 	PipeDir, LogDir, ShmDir, ConfigDir string
 	// ServerName is the MPS v3 server SMSharing clients share.
 	ServerName string
+	// GPUMemoryMiB is the GPU's memory: informational for a real daemon,
+	// the memory ledger's size for the MPS double.
+	GPUMemoryMiB int64
 }
 
 // ConfigDir is where the plugin writes a GPU daemon's settings.

@@ -21,7 +21,7 @@ import (
 
 // buildDouble builds test/mpsdouble as nvidia-cuda-mps-control and
 // nvidia-smi into a fresh directory for PATH.
-func buildDouble(t *testing.T) string {
+func buildDouble(t testing.TB) string {
 	t.Helper()
 	bin := t.TempDir()
 	cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "nvidia-cuda-mps-control"), "../../test/mpsdouble")
@@ -51,14 +51,14 @@ func containerEnv(c corev1.Container, bin string, dirs map[string]string) []stri
 
 var logCommand = regexp.MustCompile(`^\[[^]]+\] (.*)$`)
 
-func commands(t *testing.T, logDir string) []string {
+func commands(t testing.TB, logDir string) []string {
 	raw, _ := os.ReadFile(filepath.Join(logDir, "control.log"))
 	var out []string
 	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
 		m := logCommand.FindStringSubmatch(line)
 		// Start-up waits and probes poll a varying number of times; the
 		// sequence that matters is everything else.
-		if m == nil || m[1] == "command: get_server_list" || strings.HasPrefix(m[1], "command: server list") {
+		if m == nil || m[1] == "command: get_server_list" || strings.HasPrefix(m[1], "command: -p 3 server list") {
 			continue
 		}
 		out = append(out, m[1])
@@ -69,7 +69,7 @@ func commands(t *testing.T, logDir string) []string {
 // daemonRun is a rendered daemon Pod run as the kubelet would run it, on
 // host directories standing in for its volumes, with the MPS double.
 type daemonRun struct {
-	t      *testing.T
+	t      testing.TB
 	dirs   map[string]string
 	env    []string
 	probe  []string
@@ -77,7 +77,7 @@ type daemonRun struct {
 	exited chan error
 }
 
-func startDaemon(t *testing.T, version string, settings map[string]string) *daemonRun {
+func startDaemon(t testing.TB, version string, settings map[string]string) *daemonRun {
 	t.Helper()
 	bin := buildDouble(t)
 	host := t.TempDir()
@@ -106,7 +106,9 @@ func startDaemon(t *testing.T, version string, settings map[string]string) *daem
 		t.Fatal(err)
 	}
 	daemon := pod.Spec.Containers[0]
-	r := &daemonRun{t: t, dirs: dirs, env: containerEnv(daemon, bin, dirs), probe: daemon.StartupProbe.Exec.Command, exited: make(chan error, 1)}
+	// The double's memory ledger: the GPU's size.
+	env := append(containerEnv(daemon, bin, dirs), "MPSDOUBLE_GPUS=GPU-a=81920")
+	r := &daemonRun{t: t, dirs: dirs, env: env, probe: daemon.StartupProbe.Exec.Command, exited: make(chan error, 1)}
 
 	// The init container, then the daemon, as the kubelet would run them.
 	initC := pod.Spec.InitContainers[0]
@@ -200,16 +202,22 @@ func TestTemplateDrivesLegacyMPSAsPinned(t *testing.T) {
 	}
 }
 
-// MPS v3: one shared server, defined by the TOML config at start, and a
-// namespace per claim with its limit and thread percentage, created,
-// changed and deleted as the plugin's list changes; the GPU stays in
-// DEFAULT compute mode.
+// MPS v3: one shared server, defined by the TOML config at start, with
+// low safety limits on its default namespace, and a namespace per claim
+// with its limit and thread percentage, created, changed and deleted as
+// the plugin's list changes, every command line in NVIDIA's documented
+// grammar (the double refuses anything else) and the state read back from
+// the daemon.
 func TestTemplateDrivesMPSv3Namespaces(t *testing.T) {
-	r := startDaemon(t, "v3", map[string]string{mps.NamespacesFile: "c_a 24576 100\n"})
+	toml, err := mps.DaemonTOML("615.23.01", "gpufrac", "GPU-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startDaemon(t, "v3", map[string]string{mps.NamespacesFile: "c_a 24576 100\n", mps.ConfigTOMLFile: toml})
 	r.applied(mps.NamespacesFile, "c_a 24576 100\n")
 	nsDir := func(n string) string { return filepath.Join(r.dirs["/mps/pipe"], "gpufrac", n) }
-	if _, err := os.Stat(nsDir("c_a")); err != nil {
-		t.Errorf("the namespace's pipe directory, which the container mounts, is missing: %v", err)
+	if fi, err := os.Stat(filepath.Join(nsDir("c_a"), "control")); err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Errorf("the namespace's control socket, which the container's pipe directory must hold, is missing: %v", err)
 	}
 	if !r.probePasses() {
 		t.Error("startup probe fails on a running daemon")
@@ -222,19 +230,30 @@ func TestTemplateDrivesMPSv3Namespaces(t *testing.T) {
 		t.Errorf("a deleted namespace's directory remains: %v", err)
 	}
 	r.stop()
-	raw, _ := os.ReadFile(filepath.Join(r.dirs["/mps/config"], "mps.toml"))
-	if want := "schema_version = \"1.0\"\n\n[servers.gpufrac]\nallowed_devices = \"GPU-a\"\n"; string(raw) != want {
-		t.Errorf("MPS v3 config\n got: %q\nwant: %q", raw, want)
-	}
+	cfg := filepath.Join(r.dirs["/mps/config"], "mps.toml")
 	want := []string{
 		"nvidia-smi -i GPU-a -c DEFAULT",
-		"config: servers=gpufrac devices=map[gpufrac:GPU-a]",
-		"start -f -p 3 -m -a " + filepath.Join(r.dirs["/mps/config"], "mps.toml") + " gpu=GPU-a",
-		"command: namespace create gpufrac c_a --pinned-memory-limit=24576M --active-thread-percentage=100",
-		"command: namespace set gpufrac c_a --pinned-memory-limit=24576M --active-thread-percentage=100",
-		"command: namespace create gpufrac c_b --pinned-memory-limit=40960M --active-thread-percentage=30",
-		"command: namespace set gpufrac c_b --pinned-memory-limit=40960M --active-thread-percentage=30",
-		"command: namespace delete gpufrac c_a",
+		"config: servers=gpufrac devices=GPU-a memacct=true context-share=true default_socket=off",
+		"start -f -p 3 -m -a " + cfg + " gpu=GPU-a",
+		"command: -p 3 server set gpufrac --pinned-memory-limit=64M --active-thread-percentage=1",
+		// First list: create c_a.
+		"command: -p 3 namespace list --server=gpufrac --format=csv,noheader",
+		"command: -p 3 namespace create c_a --server=gpufrac",
+		"command: -p 3 namespace set c_a --server=gpufrac --pinned-memory-limit=24576M --active-thread-percentage=100",
+		"command: -p 3 namespace get c_a gpufrac pipe-directory",
+		// Second list: c_a exists and is only set again; c_b is new.
+		"command: -p 3 namespace list --server=gpufrac --format=csv,noheader",
+		"command: -p 3 namespace set c_a --server=gpufrac --pinned-memory-limit=24576M --active-thread-percentage=100",
+		"command: -p 3 namespace get c_a gpufrac pipe-directory",
+		"command: -p 3 namespace create c_b --server=gpufrac",
+		"command: -p 3 namespace set c_b --server=gpufrac --pinned-memory-limit=40960M --active-thread-percentage=30",
+		"command: -p 3 namespace get c_b gpufrac pipe-directory",
+		// Third: c_a goes, after its clients (none here).
+		"command: -p 3 namespace list --server=gpufrac --format=csv,noheader",
+		"command: -p 3 namespace set c_b --server=gpufrac --pinned-memory-limit=40960M --active-thread-percentage=30",
+		"command: -p 3 namespace get c_b gpufrac pipe-directory",
+		"command: -p 3 client list --server=gpufrac --format=csv,noheader",
+		"command: -p 3 namespace delete c_a --server=gpufrac --force",
 		"command: quit",
 		"exit",
 	}

@@ -46,7 +46,7 @@ func TestV3NamespacePerClaim(t *testing.T) {
 	root := t.TempDir()
 	m, err := mps.NewManager(mps.Config{
 		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
-		Image: "gpufrac/mps:test", Version: inventory.MPSVersionV3, ReadyTimeout: 10 * time.Second,
+		Image: "gpufrac/mps:test", Version: inventory.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 10 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func TestSettingsNeverAppliedFailsPrepare(t *testing.T) {
 	kubeletApplying(ctx, client, true, false) // Ready, but deaf to the config directory
 	m, err := mps.NewManager(mps.Config{
 		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
-		Image: "gpufrac/mps:test", Version: inventory.MPSVersionV3, ReadyTimeout: 300 * time.Millisecond,
+		Image: "gpufrac/mps:test", Version: inventory.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 300 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -288,16 +288,15 @@ func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, ev
 	logger := klog.FromContext(ctx)
 	switch {
 	case inv.MPSVersion == inventory.MPSVersionNone:
-		logger.Info("SMSharing is off on this node: no MPS (nvidia-cuda-mps-control not found)")
+		logger.Info("MPS is off on this node (nvidia-cuda-mps-control not found, or no daemon image configured)")
 		return nil, nil
 	case cfg.MPS.Image == "" || cfg.MPS.Namespace == "":
-		logger.Info("SMSharing is off on this node: no MPS daemon image or namespace configured (--mps-image, --namespace)")
 		return nil, nil
 	}
 	m, err := mps.NewManager(mps.Config{
 		Client: cfg.KubeClient, Namespace: cfg.MPS.Namespace, NodeName: cfg.NodeName,
-		Template: cfg.MPS.Template, Image: cfg.MPS.Image, Version: inv.MPSVersion,
-		ReadyTimeout: cfg.MPS.ReadyTimeout, Events: events,
+		Template: cfg.MPS.Template, Image: cfg.MPS.Image, Version: inv.MPSVersion, DriverVersion: inv.DriverVersion,
+		ReadyTimeout: cfg.MPS.ReadyTimeout, Events: events, RecordDir: cfg.CDI.RecordDir,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("configuring MPS daemons: %w", err)
@@ -519,6 +518,14 @@ func describeNode(ctx context.Context, cfg Config) (*inventory.Inventory, resour
 	}
 	if err := inv.AssignComputeModes(cfg.SMSharingGPUs); err != nil {
 		return nil, resourceslice.DriverResources{}, err
+	}
+	if inv.MPSVersion != inventory.MPSVersionNone && (cfg.MPS.Image == "" || cfg.MPS.Namespace == "") {
+		// MPS is off on the plugin: the slices and the plans say so (no
+		// SMSharing; with per-cgroup limits no borrowing above the
+		// request, since no daemon could evict the borrower).
+		klog.FromContext(ctx).Info("MPS is off on this node: no MPS daemon image or namespace configured (--mps-image, --namespace); SMSharing is refused and, with per-cgroup limits, so is a memoryLimit above the request",
+			"detectedMPSVersion", inv.MPSVersion)
+		inv.MPSVersion = inventory.MPSVersionNone
 	}
 	resources, err := resourceslices.DriverResources(cfg.NodeName, inv)
 	if err != nil {

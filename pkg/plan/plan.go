@@ -60,7 +60,8 @@ type Device struct {
 	ActiveThreadPercentage *int32               `json:"activeThreadPercentage,omitempty"`
 	// Enforcement is what enforces HardLimitBytes for this share.
 	Enforcement inventory.Enforcement `json:"enforcement"`
-	// MPS is set for SMSharing shares.
+	// MPS is set for SMSharing shares, and on nodes with per-cgroup
+	// limits and an MPS v3 daemon for every share (see Compute).
 	MPS *MPSBinding `json:"mps,omitempty"`
 }
 
@@ -75,8 +76,22 @@ type MPSBinding struct {
 	Version string `json:"version,omitempty"`
 	// Namespace is the claim's own MPS v3 namespace on the GPU's shared
 	// server, which carries its pinned memory limit and thread percentage
-	// daemon-side; empty on legacy MPS.
+	// daemon-side (SMSharing); empty on legacy MPS and for TimeSlicing
+	// shares, which use the main socket (see ClientPipeDir).
 	Namespace string `json:"namespace,omitempty"`
+}
+
+// Route says in words where the share's container reaches MPS, for the
+// claim's status and the demo.
+func (b MPSBinding) Route() string {
+	switch {
+	case b.Version != inventory.MPSVersionV3:
+		return "legacy MPS server (pinned device memory limit)"
+	case b.Namespace == "":
+		return "MPS v3 main socket: a per-UID server, own context (TimeSlicing)"
+	default:
+		return "MPS v3 namespace " + b.Namespace + " of server " + MPSServerName + ", shared context (SMSharing)"
+	}
 }
 
 // MPSServerName is the one named MPS v3 server per GPU that SMSharing
@@ -96,13 +111,16 @@ func shortHash(s string, n int) string {
 }
 
 // ClientPipeDir is the host directory a client's CUDA_MPS_PIPE_DIRECTORY
-// must show. Legacy MPS has one per daemon. MPS v3 routes a client to a
-// namespace by the socket it connects to, <pipe>/<server>/<namespace>/control
-// (NVIDIA, mpsv3-namespaces, "Namespace Routing"); giving the container only
-// that directory means it cannot reach another claim's namespace or the
-// unlimited default one.
+// must show. Legacy MPS has one per daemon. MPS v3 routes a client by the
+// socket it connects to (NVIDIA, mpsv3-namespaces, "Namespace Routing"):
+// an SMSharing share gets <pipe>/<server>/<namespace> alone, so it cannot
+// reach another claim's namespace or the shared server's default one; a
+// TimeSlicing share gets the daemon's pipe directory, whose main control
+// socket routes it by UID to a server of its own, outside context sharing
+// (default_socket off), as NVIDIA's KAI operator routes time-slicing
+// containers.
 func (b MPSBinding) ClientPipeDir() string {
-	if b.Version == inventory.MPSVersionV3 {
+	if b.Version == inventory.MPSVersionV3 && b.Namespace != "" {
 		return filepath.Join(b.PipeDir, MPSServerName, b.Namespace)
 	}
 	return b.PipeDir
@@ -157,7 +175,7 @@ func Compute(claim *resourceapi.ResourceClaim, inv *inventory.Inventory, opts Op
 		dev, devErrs := planDevice(r, resultsPath.Index(i), alloc.Devices.Config, configsPath, inv, opts)
 		errs = append(errs, devErrs...)
 		if dev != nil {
-			if dev.MPS != nil && dev.MPS.Version == inventory.MPSVersionV3 {
+			if dev.MPS != nil && dev.MPS.Version == inventory.MPSVersionV3 && dev.ComputeMode == v1alpha1.SMSharing {
 				dev.MPS.Namespace = MPSNamespaceFor(claim.UID)
 			}
 			out.Devices = append(out.Devices, *dev)
@@ -223,7 +241,19 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 		errs = append(errs, enfErr)
 	}
 	dev.Enforcement = enforcement
-	if dev.ComputeMode == v1alpha1.SMSharing {
+	// NVIDIA upholds the soft limit (the guaranteed request) only by MPS
+	// eviction, which needs both the borrower and the one it borrows from
+	// to be clients of a memacct-enabled daemon. So on a node with
+	// per-cgroup limits every share is an MPS client where the node runs
+	// MPS v3 daemons (the inventory says mpsVersion v3 only then), and a
+	// share may not borrow above its request where it does not.
+	guarded := enforcement == inventory.EnforcementDMem && inv.MPSVersion == inventory.MPSVersionV3
+	if enforcement == inventory.EnforcementDMem && !guarded && dev.HardLimitBytes > dev.SoftLimitBytes {
+		errs = append(errs, field.Forbidden(cfgPath.Child("memoryLimit"), fmt.Sprintf(
+			"memoryLimit %s exceeds the request %s, but this node runs no MPS daemon (mpsVersion %s: no MPS binaries under the driver root, or MPS turned off on the plugin), and NVIDIA upholds a request that neighbours borrow against only by MPS eviction; set memoryLimit equal to the request (strict partition) or select nodes with device.attributes[\"gpufrac.dev\"].mpsVersion == \"v3\"",
+			limit.String(), request.String(), inv.MPSVersion)))
+	}
+	if dev.ComputeMode == v1alpha1.SMSharing || guarded {
 		dev.MPS = MPSBindingFor(opts.MPSRoot, gpu.UUID)
 		dev.MPS.Version = mpsVersion(inv)
 	}
@@ -303,21 +333,27 @@ func enforcementFor(inv *inventory.Inventory, mode v1alpha1.ComputeMode, explici
 	}
 }
 
-// checkMPSPerContainer refuses SMSharing shares on more than one GPU in one
-// claim: a CUDA process reaches one MPS control daemon (one
+// checkMPSPerContainer refuses MPS-bound shares on more than one GPU in
+// one claim: a CUDA process reaches one MPS control daemon (one
 // CUDA_MPS_PIPE_DIRECTORY), and the daemons are per GPU.
 func checkMPSPerContainer(devs []Device, resultsPath *field.Path) field.ErrorList {
 	gpus := map[string]bool{}
+	smSharing := false
 	for _, d := range devs {
 		if d.MPS != nil {
 			gpus[d.GPU.UUID] = true
+			smSharing = smSharing || d.ComputeMode == v1alpha1.SMSharing
 		}
 	}
 	if len(gpus) <= 1 {
 		return nil
 	}
+	if smSharing {
+		return field.ErrorList{field.Forbidden(resultsPath,
+			fmt.Sprintf("SMSharing shares on %d GPUs in one claim: a container joins one MPS server, and servers are per GPU; use one GPU per SMSharing claim", len(gpus)))}
+	}
 	return field.ErrorList{field.Forbidden(resultsPath,
-		fmt.Sprintf("SMSharing shares on %d GPUs in one claim: a container joins one MPS server, and servers are per GPU; use one GPU per SMSharing claim", len(gpus)))}
+		fmt.Sprintf("shares on %d GPUs in one claim: on this node every share is an MPS client (its request is upheld by MPS eviction), a container joins one MPS control daemon, and daemons are per GPU; use one GPU per claim", len(gpus)))}
 }
 
 // GPULimits is the per-GPU sum of a claim's shares: two shares of one GPU

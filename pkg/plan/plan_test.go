@@ -98,6 +98,15 @@ func share(device, shareID, gpu string, soft, hard int64, mode v1alpha1.ComputeM
 	}
 }
 
+// client is d as an MPS client of its GPU's v3 daemon on the main socket:
+// what every TimeSlicing share on a node with per-cgroup limits and MPS v3
+// becomes, so that the daemon's eviction upholds its request.
+func client(d plan.Device, root string) plan.Device {
+	d.MPS = plan.MPSBindingFor(root, d.GPU.UUID)
+	d.MPS.Version = inventory.MPSVersionV3
+	return d
+}
+
 // The MPS directory layout is pinned here: its sockets must stay under the
 // 108-byte unix path limit below the default plugin data directory.
 func TestMPSLayoutFitsSocketPaths(t *testing.T) {
@@ -138,12 +147,12 @@ func TestComputeValid(t *testing.T) {
 		name:  "single share with a burst limit",
 		inv:   dmem,
 		claim: claim([]result{{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"}}, fromClaim(fc(`,"memoryLimit":"60Gi"`))),
-		want:  []plan.Device{share("gpu-0", "s1", "GPU-0", 40*gib, 60*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem)},
+		want:  []plan.Device{client(share("gpu-0", "s1", "GPU-0", 40*gib, 60*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot)},
 	}, {
 		name:  "limit defaults to the request; no config at all",
 		inv:   dmem,
 		claim: claim([]result{{request: "gpu", device: "gpu-1", share: "s1", memory: "20224Mi"}}),
-		want:  []plan.Device{share("gpu-1", "s1", "GPU-1", 20224<<20, 20224<<20, v1alpha1.TimeSlicing, inventory.EnforcementDMem)},
+		want:  []plan.Device{client(share("gpu-1", "s1", "GPU-1", 20224<<20, 20224<<20, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot)},
 	}, {
 		name: "two shares of one GPU in one claim",
 		inv:  dmem,
@@ -152,12 +161,12 @@ func TestComputeValid(t *testing.T) {
 			{request: "gpu", device: "gpu-0", share: "s2", memory: "10Gi"},
 		}, fromClaim(fc(`,"memoryLimit":"12Gi"`))),
 		want: []plan.Device{
-			share("gpu-0", "s1", "GPU-0", 10*gib, 12*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem),
-			share("gpu-0", "s2", "GPU-0", 10*gib, 12*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem),
+			client(share("gpu-0", "s1", "GPU-0", 10*gib, 12*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot),
+			client(share("gpu-0", "s2", "GPU-0", 10*gib, 12*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot),
 		},
 	}, {
-		name: "two GPUs (count 2)",
-		inv:  dmem,
+		name: "two GPUs (count 2) where no MPS daemon runs: strict partitions, no MPS",
+		inv:  testInventory(inventory.EnforcementDMem, inventory.MPSVersionNone),
 		claim: claim([]result{
 			{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"},
 			{request: "gpu", device: "gpu-1", share: "s2", memory: "40Gi"},
@@ -177,13 +186,13 @@ func TestComputeValid(t *testing.T) {
 		inv:  dmem,
 		claim: claim([]result{{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"}},
 			fromClaim(fc(`,"computeMode":"TimeSlicing"`)), fromClass(fc(`,"computeMode":"SMSharing","memoryLimit":"50Gi"`))),
-		want: []plan.Device{share("gpu-0", "s1", "GPU-0", 40*gib, 50*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem)},
+		want: []plan.Device{client(share("gpu-0", "s1", "GPU-0", 40*gib, 50*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot)},
 	}, {
 		name: "config for another request does not apply",
 		inv:  dmem,
 		claim: claim([]result{{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"}},
 			config(resourceapi.AllocationConfigSourceClaim, []string{"other"}, fc(`,"memoryLimit":"1Gi"`))),
-		want: []plan.Device{share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem)},
+		want: []plan.Device{client(share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot)},
 	}, {
 		name:  "SMSharing on a legacy-MPS node is enforced by the daemon",
 		inv:   testInventory(inventory.EnforcementMPS, inventory.MPSVersionLegacy),
@@ -201,7 +210,7 @@ func TestComputeValid(t *testing.T) {
 			{request: "nic", device: "eth0", driver: "net.example.com", pool: "other"},
 			{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"},
 		}),
-		want: []plan.Device{share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem)},
+		want: []plan.Device{client(share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot)},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := plan.Compute(tc.claim, tc.inv, opts)
@@ -271,6 +280,17 @@ func TestComputeInvalid(t *testing.T) {
 		name: "SMSharing without MPS", inv: testInventory(inventory.EnforcementDMem, inventory.MPSVersionNone),
 		claim: claim(one, fromClaim(fc(`,"computeMode":"SMSharing"`))),
 		want:  `status.allocation.devices.results[0].config.computeMode: Invalid value: "SMSharing": this node has no MPS (nvidia-cuda-mps-control not found); select nodes with device.attributes["gpufrac.dev"].mpsVersion != "none"`,
+	}, {
+		name: "a limit above the request where no MPS daemon runs", inv: testInventory(inventory.EnforcementDMem, inventory.MPSVersionNone),
+		claim: claim(one, fromClaim(fc(`,"memoryLimit":"60Gi"`))),
+		want:  `status.allocation.devices.results[0].config.memoryLimit: Forbidden: memoryLimit 60Gi exceeds the request 40Gi, but this node runs no MPS daemon (mpsVersion none: no MPS binaries under the driver root, or MPS turned off on the plugin), and NVIDIA upholds a request that neighbours borrow against only by MPS eviction; set memoryLimit equal to the request (strict partition) or select nodes with device.attributes["gpufrac.dev"].mpsVersion == "v3"`,
+	}, {
+		name: "TimeSlicing on two GPUs in one claim where every share is an MPS client", inv: dmem,
+		claim: claim([]result{
+			{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"},
+			{request: "gpu", device: "gpu-1", share: "s2", memory: "40Gi"},
+		}),
+		want: `status.allocation.devices.results: Forbidden: shares on 2 GPUs in one claim: on this node every share is an MPS client (its request is upheld by MPS eviction), a container joins one MPS control daemon, and daemons are per GPU; use one GPU per claim`,
 	}, {
 		name: "SMSharing on two GPUs in one claim", inv: dmem,
 		claim: claim([]result{

@@ -15,8 +15,8 @@ import (
 
 // TestTimeSlicingPodSeesItsGPU: a pod with a 40Gi/60Gi TimeSlicing claim
 // runs on the real node; its container sees the GPU's uuid, the memory
-// variables and its device node, and the hook ran for its cgroup with soft
-// 40Gi and hard 60Gi.
+// variables, its device node and the GPU's MPS daemon, and the hook ran
+// for its cgroup with soft 40Gi and hard 60Gi.
 func TestTimeSlicingPodSeesItsGPU(t *testing.T) {
 	e := newEnv(t)
 	e.createTemplate("llm-40g", e.classFor(0), "40Gi", "memoryLimit: 60Gi\ncomputeMode: TimeSlicing\n")
@@ -25,8 +25,13 @@ func TestTimeSlicingPodSeesItsGPU(t *testing.T) {
 	g := e.gpuOf(pod)
 	s := e.probe(pod)
 	e.checkSees(s, g, 40, 60)
-	if s.Env["CUDA_MPS_PIPE_DIRECTORY"] != "" {
-		t.Errorf("a TimeSlicing container sees CUDA_MPS_PIPE_DIRECTORY=%s", s.Env["CUDA_MPS_PIPE_DIRECTORY"])
+	// On r615 nodes (the simulated driver) every fraction is an MPS
+	// client: a TimeSlicing container gets the GPU daemon's pipe
+	// directory, whose main control socket routes it to a server of its
+	// own.
+	if s.Env["CUDA_MPS_PIPE_DIRECTORY"] != cdispec.ContainerMPSPipeDir || !slices.Contains(s.MPSPipe, "control") {
+		t.Errorf("a TimeSlicing container sees CUDA_MPS_PIPE_DIRECTORY=%q holding %v, want %s with the daemon's control socket",
+			s.Env["CUDA_MPS_PIPE_DIRECTORY"], s.MPSPipe, cdispec.ContainerMPSPipeDir)
 	}
 	e.checkHook(pod, g, 40*gib, 60*gib)
 	e.checkContainerMetric(pod, g)

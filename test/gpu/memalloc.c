@@ -2,10 +2,14 @@
 // and print how much it got. Built with gcc alone: the CUDA driver API is
 // loaded at run time from libcuda.so.1, so no CUDA toolkit is needed.
 //
-//   memalloc [max-MiB]   exit 0 and print "allocated N MiB, stopped by: <error>"
+//   memalloc [max-MiB [hold-seconds]]   print "allocated N MiB, stopped by: <error>";
+//   with hold-seconds, keep the memory that long, synchronising once a
+//   second: an MPS client evicted meanwhile prints "held: <error>" (NVIDIA:
+//   CUDA_ERROR_MPS_CLIENT_TERMINATED) and exits 4; otherwise exit 0.
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -41,5 +45,17 @@ int main(int argc, char **argv) {
 	}
 	if (r) cuGetErrorName(r, &name); else name = "max reached";
 	printf("allocated %ld MiB, stopped by: %s\n", got, name);
+	fflush(stdout);
+	long hold = argc > 2 ? atol(argv[2]) : 0;
+	CUresult (*cuCtxSynchronize)(void) = dlsym(lib, "cuCtxSynchronize");
+	for (long i = 0; i < hold && cuCtxSynchronize; i++) {
+		sleep(1);
+		if ((r = cuCtxSynchronize()) != 0) {
+			cuGetErrorName(r, &name);
+			printf("held: %s\n", name);
+			return 4;
+		}
+	}
+	if (hold > 0) printf("held: %ld s\n", hold);
 	return 0;
 }

@@ -2,13 +2,21 @@
 # GPU check for gpufrac, for a machine with a real NVIDIA GPU (not CI).
 # Run as root from the repository root:  bash test/gpu/run.sh
 #
+# It leaves the GPU as it found it: no compute-mode or MIG change (the
+# daemon's init containers are not run, and the legacy script's compute-mode
+# calls go to a shim); the compute mode is compared at the end.
+#
 # 1. MPS, legacy and (driver r615+) v3: runs the MPS daemon container's
-#    script and init command as rendered from templates/mps-control-daemon.yaml
-#    (test/gpu/render; no Kubernetes), lets the script apply the plugin's
-#    settings (legacy: a pinned ceiling; v3: a namespace on the shared server),
-#    and runs memalloc as an MPS client: allocation must stop at the limit,
-#    not at the GPU's size. Under v3 the limit must hold without the client's
-#    variable, and a non-MPS process must run beside the server.
+#    script as rendered from templates/mps-control-daemon.yaml (test/gpu/render;
+#    no Kubernetes), lets the script apply the plugin's settings (legacy: a
+#    pinned ceiling; v3: a namespace on the shared server), and runs memalloc
+#    as an MPS client: allocation must stop at the limit, not at the GPU's
+#    size. Under v3 the limit must hold without the client's variable, a
+#    TimeSlicing client on the main socket gets a server of its own, and the
+#    inferred items of docs/nvidia-contract.md are checked or printed (FACT).
+# 3. Eviction (r615+, cgroup v2 with dmem): two MPS clients in two cgroups
+#    with soft/hard limits; a within-soft allocation that does not fit must
+#    evict the over-soft client (CUDA_ERROR_MPS_CLIENT_TERMINATED).
 # 2. dmem (driver r615+, cgroup v2): puts a shell in a fresh cgroup, runs
 #    gpufrac-cdi-hook on it as a createRuntime hook would, and runs memalloc
 #    there: allocation must stop at the hard limit.
@@ -26,6 +34,14 @@ nvidia-smi --query-gpu=index,uuid,name,memory.total,driver_version --format=csv
 uuid=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n1)
 gcc -O2 -o "$work/memalloc" test/gpu/memalloc.c -ldl || { echo "cannot build memalloc"; exit 2; }
 
+mode_before=$(nvidia-smi -i "$uuid" --query-gpu=compute_mode --format=csv,noheader)
+mig_before=$(nvidia-smi -i "$uuid" --query-gpu=mig.mode.current --format=csv,noheader 2>/dev/null)
+# The daemon scripts' compute-mode calls (legacy stop) must not reach the GPU.
+mkdir -p "$work/shim"
+printf '#!/bin/sh\nfor a in "$@"; do [ "$a" = -c ] && { echo "gpu check: compute-mode change skipped: $*" >&2; exit 0; }; done\nexec %s "$@"\n' "$(command -v nvidia-smi)" >"$work/shim/nvidia-smi"
+chmod +x "$work/shim/nvidia-smi"
+fact() { echo "FACT: $*"; }
+
 ceiling_mib=4096
 limit_slack=512 # the context and allocator granularity
 
@@ -40,15 +56,15 @@ mps_check() {
 	ns=cgpucheck0000000000
 	if [ "$version" = v3 ]; then
 		printf '%s %s 100\n' "$ns" "$ceiling_mib" >"$work/config/namespaces"
+		go run ./test/gpu/render -part toml -uuid "$uuid" -driver "$driver" >"$work/config/mps.toml" || { fail "MPS v3: cannot render mps.toml"; return; }
 		client_pipe=$work/pipe/gpufrac/$ns
 	else
 		echo "$ceiling_mib" >"$work/config/pinned-mem-limit-mib"
 		client_pipe=$work/pipe
 	fi
 	script=$(go run ./test/gpu/render -version "$version" -uuid "$uuid") || { fail "MPS $version: cannot render the template"; return; }
-	init=$(go run ./test/gpu/render -version "$version" -uuid "$uuid" -part init)
-	eval "$init" || { fail "MPS $version: init container ($init) failed"; return; }
-	CUDA_VISIBLE_DEVICES=$uuid CUDA_MPS_PIPE_DIRECTORY=$work/pipe CUDA_MPS_LOG_DIRECTORY=$work/log \
+	# The init container (a compute-mode change) is not run.
+	PATH="$work/shim:$PATH" CUDA_VISIBLE_DEVICES=$uuid CUDA_MPS_PIPE_DIRECTORY=$work/pipe CUDA_MPS_LOG_DIRECTORY=$work/log \
 		GPUFRAC_MPS_CONFIG=$work/config sh -c "$script" >"$work/daemon.out" 2>&1 &
 	daemon=$!
 	for _ in $(seq 1 100); do [ -f "$work/config/ready" ] && break; sleep 0.2; done
@@ -74,9 +90,91 @@ mps_check() {
 		out=$(env -u CUDA_MPS_PIPE_DIRECTORY "$work/memalloc" 2>&1 | head -n1)
 		echo "$out" | grep -q '^allocated ' && pass "a non-MPS process runs beside the MPS v3 server" ||
 			fail "a non-MPS process cannot run beside the MPS v3 server: $out"
+		v3_facts
 	fi
 	kill -TERM "$daemon"; wait "$daemon"
 	echo "MPS $version control log:"; tail -n 20 "$work/log/control.log" 2>/dev/null
+}
+
+# v3_facts checks, on the running v3 daemon, the items docs/nvidia-contract.md
+# marks inferred, and prints what NVIDIA does not document (FACT lines).
+v3_facts() {
+	ctl() { CUDA_MPS_PIPE_DIRECTORY=$work/pipe nvidia-cuda-mps-control -p 3 "$@" </dev/null; }
+	# TimeSlicing route (items 17, 18): the main socket gives a per-UID
+	# server outside the shared server.
+	out=$(CUDA_MPS_PIPE_DIRECTORY=$work/pipe "$work/memalloc" 1024 3 2>&1) &
+	ts=$!
+	sleep 2
+	servers=$(ctl server list --format=csv,noheader)
+	clients=$(ctl client list --format=csv,noheader)
+	wait $ts
+	fact "server list with a main-socket client: $(echo "$servers" | tr '\n' ';')"
+	fact "client list row shape (item 11): $(echo "$clients" | tr '\n' ';')"
+	echo "$servers" | grep -q '^uid_' && pass "a main-socket (TimeSlicing) client gets a per-UID server of its own" ||
+		fail "no uid_<uid> server for a main-socket client: $servers"
+	# Value formatting of namespace list (item 9) and the CLI's failures (item 24).
+	fact "namespace list: $(ctl namespace list --server=gpufrac --format=csv,noheader | tr '\n' ';')"
+	out=$(ctl namespace create gpufrac cold_order 2>&1); rc=$?
+	fact "old argument order 'namespace create gpufrac cold_order': exit $rc: $out"
+	[ $rc -ne 0 ] || fail "the CLI accepted the old argument order (namespace create <server> <ns>)"
+	out=$(ctl namespace create nosrv 2>&1); rc=$?
+	fact "namespace create without --server: exit $rc: $out"
+	out=$(ctl namespace create "$ns" --server=gpufrac 2>&1); rc=$?
+	fact "namespace create of an existing namespace: exit $rc: $out"
+	fact "feature describe: $(ctl feature describe | tr '\n' ';')"
+	# In -f the v3 daemon stops at the end of its stdin (item 3).
+	mkdir -p "$work/pipe2" "$work/log2"
+	CUDA_MPS_PIPE_DIRECTORY=$work/pipe2 CUDA_MPS_LOG_DIRECTORY=$work/log2 nvidia-cuda-mps-control -f -p 3 </dev/null >/dev/null 2>&1 &
+	f=$!
+	sleep 3
+	if kill -0 $f 2>/dev/null; then
+		fact "a -f -p 3 daemon with stdin at EOF keeps running (item 3 not confirmed; the FIFO is harmless)"
+		CUDA_MPS_PIPE_DIRECTORY=$work/pipe2 nvidia-cuda-mps-control -q; wait $f
+	else
+		fact "a -f -p 3 daemon stops at the end of its stdin (item 3 confirmed)"
+	fi
+}
+
+# eviction_check (r615+, dmem): A (soft 4 GiB, hard all but 8 GiB) borrows
+# most of the GPU; B (soft = hard = 16 GiB), within its soft limit, does
+# not fit beside it: the MPS server must evict A (items 20, 21).
+eviction_check() {
+	[ -f /sys/fs/cgroup/cgroup.controllers ] || { echo "SKIP: eviction: host is not cgroup v2"; return; }
+	total=$(nvidia-smi -i "$uuid" --query-gpu=memory.total --format=csv,noheader,nounits)
+	rm -rf "$work/pipe" "$work/log" "$work/config"; mkdir -p "$work/pipe" "$work/log" "$work/config"
+	: >"$work/config/namespaces"
+	go run ./test/gpu/render -part toml -uuid "$uuid" -driver "$driver" >"$work/config/mps.toml"
+	script=$(go run ./test/gpu/render -version v3 -uuid "$uuid")
+	PATH="$work/shim:$PATH" CUDA_VISIBLE_DEVICES=$uuid CUDA_MPS_PIPE_DIRECTORY=$work/pipe CUDA_MPS_LOG_DIRECTORY=$work/log \
+		GPUFRAC_MPS_CONFIG=$work/config sh -c "$script" >"$work/daemon.out" 2>&1 &
+	daemon=$!
+	for _ in $(seq 1 100); do [ -f "$work/config/ready" ] && break; sleep 0.2; done
+	[ -f "$work/config/ready" ] || { fail "eviction: daemon never ready"; kill -TERM $daemon; wait $daemon; return; }
+	go build -o "$work/gpufrac-cdi-hook" ./cmd/gpufrac-cdi-hook || { fail "eviction: cannot build the hook"; return; }
+	limit() { # cgroup soft-MiB hard-MiB: a holder process, then the hook
+		mkdir "$1" || return 1
+		sh -c "echo \$\$ > $1/cgroup.procs; exec sleep 600" &
+		sleep 0.5
+		echo "{\"ociVersion\":\"1.2.0\",\"id\":\"gpu-check\",\"status\":\"created\",\"pid\":$!,\"bundle\":\"/\"}" |
+			"$work/gpufrac-cdi-hook" apply --gpu "$uuid=$(($2 << 20)):$(($3 << 20))"
+	}
+	a=/sys/fs/cgroup/gpufrac-gpu-evict-a-$$; b=/sys/fs/cgroup/gpufrac-gpu-evict-b-$$
+	limit "$a" 4096 $((total - 8192)) || { fail "eviction: hook for A failed"; }
+	limit "$b" 16384 16384 || { fail "eviction: hook for B failed"; }
+	sh -c "echo \$\$ > $a/cgroup.procs; CUDA_MPS_PIPE_DIRECTORY=$work/pipe exec $work/memalloc $((total - 12288)) 60" >"$work/a.out" 2>&1 &
+	pa=$!
+	sleep 5
+	outb=$(sh -c "echo \$\$ > $b/cgroup.procs; CUDA_MPS_PIPE_DIRECTORY=$work/pipe exec $work/memalloc 16384")
+	wait $pa; rca=$?
+	echo "eviction: A: $(tr '\n' ' ' <"$work/a.out") (exit $rca); B: $outb"
+	if echo "$outb" | grep -q '^allocated 16384 MiB' && grep -q 'MPS_CLIENT_TERMINATED' "$work/a.out"; then
+		pass "eviction: B within its soft limit got its 16 GiB after A, over its soft limit, was terminated"
+	else
+		fail "eviction did not uphold B's soft limit (see above)"
+	fi
+	grep -i evict "$work/log/control.log" "$work/log"/*/server.log 2>/dev/null | tail -n 5 | sed 's/^/FACT: daemon log: /'
+	kill -TERM $daemon; wait $daemon
+	for cg in "$a" "$b"; do kill $(cat "$cg/cgroup.procs") 2>/dev/null; sleep 0.2; rmdir "$cg"; done
 }
 
 dmem_check() {
@@ -103,15 +201,19 @@ dmem_check() {
 	kill $holder; wait $holder 2>/dev/null; rmdir "$cg"
 }
 
-mps_check legacy
-nvidia-smi -i "$uuid" -c DEFAULT >/dev/null
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)
+mps_check legacy
 if [ "${driver%%.*}" -ge 615 ]; then
 	mps_check v3
+	eviction_check
 else
 	echo "SKIP: MPS v3 needs driver r615 or later (have $driver)"
 fi
-nvidia-smi -i "$uuid" -c DEFAULT >/dev/null
+echo "SKIP: r620 items (cgroup/cgroup_depth routing, r620 TOML keys) need an r620 driver"
 dmem_check
+mode_after=$(nvidia-smi -i "$uuid" --query-gpu=compute_mode --format=csv,noheader)
+mig_after=$(nvidia-smi -i "$uuid" --query-gpu=mig.mode.current --format=csv,noheader 2>/dev/null)
+[ "$mode_before" = "$mode_after" ] && [ "$mig_before" = "$mig_after" ] && pass "the GPU's compute mode ($mode_after) and MIG mode are as found" ||
+	fail "the GPU's settings changed: compute mode $mode_before -> $mode_after, MIG $mig_before -> $mig_after"
 echo "$fails check(s) failed"
 [ "$fails" -eq 0 ]

@@ -38,12 +38,16 @@ type NodeOptions struct {
 	// Labels are added to the Node (kubernetes.io/hostname is always set).
 	Labels map[string]string
 	// MPSImage is the plugin's --mps-image: the image of the MPS control
-	// daemon Pods it starts for SMSharing claims, in namespace
-	// MPSNamespace. Empty keeps SMSharing off on the node. The stand-in
+	// daemon Pods it starts, in namespace MPSNamespace; empty means
+	// DefaultMPSImage unless NoMPS is set (on nodes with per-cgroup limits
+	// every fraction is an MPS client, as in production). The stand-in
 	// runs those Pods' script on the host with test/mpsdouble playing
 	// nvidia-cuda-mps-control and nvidia-smi, so the template's whole
 	// lifecycle runs; no MPS server runs without a GPU.
 	MPSImage string
+	// NoMPS runs the plugin without MPS daemons: a node where MPS is off
+	// (SMSharing refused, no borrowing above the request).
+	NoMPS bool
 	// PluginArgs are extra flags for gpufrac-kubelet-plugin.
 	PluginArgs []string
 	// PluginBinary replaces the control plane's plugin binary for this
@@ -58,6 +62,10 @@ type NodeOptions struct {
 
 // MPSNamespace is where the plugins of simulated nodes run MPS daemon Pods.
 const MPSNamespace = "gpufrac-system"
+
+// DefaultMPSImage is the daemon image of simulated nodes; the stand-in
+// runs the daemon script with test/mpsdouble whatever the image says.
+const DefaultMPSImage = "gpufrac/mps-control-daemon:integration"
 
 // Node is a simulated node: a Ready Node object, gpufrac-kubelet-plugin
 // running against simulated GPUs, and a kubelet stand-in driving it.
@@ -132,6 +140,9 @@ func (cp *ControlPlane) AddNode(ctx context.Context, opts NodeOptions) (_ *Node,
 		args = append(args, "--cdi-hook-path="+hook)
 	}
 	mpsTools := ""
+	if opts.MPSImage == "" && !opts.NoMPS {
+		opts.MPSImage = DefaultMPSImage
+	}
 	if opts.MPSImage != "" {
 		if err := cp.ensureNamespace(ctx, MPSNamespace); err != nil {
 			return nil, err

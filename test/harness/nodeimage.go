@@ -17,14 +17,15 @@ import (
 // NodeImage is the only image of the real node, imported into containerd
 // (no registry): its entrypoint /pause is the pod sandbox, /probe prints what
 // a container sees (test/cmd/e2e-probe), and nvidia-cuda-mps-control and
-// nvidia-smi are the MPS double (test/mpsdouble) with a shell and the few
+// nvidia-smi are the MPS double (test/mpsdouble), /fakecuda its CUDA
+// client (test/fakecuda), with a shell and the few
 // tools the MPS daemon template's script runs, copied from the host with
 // their shared libraries.
 const NodeImage = "gpufrac.dev/e2e:v1"
 
 // shellTools are what templates/mps-control-daemon.yaml's script and probes
 // run besides the shell's builtins.
-var shellTools = []string{"sh", "cat", "rm", "sleep", "mkdir", "cp", "mv"}
+var shellTools = []string{"sh", "cat", "rm", "sleep", "mkdir", "cp", "mv", "mkfifo"}
 
 // buildNodeImage writes the image's OCI archive into dir.
 func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir string) (string, error) {
@@ -37,8 +38,8 @@ func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir st
 		}
 		env = append(env, kv)
 	}
-	if err := p.Run(ctx, "Building the node image's programs (test/cmd/e2e-probe, test/mpsdouble)", repoRoot, env,
-		"go", "build", "-o", binDir+"/", "./test/cmd/e2e-probe", "./test/mpsdouble"); err != nil {
+	if err := p.Run(ctx, "Building the node image's programs (test/cmd/e2e-probe, test/mpsdouble, test/fakecuda)", repoRoot, env,
+		"go", "build", "-o", binDir+"/", "./test/cmd/e2e-probe", "./test/mpsdouble", "./test/fakecuda"); err != nil {
 		return "", err
 	}
 	probe, err := os.ReadFile(filepath.Join(binDir, "e2e-probe"))
@@ -46,6 +47,10 @@ func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir st
 		return "", err
 	}
 	mps, err := os.ReadFile(filepath.Join(binDir, "mpsdouble"))
+	if err != nil {
+		return "", err
+	}
+	fakeCUDA, err := os.ReadFile(filepath.Join(binDir, "fakecuda"))
 	if err != nil {
 		return "", err
 	}
@@ -59,6 +64,8 @@ func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir st
 			{Path: "/probe", Mode: 0o755, Data: probe},
 			{Path: "/usr/bin/nvidia-cuda-mps-control", Mode: 0o755, Data: mps},
 			{Path: "/usr/bin/nvidia-smi", Mode: 0o755, Data: mps},
+			// A CUDA program: an MPS client of the double's memory ledger.
+			{Path: "/fakecuda", Mode: 0o755, Data: fakeCUDA},
 		},
 	}
 	host, err := hostTools(ctx, shellTools)

@@ -179,11 +179,13 @@ func crashAndRestart(t *testing.T, e *env, node *harness.Node, point, metricsFla
 func (e *env) converged(node *harness.Node, port int, want, all []crashClaim, smGPU string) error {
 	var errs []error
 	wantUIDs := map[types.UID]bool{}
-	wantMPS := 0
+	wantMPS, wantTS := 0, 0
 	for _, c := range want {
 		wantUIDs[c.claim.UID] = true
 		if c.sm {
 			wantMPS++
+		} else {
+			wantTS++
 		}
 	}
 
@@ -247,21 +249,36 @@ func (e *env) converged(node *harness.Node, port int, want, all []crashClaim, sm
 		}
 	}
 
-	// MPS: the daemon's reference count is the number of prepared
-	// SMSharing claims, and the daemon Pod runs exactly while it is not 0.
+	// MPS: a daemon's reference count is the number of prepared claims
+	// on its GPU (the node is r615 with per-cgroup limits, so TimeSlicing
+	// claims are MPS clients too, on the other GPU), and a GPU's daemon
+	// Pod runs exactly while its count is not 0.
 	refs, err := mpsReferences(port)
 	if err != nil {
 		return err
 	}
-	if refs[smGPU] != wantMPS || len(refs) > 1 || len(refs) == 1 && refs[smGPU] == 0 {
-		errs = append(errs, fmt.Errorf("MPS reference counts %v, want %d on %s", refs, wantMPS, smGPU))
+	wantRefs := map[string]int{}
+	if wantMPS > 0 {
+		wantRefs[smGPU] = wantMPS
+	}
+	if wantTS > 0 {
+		tsGPU := "the TimeSlicing GPU"
+		for g := range refs {
+			if g != smGPU {
+				tsGPU = g
+			}
+		}
+		wantRefs[tsGPU] = wantTS
+	}
+	if !maps.Equal(refs, wantRefs) {
+		errs = append(errs, fmt.Errorf("MPS reference counts %v, want %v", refs, wantRefs))
 	}
 	daemons, err := e.client.CoreV1().Pods(harness.MPSNamespace).List(e.ctx, metav1.ListOptions{LabelSelector: "gpufrac.dev/node=" + node.Name})
 	if err != nil {
 		return err
 	}
 	live := slices.DeleteFunc(daemons.Items, func(p v1.Pod) bool { return p.DeletionTimestamp != nil })
-	if wantDaemons := min(wantMPS, 1); len(daemons.Items) != wantDaemons || len(live) != wantDaemons {
+	if wantDaemons := len(wantRefs); len(daemons.Items) != wantDaemons || len(live) != wantDaemons {
 		errs = append(errs, fmt.Errorf("%d MPS daemon Pods (%d not terminating), want %d", len(daemons.Items), len(live), wantDaemons))
 	}
 	return errors.Join(errs...)

@@ -317,7 +317,10 @@ func intAttr(d resourceapi.Device, name string) int64 {
 // means to publish, without an API server in between.
 func printSlices(t *testing.T, node, gpus string) []resourceapi.ResourceSlice {
 	t.Helper()
-	cmd := exec.Command(cp.PluginBinary, "--node-name="+node, "--simulate-gpus="+gpus, "--print-slices")
+	// With the MPS flags simulated nodes get (harness.NodeOptions): a
+	// plugin without MPS daemons publishes mpsVersion none.
+	cmd := exec.Command(cp.PluginBinary, "--node-name="+node, "--simulate-gpus="+gpus, "--print-slices",
+		"--mps-image="+harness.DefaultMPSImage, "--namespace="+harness.MPSNamespace)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -101,11 +101,14 @@ func TestPreparedClaimReachesTheContainer(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	node := e.node("h200x2")
+	// A container reaches one MPS daemon and daemons are per GPU, so a
+	// claim for two GPUs runs where MPS is off (strict partitions).
+	noMPS := e.nodeWith(harness.NodeOptions{GPUs: "h200x2", NoMPS: true})
 	class := e.classFor("all", "")
 	e.createTemplate(claimTemplate("llm-40g", class, "40Gi", 1, "apiVersion: gpufrac.dev/v1alpha1\nkind: FractionConfig\nmemoryLimit: 60Gi\ncomputeMode: TimeSlicing\n"))
 	e.createTemplate(claimTemplate("two-gpus", class, "20Gi", 2, ""))
 	e.createPod("llm", "llm-40g", node.Name)
-	e.createPod("pair", "two-gpus", node.Name)
+	e.createPod("pair", "two-gpus", noMPS.Name)
 
 	for _, tc := range []struct {
 		pod                  string
@@ -113,6 +116,10 @@ func TestPreparedClaimReachesTheContainer(t *testing.T) {
 		requestMiB, limitMiB int64
 	}{{"llm", 1, 40 * 1024, 60 * 1024}, {"pair", 2, 20 * 1024, 20 * 1024}} {
 		pod := e.waitRunning(tc.pod)
+		node := node
+		if tc.pod == "pair" {
+			node = noMPS
+		}
 		claim := e.claimOf(pod)
 		var gpus []resourceapi.Device
 		for _, r := range claim.Status.Allocation.Devices.Results {
@@ -302,4 +309,43 @@ func TestSMSharingClaimGetsTheGPUsMPSDaemon(t *testing.T) {
 		}
 		return true, nil
 	})
+}
+
+// TestBurstRefusedWhereNoMPSDaemonRuns (issue 15): on a node with
+// per-cgroup limits whose plugin runs no MPS daemons, nothing could evict a
+// borrower to uphold a neighbour's request, so the slice says mpsVersion
+// none and a claim whose limit exceeds its request is refused there with
+// the reason, while a strict partition (limit = request) runs.
+func TestBurstRefusedWhereNoMPSDaemonRuns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	node := e.nodeWith(harness.NodeOptions{GPUs: "h200x1", NoMPS: true})
+	class := e.classFor("all", "")
+	e.createTemplate(claimTemplate("burst", class, "40Gi", 1, "apiVersion: gpufrac.dev/v1alpha1\nkind: FractionConfig\nmemoryLimit: 100Gi\n"))
+	e.createTemplate(claimTemplate("strict", class, "40Gi", 1, ""))
+	e.createPod("burst", "burst", node.Name)
+	e.createPod("strict", "strict", node.Name)
+	var event v1.Event
+	e.poll("a FailedPrepareDynamicResources event on pod burst", func() (bool, error) {
+		evs := e.events("burst", "FailedPrepareDynamicResources")
+		if len(evs) > 0 {
+			event = evs[0]
+		}
+		return len(evs) > 0, nil
+	})
+	for _, want := range []string{"memoryLimit 100Gi exceeds the request 40Gi", "runs no MPS daemon (mpsVersion none", "MPS eviction"} {
+		if !strings.Contains(event.Message, want) {
+			t.Errorf("refusal %q does not say %q", event.Message, want)
+		}
+	}
+	e.waitRunning("strict")
+	slices, err := e.client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node.Name})
+	if err != nil || len(slices.Items) == 0 {
+		t.Fatalf("slices of %s: %v", node.Name, err)
+	}
+	for _, d := range slices.Items[0].Spec.Devices {
+		if v := d.Attributes["mpsVersion"].StringValue; v == nil || *v != "none" {
+			t.Errorf("device %s publishes mpsVersion %v, want none on a node without MPS daemons", d.Name, d.Attributes["mpsVersion"])
+		}
+	}
 }

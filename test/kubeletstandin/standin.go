@@ -74,6 +74,10 @@ type StandIn struct {
 	factory     informers.SharedInformerFactory
 	pods        corelisters.PodLister
 	queue       workqueue.TypedRateLimitingInterface[string]
+	// daemons is the MPS daemon Pods' own queue: a kubelet runs every pod
+	// on its own worker, and a Prepare that waits for a GPU's daemon must
+	// never keep that daemon's Pod from starting.
+	daemons workqueue.TypedRateLimitingInterface[string]
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 	cancel      context.CancelFunc
@@ -133,6 +137,9 @@ func Start(ctx context.Context, cfg Config) (*StandIn, error) {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 5*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubelet-standin-" + cfg.NodeName}),
+		daemons: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 5*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kubelet-standin-daemons-" + cfg.NodeName}),
 		broadcaster: record.NewBroadcaster(record.WithContext(ctx)),
 		cancel:      cancel,
 		state:       map[string]*podState{},
@@ -147,9 +154,18 @@ func Start(ctx context.Context, cfg Config) (*StandIn, error) {
 	informer := s.factory.Core().V1().Pods()
 	s.pods = informer.Lister()
 	enqueue := func(obj any) {
-		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
-			s.queue.Add(key)
+		key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		if err != nil {
+			return
 		}
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		if p, ok := obj.(*v1.Pod); ok && p.Labels["app.kubernetes.io/component"] == mpsDaemonComponent {
+			s.daemons.Add(key)
+			return
+		}
+		s.queue.Add(key)
 	}
 	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    enqueue,
@@ -168,10 +184,14 @@ func Start(ctx context.Context, cfg Config) (*StandIn, error) {
 	}
 	for range cfg.Workers {
 		s.wg.Go(func() {
-			for s.processNext(ctx) {
+			for s.processNext(ctx, s.queue) {
 			}
 		})
 	}
+	s.wg.Go(func() {
+		for s.processNext(ctx, s.daemons) {
+		}
+	})
 	logger.Info("Kubelet stand-in started", "driver", cfg.DriverName, "endpoint", plugin.endpoint)
 	return s, nil
 }
@@ -181,6 +201,7 @@ func Start(ctx context.Context, cfg Config) (*StandIn, error) {
 func (s *StandIn) Stop() {
 	s.cancel()
 	s.queue.ShutDown()
+	s.daemons.ShutDown()
 	s.wg.Wait()
 	s.mu.Lock()
 	keys := slices.Collect(maps.Keys(s.hostProcs))
@@ -216,20 +237,20 @@ func (s *StandIn) Reregister(ctx context.Context) error {
 	return nil
 }
 
-func (s *StandIn) processNext(ctx context.Context) bool {
-	key, quit := s.queue.Get()
+func (s *StandIn) processNext(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string]) bool {
+	key, quit := queue.Get()
 	if quit {
 		return false
 	}
-	defer s.queue.Done(key)
+	defer queue.Done(key)
 	if err := s.sync(ctx, key); err != nil {
 		if ctx.Err() == nil {
 			klog.FromContext(ctx).V(2).Info("Pod not ready yet, retrying", "pod", key, "err", err)
-			s.queue.AddRateLimited(key)
+			queue.AddRateLimited(key)
 		}
 		return true
 	}
-	s.queue.Forget(key)
+	queue.Forget(key)
 	return true
 }
 

@@ -1,16 +1,22 @@
 // Command mpsdouble stands in for NVIDIA's MPS tools on machines without a
 // GPU: installed as nvidia-cuda-mps-control it is the control daemon (-d,
-// -f) and its client (commands on stdin, as the real tool takes them);
-// installed as nvidia-smi it accepts the compute-mode change the daemon
-// template makes. The daemon listens on a socket in CUDA_MPS_PIPE_DIRECTORY
-// and logs every start and command to CUDA_MPS_LOG_DIRECTORY/control.log,
-// so tests pin the exact command sequence the template sends. The wire
-// protocol between the double's client and daemon is its own: the real one
-// is private to NVIDIA, and gpufrac only ever drives MPS through the tool.
+// -f) and its command-line client, accepting NVIDIA's documented MPS v3
+// grammar and nothing else (grammar.go) and the legacy stdin commands;
+// installed as nvidia-smi it accepts the compute-mode change a legacy
+// daemon makes. The daemon listens on CUDA_MPS_PIPE_DIRECTORY/control, on
+// <server>/control and <server>/<namespace>/control for each server and
+// namespace, and routes a client by the socket it connects to; CUDA
+// clients (test/fakecuda) allocate against its per-GPU memory ledger, and
+// memacct eviction works as NVIDIA documents it (clients.go). Every start,
+// command and eviction goes to CUDA_MPS_LOG_DIRECTORY/control.log, so tests
+// pin the exact command sequence. The wire protocol between the double's
+// pieces is its own: the real one is private to NVIDIA.
 package main
 
 import (
 	"bufio"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -50,148 +56,420 @@ func smi(args []string) int {
 	return 0
 }
 
-func socketPath() string {
-	dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY")
-	if dir == "" {
-		dir = "/tmp/nvidia-mps"
+// pipeDir is CUDA_MPS_PIPE_DIRECTORY or NVIDIA's default (v3 interface
+// page: /run/nvidia-mps for root, else /tmp/nvidia-mps).
+func pipeDir() string {
+	if dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY"); dir != "" {
+		return dir
 	}
-	return filepath.Join(dir, "control.sock")
+	if os.Geteuid() == 0 {
+		return "/run/nvidia-mps"
+	}
+	return "/tmp/nvidia-mps"
+}
+
+// request is one message to the daemon's main socket.
+type request struct {
+	Kind string   `json:"kind"` // cli, legacy, quit, client
+	Args []string `json:"args,omitempty"`
+	Cmd  string   `json:"cmd,omitempty"`
+	// Client operations after the hello.
+	Hello *hello `json:"hello,omitempty"`
+	Op    string `json:"op,omitempty"` // alloc, free
+	Bytes int64  `json:"bytes,omitempty"`
+}
+
+type response struct {
+	Out    string `json:"out"`
+	Err    string `json:"err,omitempty"`
+	Result string `json:"result,omitempty"`
+	Route  string `json:"route,omitempty"`
+	Why    string `json:"why,omitempty"`
 }
 
 func control(args []string) int {
-	if len(args) > 0 && (args[0] == "-d" || args[0] == "-f") {
-		return daemon(args)
+	inv, err := Parse(args)
+	if err != nil {
+		// NVIDIA documents no messages or exit codes: plausible ones.
+		fmt.Println("mpsdouble: " + err.Error())
+		return 1
 	}
 	switch {
-	case len(args) == 1 && args[0] == "-q":
-		return v3Command("quit")
-	case len(args) > 0 && (args[0] == "server" || args[0] == "namespace"):
-		// MPS v3's module-verb CLI: the command is the arguments.
-		return v3Command(strings.Join(args, " "))
-	case len(args) > 0:
-		fmt.Fprintf(os.Stderr, "mpsdouble: unknown option %s\n", args[0])
-		return 2
+	case inv.Help:
+		fmt.Println("usage: nvidia-cuda-mps-control [-d|-f] [-m] [-p 2|3] [-a config.toml] | -q | <module> <verb> [args] [--key=value ...]")
+		return 0
+	case inv.Version:
+		fmt.Println("mpsdouble (stands in for nvidia-cuda-mps-control, MPS v3 r615)")
+		return 0
+	case inv.Daemon || inv.Foreground:
+		return daemon(inv)
+	case inv.Quit:
+		return oneShot(request{Kind: "quit"})
+	case inv.Module != "":
+		return oneShot(request{Kind: "cli", Args: args})
 	}
-	// Client: one command per stdin line, as `echo cmd | nvidia-cuda-mps-control`.
+	// Legacy interactive use: one command per stdin line, as
+	// `echo cmd | nvidia-cuda-mps-control`.
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		cmd := strings.TrimSpace(sc.Text())
 		if cmd == "" {
 			continue
 		}
-		reply, err := send(cmd)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "Cannot find MPS control daemon process")
-			return 1
-		}
-		if reply != "" {
-			fmt.Println(reply)
+		if rc := oneShot(request{Kind: "legacy", Cmd: cmd}); rc != 0 {
+			return rc
 		}
 	}
 	return 0
 }
 
-// v3Command sends one module-verb command; like the real tool it fails
-// when the daemon refuses it.
-func v3Command(cmd string) int {
-	reply, err := send(cmd)
+func oneShot(req request) int {
+	resp, err := call(req)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "Cannot find MPS control daemon process")
+		fmt.Println("Cannot find MPS control daemon process")
 		return 1
 	}
-	if strings.HasPrefix(reply, "ERROR") {
-		fmt.Fprintln(os.Stderr, reply)
-		return 1
+	if resp.Out != "" {
+		fmt.Println(resp.Out)
 	}
-	if reply != "" {
-		fmt.Println(reply)
+	if resp.Err != "" {
+		// KAI's code: the CLI reports its diagnostics on stdout and exits
+		// non-zero.
+		fmt.Println(resp.Err)
+		return 1
 	}
 	return 0
 }
 
-func send(cmd string) (string, error) {
-	conn, err := net.DialTimeout("unix", socketPath(), time.Second)
+func call(req request) (*response, error) {
+	conn, err := dialUnix(filepath.Join(pipeDir(), "control"))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer func() { _ = conn.Close() }()
-	if _, err := fmt.Fprintln(conn, cmd); err != nil {
-		return "", err
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return nil, err
 	}
-	reply, err := bufio.NewReader(conn).ReadString('\n')
-	return strings.TrimSpace(reply), err
+	var resp response
+	if err := json.NewDecoder(conn).Decode(&resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
 }
 
-func daemon(args []string) int {
-	mode := strings.Join(args, " ")
-	if args[0] == "-d" {
+// dialUnix connects to path, through the directory's /proc/self/fd name
+// when the path is too long for a unix socket address (see listenUnix).
+func dialUnix(path string) (net.Conn, error) {
+	if len(path) < 100 {
+		return net.DialTimeout("unix", path, time.Second)
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = dir.Close() }()
+	return net.DialTimeout("unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path)), time.Second)
+}
+
+// daemonProc is the running daemon: its state under one lock, and its
+// listeners by directory.
+type daemonProc struct {
+	mu        sync.Mutex
+	v3        *v3State
+	protocol  int
+	pinned    map[string]string // legacy: per device
+	listeners map[string]net.Listener
+	quit      chan struct{}
+	quitOnce  sync.Once
+}
+
+func daemon(inv *Invocation) int {
+	mode := "-f"
+	if inv.Daemon {
 		// The real -d forks into the background; the double stays in the
 		// foreground, which is all a container or test needs.
-		mode += " (foreground in the double)"
+		mode = "-d (foreground in the double)"
 	}
-	v3 := &v3State{namespaces: map[string]string{}}
-	for i, a := range args {
-		if a == "-a" && i+1 < len(args) {
-			if err := v3.load(args[i+1]); err != nil {
-				logLine("start failed: %v", err)
-				fmt.Fprintln(os.Stderr, "mpsdouble:", err)
-				return 1
+	if inv.Protocol == 3 {
+		mode += " -p 3"
+	}
+	if inv.Multiuser {
+		mode += " -m"
+	}
+	if inv.Apply != "" {
+		mode += " -a " + inv.Apply
+	}
+	d := &daemonProc{protocol: inv.Protocol, pinned: map[string]string{}, listeners: map[string]net.Listener{}, quit: make(chan struct{})}
+	fail := func(err error) int {
+		logLine("start failed: %v", err)
+		fmt.Fprintln(os.Stderr, "mpsdouble:", err)
+		d.closeAll()
+		return 1
+	}
+	pipe := pipeDir()
+	if err := os.MkdirAll(pipe, 0o755); err != nil {
+		return fail(err)
+	}
+	if inv.Protocol == 3 {
+		led, err := gpuLedger()
+		if err != nil {
+			return fail(err)
+		}
+		d.v3 = newV3State(pipe)
+		d.v3.ledger = led
+		d.v3.listen = func(dir string) error {
+			rel, _ := filepath.Rel(pipe, dir)
+			parts := strings.Split(rel, string(filepath.Separator))
+			rt := route{server: parts[0], namespace: "default"}
+			if len(parts) > 1 {
+				rt.namespace = parts[1]
+			}
+			return d.listen(dir, rt)
+		}
+		d.v3.stop = d.unlisten
+		if inv.Apply != "" {
+			if err := d.v3.load(inv.Apply); err != nil {
+				return fail(err)
 			}
 		}
 	}
-	path := socketPath()
-	_ = os.Remove(path)
-	lis, err := net.Listen("unix", path)
-	if err != nil {
-		logLine("start failed: %v", err)
-		fmt.Fprintln(os.Stderr, "mpsdouble:", err)
-		return 1
+	// The main socket comes last: a command never finds a half-configured
+	// daemon.
+	if err := d.listen(pipe, route{}); err != nil {
+		return fail(err)
 	}
 	logLine("start %s gpu=%s", mode, os.Getenv("CUDA_VISIBLE_DEVICES"))
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	quit := make(chan struct{})
-	var quitOnce sync.Once
-	// Per device, as the real daemon keeps it; nothing is translated
-	// between UUIDs and ordinals, as NVIDIA documents.
-	pinned := map[string]string{}
+	if inv.Foreground && inv.Protocol == 3 {
+		// KAI's supervisor (NVIDIA-authored): in -f the v3 daemon reads
+		// stdin, and end of input stops it. Inferred for the real daemon.
+		go func() {
+			sc := bufio.NewScanner(os.Stdin)
+			for sc.Scan() {
+				if strings.TrimSpace(sc.Text()) == "quit" {
+					break
+				}
+			}
+			logLine("stdin closed or quit: stopping")
+			d.stop()
+		}()
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	select {
+	case <-sig:
+		logLine("signal")
+	case <-d.quit:
+	}
+	d.closeAll()
+	logLine("exit")
+	return 0
+}
+
+// gpuLedger reads the GPUs' memory: MPSDOUBLE_GPUS ("GPU-a=MiB,...") or
+// CUDA_VISIBLE_DEVICES with GPUFRAC_GPU_MEMORY_MIB.
+func gpuLedger() (*ledger, error) {
+	spec := os.Getenv("MPSDOUBLE_GPUS")
+	if spec == "" {
+		uuid, mib := os.Getenv("CUDA_VISIBLE_DEVICES"), os.Getenv("GPUFRAC_GPU_MEMORY_MIB")
+		if uuid == "" || mib == "" {
+			return nil, errors.New("the MPS double needs the GPUs' memory: MPSDOUBLE_GPUS, or CUDA_VISIBLE_DEVICES and GPUFRAC_GPU_MEMORY_MIB")
+		}
+		spec = uuid + "=" + mib
+	}
+	return parseLedger(spec)
+}
+
+func (d *daemonProc) stop() { d.quitOnce.Do(func() { close(d.quit) }) }
+
+func (d *daemonProc) listen(dir string, rt route) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, "control")
+	_ = os.Remove(path)
+	lis, err := listenUnix(path)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", path, err)
+	}
+	d.listeners[dir] = lis
 	go func() {
-		select {
-		case <-stop:
-			logLine("signal")
-		case <-quit:
+		for {
+			conn, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go d.serve(conn.(*net.UnixConn), rt)
 		}
-		_ = lis.Close()
 	}()
-	for {
-		conn, err := lis.Accept()
+	return nil
+}
+
+// listenUnix binds a socket at path. Test harnesses keep their node
+// directories under long temporary paths, beyond the 108 bytes of a unix
+// socket address; such a path is bound through a short /proc/self/fd name
+// of its directory. Production layouts stay under the limit
+// (plan.TestMPSLayoutFitsSocketPaths).
+func listenUnix(path string) (net.Listener, error) {
+	if len(path) < 100 {
+		return net.Listen("unix", path)
+	}
+	dir, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = dir.Close() }()
+	return net.Listen("unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path)))
+}
+
+func (d *daemonProc) unlisten(dir string) {
+	if lis := d.listeners[dir]; lis != nil {
+		_ = lis.Close()
+		delete(d.listeners, dir)
+		_ = os.RemoveAll(dir)
+	}
+}
+
+func (d *daemonProc) closeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for dir, lis := range d.listeners {
+		_ = lis.Close()
+		_ = os.Remove(filepath.Join(dir, "control"))
+	}
+}
+
+func peer(conn *net.UnixConn) (pid, uid int) {
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return 0, 0
+	}
+	_ = raw.Control(func(fd uintptr) {
+		if cred, err := syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED); err == nil {
+			pid, uid = int(cred.Pid), int(cred.Uid)
+		}
+	})
+	return pid, uid
+}
+
+func (d *daemonProc) serve(conn *net.UnixConn, rt route) {
+	defer func() { _ = conn.Close() }()
+	dec, enc := json.NewDecoder(conn), json.NewEncoder(conn)
+	var req request
+	if err := dec.Decode(&req); err != nil {
+		return
+	}
+	if req.Kind == "client" {
+		d.serveClient(conn, dec, enc, rt, req)
+		return
+	}
+	if rt != (route{}) {
+		_ = enc.Encode(response{Err: "the control commands are served on the main control socket only"})
+		return
+	}
+	d.mu.Lock()
+	resp := d.command(req)
+	d.mu.Unlock()
+	_ = enc.Encode(resp)
+}
+
+func (d *daemonProc) command(req request) response {
+	switch req.Kind {
+	case "quit":
+		logLine("command: quit")
+		d.stop()
+		return response{}
+	case "legacy":
+		logLine("command: %s", req.Cmd)
+		return d.legacy(req.Cmd)
+	case "cli":
+		logLine("command: %s", strings.Join(req.Args, " "))
+		inv, err := Parse(req.Args)
 		if err != nil {
-			logLine("exit")
-			return 0
+			return response{Err: err.Error()}
 		}
-		line, _ := bufio.NewReader(conn).ReadString('\n')
-		cmd := strings.TrimSpace(line)
-		logLine("command: %s", cmd)
-		reply := ""
-		fields := strings.Fields(cmd)
-		switch {
-		case cmd == "get_server_list":
-		case cmd == "get_default_active_thread_percentage":
-			reply = "100.0"
-		case len(fields) == 2 && fields[0] == "get_default_device_pinned_mem_limit":
-			reply = pinned[fields[1]]
-		case len(fields) == 3 && fields[0] == "set_default_device_pinned_mem_limit":
-			pinned[fields[1]] = fields[2]
-		case cmd == "quit":
-			quitOnce.Do(func() { close(quit) })
-		case strings.HasPrefix(cmd, "set_default_active_thread_percentage "),
-			strings.HasPrefix(cmd, "set_device_pinned_mem_limit "):
-		case fields[0] == "server" || fields[0] == "namespace":
-			reply = v3.handle(fields)
+		if d.v3 == nil {
+			return response{Err: "the control daemon runs MPS protocol 2; module commands need a daemon started with -p 3"}
+		}
+		r := d.v3.handle(inv)
+		if r.err != nil {
+			logLine("command failed: %v", r.err)
+			return response{Out: r.out, Err: r.err.Error()}
+		}
+		return response{Out: r.out}
+	}
+	return response{Err: "unknown request " + req.Kind}
+}
+
+func (d *daemonProc) legacy(cmd string) response {
+	fields := strings.Fields(cmd)
+	switch {
+	case d.v3 != nil:
+		return response{Err: "the control daemon runs MPS protocol 3; legacy commands are not accepted"}
+	case cmd == "get_server_list":
+	case cmd == "get_default_active_thread_percentage":
+		return response{Out: "100.0"}
+	case len(fields) == 2 && fields[0] == "get_default_device_pinned_mem_limit":
+		return response{Out: d.pinned[fields[1]]}
+	case len(fields) == 3 && fields[0] == "set_default_device_pinned_mem_limit":
+		d.pinned[fields[1]] = fields[2]
+	case cmd == "quit":
+		d.stop()
+	case strings.HasPrefix(cmd, "set_default_active_thread_percentage "),
+		strings.HasPrefix(cmd, "set_device_pinned_mem_limit "):
+	default:
+		return response{Err: "unknown command " + cmd}
+	}
+	return response{}
+}
+
+// serveClient is one CUDA client's connection: hello, then allocations
+// until it hangs up (the process exits).
+func (d *daemonProc) serveClient(conn *net.UnixConn, dec *json.Decoder, enc *json.Encoder, rt route, req request) {
+	if d.v3 == nil || req.Hello == nil {
+		_ = enc.Encode(response{Err: "the double models CUDA clients of MPS v3 daemons only"})
+		return
+	}
+	pid, uid := peer(conn)
+	d.mu.Lock()
+	c, err := d.v3.connect(pid, uid, rt, *req.Hello)
+	d.mu.Unlock()
+	if err != nil {
+		_ = enc.Encode(response{Err: err.Error()})
+		return
+	}
+	defer func() {
+		d.mu.Lock()
+		d.v3.disconnect(c)
+		d.mu.Unlock()
+	}()
+	ctx := map[bool]string{true: "own context", false: "shared context"}[c.context == contextOwnPerProc]
+	if err := enc.Encode(response{Result: cudaSuccess, Route: c.server + "/" + c.namespace + " (" + ctx + ")"}); err != nil {
+		return
+	}
+	for {
+		var op request
+		if err := dec.Decode(&op); err != nil {
+			return
+		}
+		d.mu.Lock()
+		var res string
+		switch op.Op {
+		case "alloc":
+			res = d.v3.alloc(c, op.Bytes)
+		case "free":
+			res = d.v3.free(c, op.Bytes)
+		case "sync":
+			res = cudaSuccess
+			if c.terminated != "" {
+				res = cudaTerminated
+			}
 		default:
-			reply = "unknown command " + cmd
+			res = cudaInvalidValue
 		}
-		_, _ = fmt.Fprintln(conn, reply)
-		_ = conn.Close()
+		why := c.whyTerm
+		d.mu.Unlock()
+		if err := enc.Encode(response{Result: res, Why: why}); err != nil {
+			return
+		}
 	}
 }

@@ -158,19 +158,28 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 			return fail(err)
 		}
 		metricsAddr[name] = addr
+		// The second node runs without MPS daemons, as a platform team may
+		// choose: its slice says mpsVersion none, and it takes strict
+		// partitions only (demo/claim-templates.yaml, two-gpus).
+		noMPS := i == 1
 		if o.real {
-			n, err := cp.AddRealNode(ctx, harness.RealNodeOptions{
-				Name: name, GPUs: o.gpus,
-				PluginArgs: []string{"--sm-sharing-gpus=" + o.smGPUs, "--metrics-address=" + addr},
-			})
+			args := []string{"--sm-sharing-gpus=" + o.smGPUs, "--metrics-address=" + addr}
+			if noMPS {
+				args = append(args, "--mps-image=")
+			}
+			n, err := cp.AddRealNode(ctx, harness.RealNodeOptions{Name: name, GPUs: o.gpus, PluginArgs: args})
 			if err != nil {
 				return fail(err)
 			}
 			realNodes = append(realNodes, n)
 			continue
 		}
+		image := mpsImage
+		if noMPS {
+			image = ""
+		}
 		n, err := cp.AddNode(ctx, harness.NodeOptions{
-			Name: name, GPUs: o.gpus, MPSImage: mpsImage,
+			Name: name, GPUs: o.gpus, MPSImage: image, NoMPS: noMPS,
 			// A GPU serves one compute mode at a time; reserving some for
 			// SMSharing lets the shipped DeviceClasses keep modes apart.
 			PluginArgs: []string{"--sm-sharing-gpus=" + o.smGPUs, "--metrics-address=" + addr},

@@ -144,6 +144,14 @@ func (r *reporter) realContainers(w io.Writer) {
 			if len(report.MPSPipe) > 0 {
 				_, _ = fmt.Fprintf(w, "      pipe   %s\n", strings.Join(report.MPSPipe, " "))
 			}
+			switch {
+			case !mps:
+				_, _ = fmt.Fprintf(w, "      mps    not an MPS client\n")
+			case slices.Contains(report.MPSPipe, "gpufrac"):
+				_, _ = fmt.Fprintf(w, "      mps    client of the GPU's daemon through its main control socket: a per-UID server of its own, own context (TimeSlicing)\n")
+			default:
+				_, _ = fmt.Fprintf(w, "      mps    client of its own namespace on the GPU's shared-context server (SMSharing)\n")
+			}
 			id := strings.TrimPrefix(cs.ContainerID, "containerd://")
 			for _, rec := range records {
 				if id != "" && strings.HasSuffix(rec.Cgroup, id) {
@@ -159,9 +167,10 @@ func (r *reporter) realContainers(w io.Writer) {
 	if err != nil || len(daemons.Items) == 0 {
 		return
 	}
-	_, _ = fmt.Fprintf(w, "  MPS control daemon Pods the plugins started for SMSharing claims (running the MPS double of the node image):\n")
+	_, _ = fmt.Fprintf(w, "  MPS control daemon Pods the plugins started, one per GPU that holds fractions (running the MPS double of the node image):\n")
 	for _, d := range daemons.Items {
 		_, _ = fmt.Fprintf(w, "      %s/%s on %s for GPU %s: %s\n", d.Namespace, d.Name, d.Spec.NodeName, d.Labels["gpufrac.dev/gpu"], d.Status.Phase)
+		daemonCommands(w, &d)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -188,6 +189,9 @@ func (r *reporter) containers(w io.Writer) {
 				for _, m := range c.Mounts {
 					_, _ = fmt.Fprintf(w, "      mount  %s -> %s\n", m.Source, m.Destination)
 				}
+				if line := mpsRoute(c.Env, c.Mounts); line != "" {
+					_, _ = fmt.Fprintf(w, "      mps    %s\n", line)
+				}
 				if c.Hooks != nil {
 					for _, h := range c.Hooks.CreateRuntime {
 						_, _ = fmt.Fprintf(w, "      hook   createRuntime: %s\n", strings.Join(append([]string{h.Path}, h.Args...), " "))
@@ -201,21 +205,64 @@ func (r *reporter) containers(w io.Writer) {
 	if err != nil || len(daemons.Items) == 0 {
 		return
 	}
-	_, _ = fmt.Fprintf(w, "  MPS control daemon Pods the plugins started for SMSharing claims (the stand-in runs their script on the host, with test/mpsdouble as nvidia-cuda-mps-control):\n")
+	_, _ = fmt.Fprintf(w, "  MPS control daemon Pods the plugins started, one per GPU that holds fractions (the stand-in runs their script on the host, with test/mpsdouble as nvidia-cuda-mps-control; every command line below is in NVIDIA's documented MPS v3 grammar, which the double alone accepts):\n")
 	for _, d := range daemons.Items {
 		_, _ = fmt.Fprintf(w, "      %s/%s on %s for GPU %s\n", d.Namespace, d.Name, d.Spec.NodeName, d.Labels["gpufrac.dev/gpu"])
-		for _, v := range d.Spec.Volumes {
-			if v.Name != "log" || v.HostPath == nil {
-				continue
-			}
-			raw, _ := os.ReadFile(filepath.Join(v.HostPath.Path, "control.log"))
-			for _, line := range strings.Split(string(raw), "\n") {
-				// The log's start and the commands that shape the server;
-				// probes poll "server list" and are left out.
-				if _, cmd, ok := strings.Cut(line, "] "); ok && !strings.Contains(cmd, "server list") {
-					_, _ = fmt.Fprintf(w, "        %s\n", cmd)
-				}
+		daemonCommands(w, &d)
+	}
+}
+
+// daemonCommands prints a daemon's control.log: its start, the command
+// lines that shape its server and namespaces, and its clients.
+func daemonCommands(w io.Writer, d *v1.Pod) {
+	for _, v := range d.Spec.Volumes {
+		if v.Name != "log" || v.HostPath == nil {
+			continue
+		}
+		raw, _ := os.ReadFile(filepath.Join(v.HostPath.Path, "control.log"))
+		for _, line := range strings.Split(string(raw), "\n") {
+			// Probes poll "server list" and are left out.
+			if _, cmd, ok := strings.Cut(line, "] "); ok && !strings.Contains(cmd, "server list") {
+				_, _ = fmt.Fprintf(w, "        %s\n", cmd)
 			}
 		}
 	}
+}
+
+// mpsRoute says how a container reaches MPS: its route (from the pipe
+// directory it was given), the directory, and the limits it runs under.
+func mpsRoute(env []string, mounts []specs.Mount) string {
+	vars := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		vars[k] = v
+	}
+	pipe := vars["CUDA_MPS_PIPE_DIRECTORY"]
+	if pipe == "" {
+		return "not an MPS client"
+	}
+	var src string
+	for _, m := range mounts {
+		if m.Destination == pipe {
+			src = m.Source
+		}
+	}
+	route := "main control socket: a per-UID server of its own, own context (TimeSlicing)"
+	if filepath.Base(filepath.Dir(src)) == "gpufrac" {
+		route = "namespace " + filepath.Base(src) + " of server gpufrac, shared context (SMSharing)"
+	}
+	limits := fmt.Sprintf("request %s MiB, limit %s MiB", first(vars, "NVIDIA_GPU_MEMORY_REQUEST"), first(vars, "NVIDIA_GPU_MEMORY_LIMIT"))
+	if p := vars["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]; p != "" {
+		limits += ", pinned " + p
+	}
+	return fmt.Sprintf("client via %s: %s; %s", src, route, limits)
+}
+
+// first is NAME, or the first of NAME+"S"'s per-GPU list.
+func first(vars map[string]string, name string) string {
+	if v := vars[name]; v != "" {
+		return v
+	}
+	v, _, _ := strings.Cut(vars[name+"S"], ",")
+	return v
 }

@@ -16,7 +16,8 @@ import (
 func main() {
 	version := flag.String("version", "legacy", "MPS version: legacy or v3")
 	uuid := flag.String("uuid", "", "GPU UUID")
-	part := flag.String("part", "script", "what to print: script, init (the init container's command) or probe")
+	part := flag.String("part", "script", "what to print: script, init (the init container's command), probe or toml (the v3 daemon's configuration)")
+	driver := flag.String("driver", "615.0", "driver version, for -part toml")
 	flag.Parse()
 	pod, err := mps.Render(templates.MPSControlDaemon, mps.DaemonParams{
 		Name: "gpu-check", Namespace: "gpu-check", NodeName: "gpu-check", GPUUUID: *uuid, Image: "none", Version: *version,
@@ -35,6 +36,13 @@ func main() {
 			fmt.Printf("%q ", a)
 		}
 		fmt.Println()
+	case "toml":
+		toml, err := mps.DaemonTOML(*driver, plan.MPSServerName, *uuid)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "render:", err)
+			os.Exit(1)
+		}
+		fmt.Print(toml)
 	case "probe":
 		fmt.Println(c.StartupProbe.Exec.Command[len(c.StartupProbe.Exec.Command)-1])
 	default:

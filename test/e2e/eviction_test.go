@@ -1,0 +1,95 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gpufrac/gpufrac/pkg/plan"
+)
+
+// fakeCUDAPod runs /fakecuda (test/fakecuda) once with args: an MPS
+// client of the GPU's daemon allocating against the double's ledger.
+func fakeCUDAPod(name, template string, args ...string) *v1.Pod {
+	pod := probePod(name, template)
+	pod.Spec.RestartPolicy = v1.RestartPolicyNever
+	pod.Spec.Containers[0].Command = append([]string{"/fakecuda"}, args...)
+	return pod
+}
+
+// TestEvictionUpholdsTheRequest (issue 15, point 5): on a 141Gi GPU, pod A
+// (request 40Gi, limit 100Gi) borrows to 90Gi; pod B (60Gi, 60Gi) then
+// allocates its 60Gi, which does not fit beside A's 90Gi. Both are MPS
+// clients of the GPU's daemon (the double, with NVIDIA's documented
+// eviction), so B, within its request, succeeds after the daemon evicts A,
+// which is over its request: A's next CUDA call returns
+// CUDA_ERROR_MPS_CLIENT_TERMINATED, its container fails, and an Event on
+// A's claim names the reason.
+func TestEvictionUpholdsTheRequest(t *testing.T) {
+	e := newEnv(t)
+	class := e.classFor(7)
+	e.createTemplate("borrower", class, "40Gi", "memoryLimit: 100Gi\ncomputeMode: TimeSlicing\n")
+	e.createTemplate("strict", class, "60Gi", "computeMode: TimeSlicing\n")
+	e.createPod(fakeCUDAPod("a", "borrower", "-name", "pod-a", "alloc", "92160", "hold", "0"))
+	a := e.waitRunning("a")
+	g := e.gpuOf(a)
+	log := filepath.Join(plan.MPSBindingFor(filepath.Join(node.PluginDataDir, "mps"), g.UUID).LogDir, "control.log")
+	read := func() string { raw, _ := os.ReadFile(log); return string(raw) }
+	e.poll("A's 90Gi allocation in the daemon's log "+log, func() (bool, error) {
+		return strings.Contains(read(), "92160MiB ok"), nil
+	})
+
+	e.createPod(fakeCUDAPod("b", "strict", "-name", "pod-b", "alloc", "61440"))
+	phase := func(name string) (v1.PodPhase, *v1.ContainerStateTerminated) {
+		p, err := e.client.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+		if err != nil || len(p.Status.ContainerStatuses) == 0 {
+			return "", nil
+		}
+		return p.Status.Phase, p.Status.ContainerStatuses[0].State.Terminated
+	}
+	e.poll("pod b to succeed and pod a to fail", func() (bool, error) {
+		pb, _ := phase("b")
+		pa, _ := phase("a")
+		return pb == v1.PodSucceeded && pa == v1.PodFailed, nil
+	})
+	if _, term := phase("a"); term == nil || term.ExitCode != 4 {
+		t.Errorf("pod a terminated with %+v, want exit 4 (CUDA_ERROR_MPS_CLIENT_TERMINATED)", term)
+	}
+	// The plugin reads the eviction from the daemon's log and tells A's
+	// claim why its process died.
+	records, _ := filepath.Glob(filepath.Join(node.PluginDataDir, "containers", "*", "*.json"))
+	for _, l := range strings.Split(read(), "\n") {
+		if strings.Contains(l, "memacct") || strings.Contains(l, "client connected") {
+			t.Logf("daemon: %s", l)
+		}
+	}
+	t.Logf("container records: %v", records)
+	var reason string
+	e.poll("an MPSClientEvicted Event on pod a's claim "+g.Claim.Name, func() (bool, error) {
+		evs, err := e.client.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + g.Claim.Name + ",reason=MPSClientEvicted"})
+		if err != nil || len(evs.Items) == 0 {
+			return false, err
+		}
+		reason = evs.Items[0].Message
+		return true, nil
+	})
+	for _, want := range []string{"MPS evicted this claim's process", "above its request", "CUDA_ERROR_MPS_CLIENT_TERMINATED"} {
+		if !strings.Contains(reason, want) {
+			t.Errorf("the eviction Event %q does not say %q", reason, want)
+		}
+	}
+	daemonLog := read()
+	for _, want := range []string{
+		"evicted: it used 51200MiB above its soft limit of 40960MiB",
+		"eviction requested=1 performed=1 no-victim=0",
+		"61440MiB ok",
+	} {
+		if !strings.Contains(daemonLog, want) {
+			t.Errorf("the daemon's log lacks %q:\n%s", want, daemonLog)
+		}
+	}
+}

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// CUDA results a client sees, as NVIDIA names them.
+const (
+	cudaSuccess       = "CUDA_SUCCESS"
+	cudaOutOfMemory   = "CUDA_ERROR_OUT_OF_MEMORY"
+	cudaTerminated    = "CUDA_ERROR_MPS_CLIENT_TERMINATED"
+	cudaNoDevice      = "CUDA_ERROR_NO_DEVICE"
+	cudaNotPermitted  = "CUDA_ERROR_NOT_PERMITTED"
+	cudaInvalidValue  = "CUDA_ERROR_INVALID_VALUE"
+	unlimited         = int64(1) << 62
+	contextOwnPerProc = -1
+)
+
+// client is one MPS client process, known by the pid its socket's peer
+// credentials give (memacct identifies clients that way: NVIDIA's KAI
+// operator found limits unenforced without hostPID, "failed to register
+// client pid 0").
+type client struct {
+	pid, uid            int
+	cgroup              string // from /proc/<pid>/cgroup, as memacct knows it
+	server, namespace   string
+	device, cmd         string
+	context             int
+	soft, hard, used    int64
+	terminated, whyTerm string
+}
+
+func (c *client) field(f string) string {
+	switch f {
+	case "pid":
+		return strconv.Itoa(c.pid)
+	case "server":
+		return c.server
+	case "device":
+		return c.device
+	case "cmd":
+		return c.cmd
+	}
+	return "-"
+}
+
+// ledger is the memory of each GPU the daemon serves, and who holds it.
+type ledger struct {
+	capacity map[string]int64
+	order    []string
+	// Counters NVIDIA says the daemon logs per device.
+	requested, performed, noVictim map[string]int
+}
+
+// parseLedger reads "GPU-a=144384,GPU-b=81920" (MiB per GPU UUID).
+func parseLedger(spec string) (*ledger, error) {
+	l := &ledger{capacity: map[string]int64{}, requested: map[string]int{}, performed: map[string]int{}, noVictim: map[string]int{}}
+	for _, f := range strings.Split(spec, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		uuid, mib, found := strings.Cut(f, "=")
+		n, err := strconv.ParseInt(mib, 10, 64)
+		if !found || err != nil || n <= 0 || !strings.HasPrefix(uuid, "GPU-") {
+			return nil, fmt.Errorf("GPU memory %q: want GPU-<uuid>=<MiB>", f)
+		}
+		l.capacity[uuid] = n << 20
+		l.order = append(l.order, uuid)
+	}
+	return l, nil
+}
+
+func (l *ledger) allDevices() string { return strings.Join(l.order, ",") }
+
+// hello is what a client says when it connects: what the driver would
+// know about it without asking (its device and its cgroup's soft and hard
+// limits, dmem.min and dmem.max), which the fake client reads from the
+// environment gpufrac gives the container.
+type hello struct {
+	Device    string `json:"device"`
+	SoftBytes int64  `json:"softBytes"`
+	HardBytes int64  `json:"hardBytes"`
+	Cmd       string `json:"cmd"`
+}
+
+// route is where a client lands: the socket it connected to decides
+// (NVIDIA, mpsv3-namespaces "Namespace Routing").
+type route struct{ server, namespace string }
+
+// connect registers a client arriving on rt (server "" = the main socket,
+// routed by UID to server uid_<uid>).
+func (s *v3State) connect(pid, uid int, rt route, h hello) (*client, error) {
+	if rt.server == "" {
+		rt = route{"uid_" + strconv.Itoa(uid), "default"}
+		if s.servers[rt.server] == nil {
+			if _, err := s.addServer(rt.server, strconv.Itoa(uid), "", true); err != nil {
+				return nil, err
+			}
+		}
+	}
+	srv := s.servers[rt.server]
+	if srv == nil || srv.namespaces[rt.namespace] == nil {
+		return nil, fmt.Errorf("%s: no such server or namespace %s/%s", cudaNoDevice, rt.server, rt.namespace)
+	}
+	devices := strings.Split(srv.devices, ",")
+	if h.Device == "" && len(devices) == 1 {
+		h.Device = devices[0]
+	}
+	if !slices.Contains(devices, h.Device) || s.ledger.capacity[h.Device] == 0 {
+		// NVIDIA (Dynamo guide): a server without the device fails with
+		// "no CUDA-capable device is detected".
+		return nil, fmt.Errorf("%s: server %s does not serve device %q", cudaNoDevice, srv.name, h.Device)
+	}
+	if old := s.clients[pid]; old != nil && old.terminated == "" {
+		return nil, fmt.Errorf("%s: pid %d is already a client", cudaNotPermitted, pid)
+	}
+	if h.HardBytes <= 0 {
+		h.HardBytes = unlimited
+	}
+	if h.SoftBytes < 0 || h.SoftBytes > h.HardBytes {
+		return nil, fmt.Errorf("%s: soft limit %d above hard limit %d", cudaInvalidValue, h.SoftBytes, h.HardBytes)
+	}
+	c := &client{pid: pid, uid: uid, server: rt.server, namespace: rt.namespace, device: h.Device, cmd: h.Cmd,
+		soft: h.SoftBytes, hard: h.HardBytes, cgroup: cgroupOf(pid)}
+	// Context sharing: clients of a context-shared server share one
+	// context per device; the default socket's UID servers do not when
+	// default_socket is off (KAI's reading of the feature, inferred).
+	c.context = contextOwnPerProc
+	if s.contextShare && (!srv.auto || s.defaultSocketShared) {
+		c.context = 0
+	}
+	s.clients[pid] = c
+	logLine("client connected: pid=%d uid=%d route=%s/%s device=%s soft=%dMiB hard=%dMiB context=%s",
+		pid, uid, c.server, c.namespace, c.device, c.soft>>20, min(c.hard, unlimited)>>20, contextName(c.context))
+	return c, nil
+}
+
+func contextName(ctx int) string {
+	if ctx == contextOwnPerProc {
+		return "own"
+	}
+	return "shared"
+}
+
+// cgroupOf is the process's cgroup path (cgroup v2's one line, or the
+// first hierarchy's path on v1); memacct compares limits per cgroup, so
+// the double names its victims by cgroup (the log format is the double's:
+// NVIDIA documents per-device counts only).
+func cgroupOf(pid int) string {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return "-"
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		if parts := strings.SplitN(line, ":", 3); len(parts) == 3 && parts[2] != "/" && parts[2] != "" {
+			return parts[2]
+		}
+	}
+	return "-"
+}
+
+// hardOf is the client's ceiling: its cgroup's hard limit, further held by
+// its namespace's pinned memory limit when one is set.
+func (s *v3State) hardOf(c *client) int64 {
+	h := c.hard
+	if ns := s.servers[c.server].namespaces[c.namespace]; ns != nil && ns.pinnedBytes > 0 {
+		h = min(h, ns.pinnedBytes)
+	}
+	return h
+}
+
+func (s *v3State) used(device string) int64 {
+	var sum int64
+	for _, c := range s.clients {
+		if c.terminated == "" && c.device == device {
+			sum += c.used
+		}
+	}
+	return sum
+}
+
+// alloc is cuMemAlloc of n bytes by c, with memacct eviction as NVIDIA's
+// memory-partitioning page documents it: a client still within its soft
+// limit whose allocation does not fit makes the server terminate an
+// over-soft client and retry; an over-soft requester gets out-of-memory;
+// the server never evicts the requester itself.
+func (s *v3State) alloc(c *client, n int64) string {
+	if c.terminated != "" {
+		return cudaTerminated
+	}
+	if n <= 0 {
+		return cudaInvalidValue
+	}
+	if c.used+n > s.hardOf(c) {
+		logLine("alloc: pid=%d %dMiB refused: above its hard limit (%dMiB used, %dMiB hard)", c.pid, n>>20, c.used>>20, s.hardOf(c)>>20)
+		return cudaOutOfMemory
+	}
+	capacity := s.ledger.capacity[c.device]
+	for s.used(c.device)+n > capacity {
+		if !s.memacct || c.used+n > c.soft {
+			logLine("alloc: pid=%d %dMiB refused: device %s full (%dMiB of %dMiB used) and the requester is above its soft limit",
+				c.pid, n>>20, c.device, s.used(c.device)>>20, capacity>>20)
+			return cudaOutOfMemory
+		}
+		s.ledger.requested[c.device]++
+		victim := s.victim(c)
+		if victim == nil {
+			s.ledger.noVictim[c.device]++
+			logLine("memacct: device %s eviction requested by pid %d: no client above its soft limit (requested=%d performed=%d no-victim=%d)",
+				c.device, c.pid, s.ledger.requested[c.device], s.ledger.performed[c.device], s.ledger.noVictim[c.device])
+			return cudaOutOfMemory
+		}
+		s.ledger.performed[c.device]++
+		logLine("memacct: evicted client pid=%d cgroup=%s device=%s for pid %d: used %dMiB, soft limit %dMiB",
+			victim.pid, victim.cgroup, c.device, c.pid, victim.used>>20, victim.soft>>20)
+		s.terminate(victim, fmt.Sprintf("evicted: it used %dMiB above its soft limit of %dMiB on %s, and pid %d (%s/%s) within its soft limit needed the memory",
+			(victim.used-victim.soft)>>20, victim.soft>>20, c.device, c.pid, c.server, c.namespace))
+		logLine("memacct: device %s eviction requested=%d performed=%d no-victim=%d",
+			c.device, s.ledger.requested[c.device], s.ledger.performed[c.device], s.ledger.noVictim[c.device])
+	}
+	c.used += n
+	logLine("alloc: pid=%d %dMiB ok (%dMiB used by it, %dMiB of %dMiB on %s)", c.pid, n>>20, c.used>>20, s.used(c.device)>>20, capacity>>20, c.device)
+	return cudaSuccess
+}
+
+// victim is the client furthest above its soft limit on c's device (NVIDIA
+// does not document the choice; inferred), never c itself.
+func (s *v3State) victim(c *client) *client {
+	var best *client
+	for _, o := range s.clients {
+		if o == c || o.terminated != "" || o.device != c.device || o.used <= o.soft {
+			continue
+		}
+		if best == nil || o.used-o.soft > best.used-best.soft || (o.used-o.soft == best.used-best.soft && o.pid < best.pid) {
+			best = o
+		}
+	}
+	return best
+}
+
+func (s *v3State) free(c *client, n int64) string {
+	if c.terminated != "" {
+		return cudaTerminated
+	}
+	if n <= 0 || n > c.used {
+		return cudaInvalidValue
+	}
+	c.used -= n
+	return cudaSuccess
+}
+
+// terminate ends a client: its memory is released and its next call
+// returns CUDA_ERROR_MPS_CLIENT_TERMINATED.
+func (s *v3State) terminate(c *client, why string) {
+	c.terminated, c.whyTerm, c.used = cudaTerminated, why, 0
+	logLine("client terminated: pid=%d route=%s/%s: %s", c.pid, c.server, c.namespace, why)
+}
+
+// disconnect is the client process exiting.
+func (s *v3State) disconnect(c *client) {
+	if s.clients[c.pid] == c {
+		delete(s.clients, c.pid)
+		logLine("client disconnected: pid=%d", c.pid)
+	}
+}
