@@ -38,6 +38,10 @@ type Config struct {
 	ReadyTimeout time.Duration
 	// Events reports daemon trouble on the claims that use it; optional.
 	Events Events
+	// KeepUnused, when set and returning a reason, stops the removal of
+	// daemons no known claim uses: the caller cannot name every claim
+	// (a quarantined checkpoint entry may be using one).
+	KeepUnused func() string
 }
 
 // Events are reported on claims whose daemon had trouble.
@@ -392,8 +396,16 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	m.mu.Unlock()
 
 	var errs []error
+	keep := ""
+	if m.cfg.KeepUnused != nil {
+		keep = m.cfg.KeepUnused()
+	}
 	for gpu, pod := range running {
 		if len(users[gpu]) > 0 {
+			continue
+		}
+		if keep != "" {
+			logger.Info("Keeping an MPS daemon no known claim uses", "pod", klog.KObj(pod), "gpu", gpu, "reason", keep)
 			continue
 		}
 		if time.Since(pod.CreationTimestamp.Time) < m.cfg.ReadyTimeout {

@@ -192,7 +192,9 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		defer p.done.Done()
 		status.Run(bgCtx, 4)
 	}()
-	mpsManager, err := newMPSManager(ctx, cfg, inv, events)
+	// The preparer is built below; until then nothing is uncertain.
+	var uncertain func() string
+	mpsManager, err := newMPSManager(ctx, cfg, inv, events, func() string { return uncertain() })
 	if err != nil {
 		return nil, err
 	}
@@ -209,6 +211,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		pcfg.MPS = mpsManager
 	}
 	p.preparer = preparer.New(pcfg)
+	uncertain = p.preparer.Uncertain
 	if err := p.preparer.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recovering prepared claims from the checkpoint: %w", err)
 	}
@@ -283,7 +286,7 @@ func (p *Plugin) startHelper(ctx context.Context) error {
 }
 
 // newMPSManager returns nil, and says why, where SMSharing cannot run.
-func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, events *eventReporter) (*mps.Manager, error) {
+func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, events *eventReporter, keepUnused func() string) (*mps.Manager, error) {
 	logger := klog.FromContext(ctx)
 	switch {
 	case inv.MPSVersion == inventory.MPSVersionNone:
@@ -296,7 +299,7 @@ func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, ev
 	m, err := mps.NewManager(mps.Config{
 		Client: cfg.KubeClient, Namespace: cfg.MPS.Namespace, NodeName: cfg.NodeName,
 		Template: cfg.MPS.Template, Image: cfg.MPS.Image, Version: inv.MPSVersion,
-		ReadyTimeout: cfg.MPS.ReadyTimeout, Events: events,
+		ReadyTimeout: cfg.MPS.ReadyTimeout, Events: events, KeepUnused: keepUnused,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("configuring MPS daemons: %w", err)
