@@ -180,28 +180,41 @@ func (r *Rotator) Run(ctx context.Context) error {
 		UpdateFunc: func(any, any) { r.poke() },
 		DeleteFunc: func(any) { r.poke() },
 	}
-	secrets := informers.NewSharedInformerFactoryWithOptions(r.client, 0, informers.WithNamespace(r.cfg.Namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", r.cfg.SecretName).String()
-		}))
-	defer secrets.Shutdown()
+	// One object each, watched by name: the chart's RBAC grants no more.
+	byName := func(namespace, name string) informers.SharedInformerFactory {
+		return informers.NewSharedInformerFactoryWithOptions(r.client, 0, informers.WithNamespace(namespace),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+			}))
+	}
+	var factories []informers.SharedInformerFactory
+	defer func() {
+		for _, f := range factories {
+			f.Shutdown()
+		}
+	}()
+	secrets := byName(r.cfg.Namespace, r.cfg.SecretName)
+	factories = append(factories, secrets)
 	if _, err := secrets.Core().V1().Secrets().Informer().AddEventHandler(handler); err != nil {
 		return fmt.Errorf("watching the certificate Secret: %w", err)
 	}
-	webhooks := informers.NewSharedInformerFactoryWithOptions(r.client, 0)
-	defer webhooks.Shutdown()
-	if r.cfg.MutatingConfig != "" {
-		if _, err := webhooks.Admissionregistration().V1().MutatingWebhookConfigurations().Informer().AddEventHandler(handler); err != nil {
+	if name := r.cfg.MutatingConfig; name != "" {
+		f := byName("", name)
+		factories = append(factories, f)
+		if _, err := f.Admissionregistration().V1().MutatingWebhookConfigurations().Informer().AddEventHandler(handler); err != nil {
 			return fmt.Errorf("watching webhook configurations: %w", err)
 		}
 	}
-	if r.cfg.ValidatingConfig != "" {
-		if _, err := webhooks.Admissionregistration().V1().ValidatingWebhookConfigurations().Informer().AddEventHandler(handler); err != nil {
+	if name := r.cfg.ValidatingConfig; name != "" {
+		f := byName("", name)
+		factories = append(factories, f)
+		if _, err := f.Admissionregistration().V1().ValidatingWebhookConfigurations().Informer().AddEventHandler(handler); err != nil {
 			return fmt.Errorf("watching webhook configurations: %w", err)
 		}
 	}
-	secrets.Start(ctx.Done())
-	webhooks.Start(ctx.Done())
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
