@@ -76,6 +76,9 @@ type Manager struct {
 	// restarted are GPUs whose daemon was recreated and has not been
 	// seen ready since; only the reconcile loop touches it.
 	restarted map[string]bool
+	// beforeCollect, in tests, runs between reconcile's decision that a
+	// GPU's daemon looks unused and its removal.
+	beforeCollect func(gpu string)
 }
 
 // NewManager validates cfg.
@@ -412,14 +415,17 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			// Still starting for a Prepare the kubelet will retry.
 			continue
 		}
-		m.locks.LockKey(gpu)
-		err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{})
-		_ = m.locks.UnlockKey(gpu)
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("deleting unused MPS daemon %s: %w", pod.Name, err))
+		if m.beforeCollect != nil {
+			m.beforeCollect(gpu)
+		}
+		deleted, err := m.collect(ctx, gpu, pod)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		logger.Info("Deleted an MPS daemon no claim uses", "pod", klog.KObj(pod), "gpu", gpu)
+		if deleted {
+			logger.Info("Deleted an MPS daemon no claim uses", "pod", klog.KObj(pod), "gpu", gpu)
+		}
 	}
 	for gpu, us := range users {
 		pod := running[gpu]
@@ -458,6 +464,32 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// collect deletes pod, the daemon of gpu, if it is still unused. The
+// check is repeated under the GPU's lock, which Acquire holds while it
+// hands the daemon out: the users seen before taking the lock may be out
+// of date. The deletion is of that very Pod (its UID), not of a
+// successor with the same name.
+func (m *Manager) collect(ctx context.Context, gpu string, pod *corev1.Pod) (bool, error) {
+	m.locks.LockKey(gpu)
+	defer func() { _ = m.locks.UnlockKey(gpu) }()
+	m.mu.Lock()
+	used := len(m.users[gpu]) > 0
+	m.mu.Unlock()
+	if used {
+		return false, nil
+	}
+	uid := pod.UID
+	err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return false, nil // gone already, or replaced by a new daemon
+	default:
+		return false, fmt.Errorf("deleting unused MPS daemon %s: %w", pod.Name, err)
+	}
+}
+
 // recreate replaces a dead daemon; it reports whether a new Pod was
 // created (a stopped one is deleted first, and replaced on a later pass
 // because the new Pod takes the same name).
@@ -465,7 +497,11 @@ func (m *Manager) recreate(ctx context.Context, c plan.Claim, gpu string, old *c
 	m.locks.LockKey(gpu)
 	defer func() { _ = m.locks.UnlockKey(gpu) }()
 	b := c.MPS()
-	if b == nil {
+	m.mu.Lock()
+	used := len(m.users[gpu]) > 0
+	m.mu.Unlock()
+	if b == nil || !used {
+		// Released since reconcile looked: nothing to bring back.
 		return false, nil
 	}
 	if old != nil {
