@@ -8,14 +8,18 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/keymutex"
 
@@ -76,6 +80,8 @@ type Manager struct {
 	// restarted are GPUs whose daemon was recreated and has not been
 	// seen ready since; only the reconcile loop touches it.
 	restarted map[string]bool
+	// lister is the watch's cache while Run watches.
+	lister atomic.Pointer[podLister]
 	// beforeCollect, in tests, runs between reconcile's decision that a
 	// GPU's daemon looks unused and its removal.
 	beforeCollect func(gpu string)
@@ -366,28 +372,95 @@ func (m *Manager) Restore(ctx context.Context, prepared []plan.Claim) error {
 	return m.reconcile(ctx)
 }
 
-// Run reconciles every interval until ctx ends.
+// Run watches this node's daemon Pods and reconciles whenever one changes,
+// and at least every interval (a pass then reads the watch's cache, not
+// the API), until ctx ends. Its watch is shut down before it returns.
 func (m *Manager) Run(ctx context.Context, interval time.Duration) {
-	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		if err := m.reconcile(ctx); err != nil {
-			klog.FromContext(ctx).Error(err, "Reconciling MPS daemons")
+	logger := klog.FromContext(ctx)
+	factory := informers.NewSharedInformerFactoryWithOptions(m.cfg.Client, 0, informers.WithNamespace(m.cfg.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = m.selector() }))
+	defer factory.Shutdown()
+	pods := factory.Core().V1().Pods()
+	changed := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
 		}
-	}, interval)
+	}
+	if _, err := pods.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	}); err != nil {
+		logger.Error(err, "Watching MPS daemons")
+		return
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced) {
+		return
+	}
+	m.lister.Store(&podLister{pods.Lister()})
+	defer m.lister.Store(nil)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-timer.C:
+		}
+		if err := m.reconcile(ctx); err != nil {
+			logger.Error(err, "Reconciling MPS daemons")
+		}
+		timer.Reset(interval)
+	}
+}
+
+// podLister wraps the watch's cache, so that it can sit in an atomic.Pointer.
+type podLister struct{ corev1listers.PodLister }
+
+func (m *Manager) selector() string {
+	return LabelComponent + "=" + ComponentValue + "," + LabelNode + "=" + m.cfg.NodeName
+}
+
+// daemons lists this node's daemon Pods: from the watch's cache while Run
+// watches, else (Restore at start) from the API.
+func (m *Manager) daemons(ctx context.Context) ([]corev1.Pod, error) {
+	if l := m.lister.Load(); l != nil {
+		sel, err := labels.Parse(m.selector())
+		if err != nil {
+			return nil, err
+		}
+		cached, err := l.Pods(m.cfg.Namespace).List(sel)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]corev1.Pod, len(cached))
+		for i, p := range cached {
+			out[i] = *p.DeepCopy()
+		}
+		return out, nil
+	}
+	list, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: m.selector()})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
 }
 
 // reconcile deletes daemons of GPUs no claim uses (left by a crash or an
 // upgrade) and recreates daemons that died while claims use them.
 func (m *Manager) reconcile(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	pods, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: LabelComponent + "=" + ComponentValue + "," + LabelNode + "=" + m.cfg.NodeName,
-	})
+	pods, err := m.daemons(ctx)
 	if err != nil {
 		return fmt.Errorf("listing MPS daemons: %w", err)
 	}
 	running := map[string]*corev1.Pod{}
-	for i := range pods.Items {
-		running[pods.Items[i].Labels[LabelGPU]] = &pods.Items[i]
+	for i := range pods {
+		running[pods[i].Labels[LabelGPU]] = &pods[i]
 	}
 	m.mu.Lock()
 	users := map[string][]user{}
@@ -506,12 +579,18 @@ func (m *Manager) recreate(ctx context.Context, c plan.Claim, gpu string, old *c
 	}
 	if old != nil {
 		if old.DeletionTimestamp == nil {
-			err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{})
+			uid := old.UID
+			err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 			if err != nil && !apierrors.IsNotFound(err) {
 				return false, fmt.Errorf("deleting stopped MPS daemon %s: %w", old.Name, err)
 			}
 		}
 		return false, nil
+	}
+	// The watch's cache may not show a daemon an Acquire just created:
+	// only the API can say it is gone.
+	if _, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, PodName(m.cfg.NodeName, gpu), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return false, err
 	}
 	m.mu.Lock()
 	file, content := desired(m.cfg.Version, m.users[gpu])
