@@ -12,8 +12,10 @@
 package fractionmetrics
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -21,6 +23,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/pkg/cdihook"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
@@ -158,8 +162,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // collectUsage reads the hook's records: one series per container and GPU
-// whose cgroup still exists, removing records of containers or claims
-// that are gone. NVML's process list is read once per GPU and scrape.
+// whose cgroup still exists, for claims still prepared. It changes
+// nothing (a scrape must not have side effects): PruneRecords removes the
+// records of containers or claims that are gone. NVML's process list is
+// read once per GPU and scrape.
 func (c *Collector) collectUsage(ch chan<- prometheus.Metric, live map[types.UID]bool) {
 	if c.cfg.RecordDir == "" {
 		return
@@ -171,25 +177,87 @@ func (c *Collector) collectUsage(ch chan<- prometheus.Metric, live map[types.UID
 	perGPU := map[string]*gpuProcesses{}
 	now := time.Now()
 	for _, claimDir := range claims {
-		dir := filepath.Join(c.cfg.RecordDir, claimDir.Name())
 		if !live[types.UID(claimDir.Name())] {
-			_ = os.RemoveAll(dir)
 			continue
 		}
-		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		files, _ := filepath.Glob(filepath.Join(c.cfg.RecordDir, claimDir.Name(), "*.json"))
 		for _, f := range files {
-			var r cdihook.Record
-			raw, err := os.ReadFile(f)
-			if err != nil || json.Unmarshal(raw, &r) != nil {
+			r, ok := readRecord(f)
+			if !ok {
 				continue
 			}
 			if _, err := os.Stat(r.Cgroup); errors.Is(err, os.ErrNotExist) {
-				_ = os.Remove(f)
 				continue
 			}
 			c.containerUsage(ch, r, perGPU, now)
 		}
 	}
+}
+
+func readRecord(path string) (cdihook.Record, bool) {
+	var r cdihook.Record
+	raw, err := os.ReadFile(path)
+	if err != nil || json.Unmarshal(raw, &r) != nil {
+		return r, false
+	}
+	return r, true
+}
+
+// PruneRecords removes the records of claims no longer prepared and of
+// containers whose cgroup is gone, so their series end and the directory
+// does not grow. It returns how many it removed.
+func (c *Collector) PruneRecords() (int, error) {
+	if c.cfg.RecordDir == "" {
+		return 0, nil
+	}
+	claims, err := os.ReadDir(c.cfg.RecordDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading container records: %w", err)
+	}
+	live := map[types.UID]bool{}
+	for _, claim := range c.cfg.Prepared() {
+		live[claim.UID] = true
+	}
+	removed := 0
+	var errs []error
+	for _, claimDir := range claims {
+		dir := filepath.Join(c.cfg.RecordDir, claimDir.Name())
+		if !live[types.UID(claimDir.Name())] {
+			if err := os.RemoveAll(dir); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			removed++
+			continue
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		for _, f := range files {
+			r, ok := readRecord(f)
+			if !ok {
+				continue
+			}
+			if _, err := os.Stat(r.Cgroup); errors.Is(err, os.ErrNotExist) {
+				if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+					errs = append(errs, err)
+					continue
+				}
+				removed++
+			}
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// RunPruner calls PruneRecords every interval until ctx ends.
+func (c *Collector) RunPruner(ctx context.Context, interval time.Duration) {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if _, err := c.PruneRecords(); err != nil {
+			klog.FromContext(ctx).Error(err, "Pruning container records")
+		}
+	}, interval)
 }
 
 func (c *Collector) containerUsage(ch chan<- prometheus.Metric, r cdihook.Record, perGPU map[string]*gpuProcesses, now time.Time) {

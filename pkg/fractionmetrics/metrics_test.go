@@ -99,11 +99,23 @@ gpufrac_prepare_errors_total{reason="invalid_claim"} 1
 		"gpufrac_gpu_memory_overcommit_ratio", "gpufrac_mps_daemon_claims", "gpufrac_mps_daemons", "gpufrac_prepare_errors_total"); err != nil {
 		t.Error(err)
 	}
+	// A scrape changes nothing on disk; pruning does.
+	for _, path := range []string{gone, filepath.Join(records, "uid-unprepared")} {
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("a scrape removed %s: %v", path, err)
+		}
+	}
+	if n, err := c.PruneRecords(); err != nil || n != 2 {
+		t.Errorf("PruneRecords removed %d (%v), want the vanished container's record and the unprepared claim's directory", n, err)
+	}
 	if _, err := os.Stat(gone); !os.IsNotExist(err) {
 		t.Error("the record of a vanished container was kept: its series would go stale")
 	}
 	if _, err := os.Stat(filepath.Join(records, "uid-unprepared")); !os.IsNotExist(err) {
 		t.Error("records of an unprepared claim were kept")
+	}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "gpufrac_container_gpu_memory_used_bytes"); err != nil {
+		t.Errorf("after pruning: %v", err)
 	}
 	if n := testutil.CollectAndCount(c, "gpufrac_prepare_duration_seconds"); n != 2 {
 		t.Errorf("%d prepare histograms, want success and error", n)

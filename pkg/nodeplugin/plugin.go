@@ -228,6 +228,13 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		if err := cfg.Metrics.Register(p.metrics); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
+		// Scrapes only read the hook's container records; this removes
+		// those of containers and claims that are gone.
+		p.done.Add(1)
+		go func() {
+			defer p.done.Done()
+			p.metrics.RunPruner(bgCtx, time.Minute)
+		}()
 	}
 	if mpsManager != nil {
 		// Reference counts come from the checkpoint; daemons of GPUs no
