@@ -83,7 +83,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("waiting for the webhook certificate: %w", err)
 	}
 
-	srv := &webhook.Server{Client: cfg.Client, Cluster: cluster, Events: webhook.NewEventRecorder(ctx, cfg.Client), KAI: cfg.KAI}
+	recorder := webhook.NewEventRecorder(ctx, cfg.Client)
+	defer recorder.Shutdown()
+	srv := &webhook.Server{Client: cfg.Client, Cluster: cluster, Events: recorder, KAI: cfg.KAI}
 	lis, err := net.Listen("tcp", cfg.WebhookAddress)
 	if err != nil {
 		return fmt.Errorf("listening for admission on %s: %w", cfg.WebhookAddress, err)

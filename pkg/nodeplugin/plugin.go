@@ -330,6 +330,9 @@ func (p *Plugin) Stop() {
 	p.cancel()
 	p.done.Wait()
 	p.calls.Wait()
+	if p.events != nil {
+		p.events.shutdown()
+	}
 	if p.lock != nil {
 		_ = p.lock.Close()
 	}
