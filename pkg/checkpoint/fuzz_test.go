@@ -35,6 +35,10 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded checkpoint does not decode: %v", err)
 		}
+		if len(d2.Claims) != len(d.Claims) || len(d2.Quarantined) != len(d.Quarantined) {
+			t.Fatalf("re-encoding changed the entries: %d understood and %d quarantined, then %d and %d",
+				len(d.Claims), len(d.Quarantined), len(d2.Claims), len(d2.Quarantined))
+		}
 		third, _ := d2.Encode()
 		if !bytes.Equal(again, third) {
 			t.Fatalf("encoding is not stable:\n%s\n%s", again, third)
