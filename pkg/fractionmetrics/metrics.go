@@ -48,6 +48,9 @@ type Config struct {
 	ProcRoot, CgroupRoot string
 	// MPSDaemons returns the number of claims per GPU daemon; optional.
 	MPSDaemons func() map[string]int
+	// Quarantined returns how many checkpoint entries this plugin version
+	// could not understand; optional.
+	Quarantined func() int
 }
 
 // Collector implements prometheus.Collector for the fraction metrics and
@@ -62,6 +65,7 @@ type Collector struct {
 	shareRequest, shareLimit, containerUsed, containerSM *prometheus.Desc
 	gpuTotal, gpuGuaranteed, gpuLimitSum, gpuOvercommit  *prometheus.Desc
 	claimsPrepared, mpsDaemons, mpsDaemonClaims          *prometheus.Desc
+	quarantined                                          *prometheus.Desc
 }
 
 // New builds the collector; register it with a registry.
@@ -91,6 +95,8 @@ func New(cfg Config) *Collector {
 		gpuOvercommit:  prometheus.NewDesc("gpufrac_gpu_memory_overcommit_ratio", "Sum of hard limits over GPU memory; above 1 the limits are burstable, never the requests.", gpu, nil),
 		claimsPrepared: prometheus.NewDesc("gpufrac_claims_prepared", "Claims prepared on this node.", []string{"node"}, nil),
 		mpsDaemons:     prometheus.NewDesc("gpufrac_mps_daemons", "MPS control daemons the plugin runs.", []string{"node"}, nil),
+		quarantined: prometheus.NewDesc("gpufrac_checkpoint_quarantined_entries",
+			"Checkpoint entries this plugin version does not understand (written by a later one): kept, and nothing they may own is removed (docs/operations.md).", []string{"node"}, nil),
 		mpsDaemonClaims: prometheus.NewDesc("gpufrac_mps_daemon_claims",
 			"SMSharing claims counted as users of a GPU's MPS daemon; the daemon stops when this reaches 0.", []string{"node", "gpu_uuid"}, nil),
 	}
@@ -114,7 +120,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.prepareSeconds.Describe(ch)
 	c.unprepareSeconds.Describe(ch)
 	c.errorsTotal.Describe(ch)
-	for _, d := range []*prometheus.Desc{c.shareRequest, c.shareLimit, c.containerUsed, c.containerSM, c.gpuTotal, c.gpuGuaranteed, c.gpuLimitSum, c.gpuOvercommit, c.claimsPrepared, c.mpsDaemons, c.mpsDaemonClaims} {
+	for _, d := range []*prometheus.Desc{c.shareRequest, c.shareLimit, c.containerUsed, c.containerSM, c.gpuTotal, c.gpuGuaranteed, c.gpuLimitSum, c.gpuOvercommit, c.claimsPrepared, c.mpsDaemons, c.mpsDaemonClaims, c.quarantined} {
 		ch <- d
 	}
 }
@@ -151,6 +157,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.gpuOvercommit, prometheus.GaugeValue, limits[g.UUID]/total, labels...)
 	}
 	ch <- prometheus.MustNewConstMetric(c.claimsPrepared, prometheus.GaugeValue, float64(len(prepared)), node)
+	if c.cfg.Quarantined != nil {
+		ch <- prometheus.MustNewConstMetric(c.quarantined, prometheus.GaugeValue, float64(c.cfg.Quarantined()), node)
+	}
 	if c.cfg.MPSDaemons != nil {
 		users := c.cfg.MPSDaemons()
 		ch <- prometheus.MustNewConstMetric(c.mpsDaemons, prometheus.GaugeValue, float64(len(users)), node)

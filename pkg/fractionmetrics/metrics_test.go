@@ -66,12 +66,16 @@ func TestCollect(t *testing.T) {
 
 	c := fractionmetrics.New(fractionmetrics.Config{
 		NodeName: "node-a", Inventory: inv, Prepared: func() []plan.Claim { return prepared }, RecordDir: records, NVML: srv,
-		MPSDaemons: func() map[string]int { return map[string]int{"GPU-mps": 3} },
+		MPSDaemons:  func() map[string]int { return map[string]int{"GPU-mps": 3} },
+		Quarantined: func() int { return 1 },
 	})
 	c.ObservePrepare(3*time.Millisecond, "")
 	c.ObservePrepare(time.Millisecond, "invalid_claim")
 	u := gpu.UUID
 	want := `
+# HELP gpufrac_checkpoint_quarantined_entries Checkpoint entries this plugin version does not understand (written by a later one): kept, and nothing they may own is removed (docs/operations.md).
+# TYPE gpufrac_checkpoint_quarantined_entries gauge
+gpufrac_checkpoint_quarantined_entries{node="node-a"} 1
 # HELP gpufrac_container_gpu_memory_used_bytes GPU memory a container uses now: NVML's per-cgroup accounting where the node enforces dmem, else the sum over its processes.
 # TYPE gpufrac_container_gpu_memory_used_bytes gauge
 gpufrac_container_gpu_memory_used_bytes{claim_uid="uid-1",container="main",gpu_uuid="` + u + `",namespace="team",node="node-a",pod="llm-0"} 1.2884901888e+10
@@ -94,7 +98,7 @@ gpufrac_mps_daemons{node="node-a"} 1
 # TYPE gpufrac_prepare_errors_total counter
 gpufrac_prepare_errors_total{reason="invalid_claim"} 1
 `
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "gpufrac_checkpoint_quarantined_entries",
 		"gpufrac_container_gpu_memory_used_bytes", "gpufrac_fraction_memory_limit_bytes", "gpufrac_fraction_memory_request_bytes",
 		"gpufrac_gpu_memory_overcommit_ratio", "gpufrac_mps_daemon_claims", "gpufrac_mps_daemons", "gpufrac_prepare_errors_total"); err != nil {
 		t.Error(err)

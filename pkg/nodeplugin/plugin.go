@@ -222,7 +222,8 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	p.metrics = fractionmetrics.New(fractionmetrics.Config{
 		NodeName: cfg.NodeName, Inventory: inv, Prepared: p.preparer.Prepared,
 		RecordDir: cfg.CDI.RecordDir, NVML: usageNVML(bgCtx, cfg.NVML), MPSDaemons: mpsDaemons,
-		CgroupRoot: cfg.InventoryOptions.CgroupRoot,
+		CgroupRoot:  cfg.InventoryOptions.CgroupRoot,
+		Quarantined: func() int { return len(ckpt.Quarantined()) },
 	})
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(p.metrics); err != nil {
