@@ -63,7 +63,7 @@ fuzz:
 # (docs/benchmarks.md has figures and method; about 5 minutes here).
 bench:
 	$(GO) run ./test/bench/packing -chart docs/packing.png
-	$(GO) test -run '^$$' -bench 'DurableWriteFloor|PrepareUnprepare' -benchtime 1000x -cpu 1,4 ./pkg/checkpoint ./pkg/preparer
+	$(GO) test -run '^$$' -bench 'DurableWriteFloor|Encode500|PrepareUnprepare' -benchtime 1000x -cpu 1,4 ./pkg/checkpoint ./pkg/preparer
 	$(GO) test -run '^$$' -bench PrepareOverGRPC -benchtime 500x ./pkg/nodeplugin
 	$(GO) test -run '^$$' -bench WebhookTranslation -benchtime 2000x ./pkg/controller
 	$(GO) test -run '^$$' -bench ControllerCacheAtScale -benchtime 1x ./pkg/controller

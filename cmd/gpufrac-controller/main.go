@@ -19,6 +19,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/gpufrac/gpufrac/pkg/controller"
+	"github.com/gpufrac/gpufrac/pkg/webhookcert"
 )
 
 func main() {
@@ -64,9 +65,11 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&kubeconfig, "kubeconfig", envOr("KUBECONFIG", ""), "kubeconfig file; empty means in-cluster")
 	fs.StringVar(&cfg.WebhookAddress, "webhook-address", ":9443", "HTTPS address of the admission webhooks")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", ":8080", "address of /metrics and /healthz; empty disables")
-	fs.StringVar(&cfg.CertDir, "cert-dir", "", "directory with tls.crt and tls.key (e.g. from cert-manager); empty makes a self-signed certificate")
+	fs.StringVar(&cfg.CertDir, "cert-dir", "", "directory with tls.crt and tls.key renewed by another tool (cert-manager), reloaded when they change; empty makes and renews a self-signed certificate")
 	fs.StringVar(&cfg.Cert.Namespace, "namespace", envOr("POD_NAMESPACE", "gpufrac-system"), "namespace of the webhook Service and certificate Secret")
 	fs.StringVar(&cfg.Cert.SecretName, "cert-secret", "gpufrac-webhook-tls", "Secret that keeps the self-signed certificate")
+	fs.DurationVar(&cfg.Cert.Lifetime, "cert-lifetime", webhookcert.DefaultLifetime, "lifetime of a self-signed certificate")
+	fs.DurationVar(&cfg.Cert.RenewBefore, "cert-renew-before", 0, "renew a self-signed certificate this long before it expires; 0 means a third of its lifetime")
 	fs.StringVar(&cfg.Cert.ServiceName, "service", "gpufrac-webhook", "the webhook Service; the certificate names it")
 	fs.StringVar(&cfg.Cert.MutatingConfig, "mutating-webhook-configuration", "gpufrac", "MutatingWebhookConfiguration whose CA bundle to set; empty skips")
 	fs.StringVar(&cfg.Cert.ValidatingConfig, "validating-webhook-configuration", "gpufrac", "ValidatingWebhookConfiguration whose CA bundle to set; empty skips")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -228,13 +229,28 @@ func run(ctx context.Context, f *flags) error {
 		return fmt.Errorf("creating the Kubernetes client: %w", err)
 	}
 
+	// /healthz dials the plugin's own sockets once it has started; before,
+	// discovery and recovery are still running and it answers ok.
+	var started atomic.Pointer[nodeplugin.Plugin]
 	if f.metricsAddress != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		cfg.Metrics = reg
-		if _, err := metricsserver.Start(ctx, f.metricsAddress, reg); err != nil {
+		serverCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
+		_, stopped, err := metricsserver.StartWithChecks(serverCtx, f.metricsAddress, reg, metricsserver.Checks{
+			Healthz: func() error {
+				if p := started.Load(); p != nil {
+					return p.Healthz(ctx)
+				}
+				return nil
+			},
+		})
+		if err != nil {
+			stopServer()
 			return err
 		}
+		// Stopped after the plugin (deferred calls run last first).
+		defer func() { stopServer(); <-stopped }()
 	}
 
 	plugin, err := nodeplugin.Start(ctx, cfg)
@@ -242,6 +258,7 @@ func run(ctx context.Context, f *flags) error {
 		return err
 	}
 	defer plugin.Stop()
+	started.Store(plugin)
 	select {
 	case <-ctx.Done():
 		logger.Info("Kubelet plugin stopping", "reason", context.Cause(ctx))

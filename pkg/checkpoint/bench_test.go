@@ -1,9 +1,14 @@
 package checkpoint_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufrac/gpufrac/pkg/checkpoint"
 )
 
 // BenchmarkDurableWriteFloor is one atomic, durable write of a small file
@@ -38,4 +43,38 @@ func BenchmarkDurableWriteFloor(b *testing.B) {
 		}
 		_ = d.Close()
 	}
+}
+
+// BenchmarkEncode500 compares, in one run, what a commit costs with 500
+// prepared claims: encoding every entry again (the whole-map encoding of
+// the releases before api/v1, "reencode") against concatenating entries
+// encoded once when they changed ("concat", what Checkpoint.commit does).
+func BenchmarkEncode500(b *testing.B) {
+	claims := map[types.UID]checkpoint.Entry{}
+	for i := range 500 {
+		uid := fmt.Sprintf("uid-%04d", i)
+		claims[types.UID(uid)] = entry(uid, checkpoint.Completed)
+	}
+	raw, err := checkpoint.Encode("boot", claims)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := checkpoint.Decode(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("reencode", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := checkpoint.Encode("boot", claims); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("concat", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := d.Encode(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

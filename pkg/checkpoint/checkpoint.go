@@ -7,6 +7,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,11 +26,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/pkg/checkpoint/api/v1"
 	"github.com/gpufrac/gpufrac/pkg/plan"
 )
 
-// Version is the format version this code writes and reads.
-const Version = 1
+// Version is the format version this code writes; Decode reads it and
+// every earlier one (see api/v1 for the rules).
+const Version = v1.Version
 
 // State is how far Prepare got for a claim.
 type State string
@@ -36,27 +40,44 @@ type State string
 const (
 	// Started: Prepare began side effects; a crash here leaves work that
 	// Unprepare or a retried Prepare must finish or undo.
-	Started State = "Started"
+	Started State = v1.StateStarted
 	// Completed: every side effect is done and the devices were returned.
-	Completed State = "Completed"
+	Completed State = v1.StateCompleted
 )
 
-// Entry is one claim's record.
+// Entry is one claim's record, in memory.
 type Entry struct {
-	State State      `json:"state"`
-	Plan  plan.Claim `json:"plan"`
+	State State
+	Plan  plan.Claim
 }
 
-// Data is what the checksum covers.
+// Quarantined is an entry this release could not understand: written by a
+// later release with a meaning this one does not know, or damaged. It is
+// kept in the file as it was and reported; nothing it might own (a CDI
+// spec, an MPS daemon) is removed because of it.
+type Quarantined struct {
+	UID    types.UID
+	Reason string
+	Raw    json.RawMessage
+}
+
+// Data is a decoded checkpoint file.
 type Data struct {
-	BootID string              `json:"bootID"`
-	Claims map[types.UID]Entry `json:"claims"`
+	BootID      string
+	Claims      map[types.UID]Entry
+	Quarantined map[types.UID]Quarantined
+	// raw holds every entry's bytes as read, so entries nobody changes
+	// are written back exactly, fields of later releases included.
+	raw map[types.UID][]byte
 }
 
-type file struct {
-	Version  int             `json:"version"`
-	Checksum string          `json:"checksum"`
-	Data     json.RawMessage `json:"data"`
+// slot is one claim's record with its on-disk bytes.
+type slot struct {
+	entry       Entry
+	quarantined *Quarantined
+	// enc is the entry as it is (or will be) on disk: encoded once per
+	// change, so a commit only concatenates.
+	enc []byte
 }
 
 // Checkpoint is safe for concurrent use; every change is on disk before the
@@ -67,9 +88,12 @@ type file struct {
 type Checkpoint struct {
 	path   string
 	bootID string
+	// unreadable says why the file found at Open could not be read at all
+	// (it was moved aside); empty when it could.
+	unreadable string
 
-	mu     sync.Mutex // guards claims, changed and gen
-	claims map[types.UID]Entry
+	mu    sync.Mutex // guards slots, changed and gen
+	slots map[types.UID]slot
 	// changed is the generation of each claim's latest change, so a failed
 	// commit undoes its own change and never a later one.
 	changed map[types.UID]uint64
@@ -80,11 +104,12 @@ type Checkpoint struct {
 }
 
 // Open loads the checkpoint at path, or starts an empty one. A checkpoint
-// from another boot is discarded. One that cannot be read is moved aside
-// (never silently overwritten) and the plugin starts empty.
+// from another boot is discarded. One that cannot be read at all is moved
+// aside (never silently overwritten), the plugin starts empty and
+// Unreadable says so; entries that cannot be understood are quarantined.
 func Open(ctx context.Context, path, bootID string) (*Checkpoint, error) {
 	logger := klog.FromContext(ctx)
-	c := &Checkpoint{path: path, bootID: bootID, claims: map[types.UID]Entry{}, changed: map[types.UID]uint64{}}
+	c := &Checkpoint{path: path, bootID: bootID, slots: map[types.UID]slot{}, changed: map[types.UID]uint64{}}
 	raw, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -98,51 +123,144 @@ func Open(ctx context.Context, path, bootID string) (*Checkpoint, error) {
 		if renameErr := os.Rename(path, aside); renameErr != nil {
 			return nil, fmt.Errorf("checkpoint %s is unreadable (%v) and could not be moved aside: %w", path, err, renameErr)
 		}
-		logger.Error(err, "Checkpoint unreadable; moved aside, starting empty", "path", path, "movedTo", aside)
+		c.unreadable = fmt.Sprintf("%v; moved to %s", err, aside)
+		logger.Error(err, "Checkpoint unreadable; moved aside, starting empty. CDI specs and MPS daemons on this node are kept until the kubelet unprepares their claims", "path", path, "movedTo", aside)
 		return c, nil
 	}
 	if d.BootID != bootID {
-		logger.Info("Checkpoint is from another boot; prepared claims did not survive the reboot", "path", path, "claims", len(d.Claims))
+		logger.Info("Checkpoint is from another boot; prepared claims did not survive the reboot", "path", path, "claims", len(d.Claims)+len(d.Quarantined))
 		return c, nil
 	}
-	c.claims = d.Claims
+	for uid, e := range d.Claims {
+		c.slots[uid] = slot{entry: e, enc: d.raw[uid]}
+	}
+	for uid, q := range d.Quarantined {
+		c.slots[uid] = slot{quarantined: &q, enc: q.Raw}
+		logger.Error(errors.New(q.Reason), "Checkpoint entry not understood by this plugin version; quarantined: kept as it is, and its CDI spec and MPS daemon are not removed", "path", path, "claimUID", uid)
+	}
 	return c, nil
 }
 
-// Decode parses and verifies a checkpoint file.
+// Decode parses and verifies a checkpoint file of any version this release
+// reads. Decoding is tolerant: unknown fields are ignored, and an entry
+// that cannot be understood is returned in Quarantined, not as an error.
 func Decode(raw []byte) (*Data, error) {
-	var f file
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&f); err != nil {
+	var f v1.File
+	if err := json.Unmarshal(raw, &f); err != nil {
 		return nil, fmt.Errorf("decoding checkpoint: %w", err)
 	}
-	if f.Version != Version {
-		return nil, fmt.Errorf("checkpoint version %d, this plugin reads version %d", f.Version, Version)
+	switch {
+	case f.Version == v1.Version:
+		return decodeV1(&f)
+	case f.Version > Version:
+		return nil, fmt.Errorf("checkpoint version %d was written by a later release; this plugin reads versions 1 to %d (roll forward, or see docs/operations.md)", f.Version, Version)
+	default:
+		return nil, fmt.Errorf("checkpoint version %d is unknown; this plugin reads versions 1 to %d", f.Version, Version)
 	}
+}
+
+func decodeV1(f *v1.File) (*Data, error) {
 	if got := checksum(f.Data); got != f.Checksum {
 		return nil, fmt.Errorf("checkpoint checksum %s does not match its data (%s): torn or edited", f.Checksum, got)
 	}
-	var d Data
-	dec = json.NewDecoder(strings.NewReader(string(f.Data)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&d); err != nil {
+	var vd v1.Data
+	if err := json.Unmarshal(f.Data, &vd); err != nil {
 		return nil, fmt.Errorf("decoding checkpoint data: %w", err)
 	}
-	if d.Claims == nil {
-		d.Claims = map[types.UID]Entry{}
+	d := &Data{BootID: vd.BootID, Claims: map[types.UID]Entry{}, Quarantined: map[types.UID]Quarantined{}, raw: map[types.UID][]byte{}}
+	for key, rawEntry := range vd.Claims {
+		uid := types.UID(key)
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, rawEntry); err != nil {
+			return nil, fmt.Errorf("decoding checkpoint entry %q: %w", key, err)
+		}
+		d.raw[uid] = compact.Bytes()
+		e, err := decodeEntryV1(key, rawEntry)
+		if err != nil {
+			d.Quarantined[uid] = Quarantined{UID: uid, Reason: fmt.Sprintf("checkpoint entry %q: %v", key, err), Raw: compact.Bytes()}
+			continue
+		}
+		d.Claims[uid] = e
 	}
-	return &d, nil
+	return d, nil
 }
 
-// Encode renders a checkpoint file. Go's JSON encoder sorts map keys, so
-// equal contents give equal bytes.
+// Encode renders a checkpoint file of the current version. Entries are
+// sorted by UID, so equal contents give equal bytes.
 func Encode(bootID string, claims map[types.UID]Entry) ([]byte, error) {
-	payload, err := json.Marshal(Data{BootID: bootID, Claims: claims})
-	if err != nil {
-		return nil, fmt.Errorf("encoding checkpoint data: %w", err)
+	enc := make(map[types.UID][]byte, len(claims))
+	for uid, e := range claims {
+		raw, err := encodeEntry(&e)
+		if err != nil {
+			return nil, err
+		}
+		enc[uid] = raw
 	}
-	return json.Marshal(file{Version: Version, Checksum: checksum(payload), Data: payload})
+	return encodeFile(bootID, enc)
+}
+
+// Encode renders d again: entries as read (so fields of later releases
+// survive), quarantined ones included.
+func (d *Data) Encode() ([]byte, error) {
+	enc := make(map[types.UID][]byte, len(d.Claims)+len(d.Quarantined))
+	for uid, e := range d.Claims {
+		if raw, ok := d.raw[uid]; ok {
+			enc[uid] = raw
+			continue
+		}
+		raw, err := encodeEntry(&e)
+		if err != nil {
+			return nil, err
+		}
+		enc[uid] = raw
+	}
+	for uid, q := range d.Quarantined {
+		enc[uid] = q.Raw
+	}
+	return encodeFile(d.BootID, enc)
+}
+
+// encodeFile assembles a file from encoded entries: the same bytes
+// encoding/json gives for the v1 types, without re-encoding each entry.
+func encodeFile(bootID string, entries map[types.UID][]byte) ([]byte, error) {
+	keys := make([]types.UID, 0, len(entries))
+	size := 64
+	for uid, raw := range entries {
+		keys = append(keys, uid)
+		size += len(uid) + len(raw) + 4
+	}
+	slices.Sort(keys)
+	quotedBoot, err := json.Marshal(bootID)
+	if err != nil {
+		return nil, fmt.Errorf("encoding checkpoint boot id: %w", err)
+	}
+	data := make([]byte, 0, size)
+	data = append(data, `{"bootID":`...)
+	data = append(data, quotedBoot...)
+	data = append(data, `,"claims":{`...)
+	for i, uid := range keys {
+		if i > 0 {
+			data = append(data, ',')
+		}
+		quoted, err := json.Marshal(string(uid))
+		if err != nil {
+			return nil, fmt.Errorf("encoding checkpoint key %q: %w", uid, err)
+		}
+		data = append(data, quoted...)
+		data = append(data, ':')
+		data = append(data, entries[uid]...)
+	}
+	data = append(data, "}}"...)
+	sum := checksum(data)
+	out := make([]byte, 0, len(data)+len(sum)+48)
+	out = append(out, `{"version":`...)
+	out = strconv.AppendInt(out, Version, 10)
+	out = append(out, `,"checksum":"`...)
+	out = append(out, sum...)
+	out = append(out, `","data":`...)
+	out = append(out, data...)
+	out = append(out, '}')
+	return out, nil
 }
 
 func checksum(b []byte) string {
@@ -150,32 +268,66 @@ func checksum(b []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// Get returns a claim's entry.
+// Unreadable says why the checkpoint found at Open could not be read at
+// all, or "" when it could (or there was none).
+func (c *Checkpoint) Unreadable() string { return c.unreadable }
+
+// Get returns a claim's entry; quarantined entries are not returned.
 func (c *Checkpoint) Get(uid types.UID) (Entry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.claims[uid]
-	return e, ok
+	s, ok := c.slots[uid]
+	if !ok || s.quarantined != nil {
+		return Entry{}, false
+	}
+	return s.entry, true
 }
 
-// Entries returns every entry, ordered by claim UID.
+// Entries returns every understood entry, ordered by claim UID.
 func (c *Checkpoint) Entries() []Entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := make([]Entry, 0, len(c.claims))
-	for _, e := range c.claims {
-		out = append(out, e)
+	out := make([]Entry, 0, len(c.slots))
+	for _, s := range c.slots {
+		if s.quarantined == nil {
+			out = append(out, s.entry)
+		}
 	}
 	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(string(a.Plan.UID), string(b.Plan.UID)) })
 	return out
 }
 
-// Put records e for its claim and persists it.
+// Quarantined returns the entries this release could not understand,
+// ordered by claim UID.
+func (c *Checkpoint) Quarantined() []Quarantined {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Quarantined
+	for _, s := range c.slots {
+		if s.quarantined != nil {
+			out = append(out, *s.quarantined)
+		}
+	}
+	slices.SortFunc(out, func(a, b Quarantined) int { return strings.Compare(string(a.UID), string(b.UID)) })
+	return out
+}
+
+// Put records e for its claim (replacing a quarantined entry of the same
+// claim) and persists it. An entry this release could not read back is
+// refused.
 func (c *Checkpoint) Put(e Entry) error {
 	uid := e.Plan.UID
+	v := toV1(&e)
+	if err := understoodV1(string(uid), &v); err != nil {
+		return fmt.Errorf("checkpoint entry of claim %s/%s: %w", e.Plan.Namespace, e.Plan.Name, err)
+	}
+	enc, err := encodeEntry(&e)
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
-	prev, had := c.claims[uid]
-	c.claims[uid] = e
+	prev, had := c.slots[uid]
+	c.slots[uid] = slot{entry: e, enc: enc}
 	gen := c.bump(uid)
 	c.mu.Unlock()
 	if err := c.commit(gen); err != nil {
@@ -186,15 +338,16 @@ func (c *Checkpoint) Put(e Entry) error {
 	return nil
 }
 
-// Delete forgets a claim and persists that; an unknown claim is a no-op.
+// Delete forgets a claim, quarantined or not, and persists that; an
+// unknown claim is a no-op.
 func (c *Checkpoint) Delete(uid types.UID) error {
 	c.mu.Lock()
-	prev, had := c.claims[uid]
+	prev, had := c.slots[uid]
 	if !had {
 		c.mu.Unlock()
 		return nil
 	}
-	delete(c.claims, uid)
+	delete(c.slots, uid)
 	gen := c.bump(uid)
 	c.mu.Unlock()
 	if err := c.commit(gen); err != nil {
@@ -211,18 +364,18 @@ func (c *Checkpoint) bump(uid types.UID) uint64 {
 	return c.gen
 }
 
-// undo restores uid's value from before the change of generation gen,
+// undo restores uid's slot from before the change of generation gen,
 // unless a later change of uid happened since.
-func (c *Checkpoint) undo(uid types.UID, gen uint64, prev Entry, had bool) {
+func (c *Checkpoint) undo(uid types.UID, gen uint64, prev slot, had bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.changed[uid] != gen {
 		return
 	}
 	if had {
-		c.claims[uid] = prev
+		c.slots[uid] = prev
 	} else {
-		delete(c.claims, uid)
+		delete(c.slots, uid)
 	}
 }
 
@@ -236,8 +389,12 @@ func (c *Checkpoint) commit(gen uint64) error {
 	}
 	c.mu.Lock()
 	snapshot := c.gen
-	raw, err := Encode(c.bootID, c.claims)
+	entries := make(map[types.UID][]byte, len(c.slots))
+	for uid, s := range c.slots {
+		entries[uid] = s.enc // never mutated once stored
+	}
 	c.mu.Unlock()
+	raw, err := encodeFile(c.bootID, entries)
 	if err != nil {
 		return err
 	}

@@ -11,13 +11,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/pkg/checkpoint"
+	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/plan"
 )
 
 func entry(uid string, state checkpoint.State) checkpoint.Entry {
 	return checkpoint.Entry{State: state, Plan: plan.Claim{UID: types.UID(uid), Namespace: "ns", Name: "c-" + uid,
-		Devices: []plan.Device{{Request: "gpu", Pool: "n", Device: "gpu-0", SoftLimitBytes: 1 << 30, HardLimitBytes: 2 << 30}}}}
+		Devices: []plan.Device{{Request: "gpu", Pool: "n", Device: "gpu-0", GPU: inventory.GPU{UUID: "GPU-0"},
+			SoftLimitBytes: 1 << 30, HardLimitBytes: 2 << 30, ComputeMode: v1alpha1.TimeSlicing, Enforcement: inventory.EnforcementDMem}}}}
 }
 
 func TestSurvivesRestart(t *testing.T) {
@@ -117,8 +120,8 @@ func TestDecodeRejects(t *testing.T) {
 		raw  string
 		want string
 	}{
-		"future version": {strings.Replace(string(good), `"version":1`, `"version":2`, 1), "checkpoint version 2, this plugin reads version 1"},
-		"unknown field":  {strings.Replace(string(good), `"version":1`, `"version":1,"extra":true`, 1), `unknown field "extra"`},
+		"future version": {strings.Replace(string(good), `"version":1`, `"version":2`, 1), "checkpoint version 2 was written by a later release; this plugin reads versions 1 to 1"},
+		"no version":     {strings.Replace(string(good), `"version":1,`, ``, 1), "checkpoint version 0 is unknown"},
 		"truncated":      {string(good[:len(good)/2]), "decoding checkpoint"},
 	} {
 		if _, err := checkpoint.Decode([]byte(tc.raw)); err == nil || !strings.Contains(err.Error(), tc.want) {

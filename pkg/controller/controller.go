@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,11 +31,13 @@ type Config struct {
 	Client kubernetes.Interface
 	// WebhookAddress is where the HTTPS admission server listens.
 	WebhookAddress string
-	// MetricsAddress serves /metrics and /healthz; empty disables.
+	// MetricsAddress serves /metrics, /healthz and /readyz (informers
+	// synced and a certificate served); empty disables.
 	MetricsAddress string
 	Metrics        prometheus.Gatherer
-	// CertDir, when set, holds tls.crt and tls.key (cert-manager); else a
-	// certificate is made and kept as Cert says.
+	// CertDir, when set, holds tls.crt and tls.key, renewed by another
+	// tool (cert-manager) and reloaded when they change; else a
+	// certificate is made, renewed and kept as Cert says.
 	CertDir string
 	Cert    webhookcert.Config
 	KAI     kai.Options
@@ -43,9 +45,32 @@ type Config struct {
 	Ready func(address string)
 }
 
-// Run serves until ctx ends.
+// Run serves until ctx ends, and returns once everything it started has
+// stopped.
 func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
+	certs, err := newCertSource(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		if err := certs.Run(ctx); err != nil {
+			logger.Error(err, "Webhook certificate stopped")
+		}
+	})
+	ready := &readiness{synced: make(chan struct{}), certs: certs}
+	if cfg.MetricsAddress != "" && cfg.Metrics != nil {
+		_, stopped, err := metricsserver.StartWithChecks(ctx, cfg.MetricsAddress, cfg.Metrics, metricsserver.Checks{Readyz: ready.check})
+		if err != nil {
+			return err
+		}
+		defer func() { <-stopped }()
+	}
+
 	factory := informers.NewSharedInformerFactory(cfg.Client, 10*time.Minute)
 	cluster := webhook.NewInformerCluster(factory)
 	factory.Start(ctx.Done())
@@ -53,35 +78,23 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cluster.WaitForSync(ctx); err != nil {
 		return err
 	}
-
-	var cert *tls.Certificate
-	if cfg.CertDir != "" {
-		pair, err := tls.LoadX509KeyPair(filepath.Join(cfg.CertDir, "tls.crt"), filepath.Join(cfg.CertDir, "tls.key"))
-		if err != nil {
-			return fmt.Errorf("loading the webhook certificate from %s: %w", cfg.CertDir, err)
-		}
-		cert = &pair
-	} else {
-		var err error
-		if cert, err = webhookcert.Ensure(ctx, cfg.Client, cfg.Cert); err != nil {
-			return err
-		}
+	close(ready.synced)
+	if err := waitForCertificate(ctx, certs); err != nil {
+		return fmt.Errorf("waiting for the webhook certificate: %w", err)
 	}
 
-	if cfg.MetricsAddress != "" && cfg.Metrics != nil {
-		if _, err := metricsserver.Start(ctx, cfg.MetricsAddress, cfg.Metrics); err != nil {
-			return err
-		}
-	}
-
-	srv := &webhook.Server{Client: cfg.Client, Cluster: cluster, Events: webhook.NewEventRecorder(ctx, cfg.Client), KAI: cfg.KAI}
+	recorder := webhook.NewEventRecorder(ctx, cfg.Client)
+	defer recorder.Shutdown()
+	srv := &webhook.Server{Client: cfg.Client, Cluster: cluster, Events: recorder, KAI: cfg.KAI}
 	lis, err := net.Listen("tcp", cfg.WebhookAddress)
 	if err != nil {
 		return fmt.Errorf("listening for admission on %s: %w", cfg.WebhookAddress, err)
 	}
 	httpSrv := &http.Server{
-		Handler:           srv.Handler(),
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12},
+		Handler: srv.Handler(),
+		// Asked on every handshake, so a renewed certificate is served
+		// without a restart.
+		TLSConfig:         &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	errs := make(chan error, 1)
@@ -92,9 +105,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	select {
 	case <-ctx.Done():
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		return httpSrv.Shutdown(shutdownCtx)
+		shutdownCtx, cancelShutdown := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancelShutdown()
+		err := httpSrv.Shutdown(shutdownCtx)
+		<-errs
+		return err
 	case err := <-errs:
 		if errors.Is(err, http.ErrServerClosed) {
 			return nil

@@ -12,8 +12,10 @@
 package fractionmetrics
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -21,6 +23,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/pkg/cdihook"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
@@ -44,6 +48,9 @@ type Config struct {
 	ProcRoot, CgroupRoot string
 	// MPSDaemons returns the number of claims per GPU daemon; optional.
 	MPSDaemons func() map[string]int
+	// Quarantined returns how many checkpoint entries this plugin version
+	// could not understand; optional.
+	Quarantined func() int
 }
 
 // Collector implements prometheus.Collector for the fraction metrics and
@@ -58,6 +65,7 @@ type Collector struct {
 	shareRequest, shareLimit, containerUsed, containerSM *prometheus.Desc
 	gpuTotal, gpuGuaranteed, gpuLimitSum, gpuOvercommit  *prometheus.Desc
 	claimsPrepared, mpsDaemons, mpsDaemonClaims          *prometheus.Desc
+	quarantined                                          *prometheus.Desc
 }
 
 // New builds the collector; register it with a registry.
@@ -87,6 +95,8 @@ func New(cfg Config) *Collector {
 		gpuOvercommit:  prometheus.NewDesc("gpufrac_gpu_memory_overcommit_ratio", "Sum of hard limits over GPU memory; above 1 the limits are burstable, never the requests.", gpu, nil),
 		claimsPrepared: prometheus.NewDesc("gpufrac_claims_prepared", "Claims prepared on this node.", []string{"node"}, nil),
 		mpsDaemons:     prometheus.NewDesc("gpufrac_mps_daemons", "MPS control daemons the plugin runs.", []string{"node"}, nil),
+		quarantined: prometheus.NewDesc("gpufrac_checkpoint_quarantined_entries",
+			"Checkpoint entries this plugin version does not understand (written by a later one): kept, and nothing they may own is removed (docs/operations.md).", []string{"node"}, nil),
 		mpsDaemonClaims: prometheus.NewDesc("gpufrac_mps_daemon_claims",
 			"SMSharing claims counted as users of a GPU's MPS daemon; the daemon stops when this reaches 0.", []string{"node", "gpu_uuid"}, nil),
 	}
@@ -110,7 +120,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.prepareSeconds.Describe(ch)
 	c.unprepareSeconds.Describe(ch)
 	c.errorsTotal.Describe(ch)
-	for _, d := range []*prometheus.Desc{c.shareRequest, c.shareLimit, c.containerUsed, c.containerSM, c.gpuTotal, c.gpuGuaranteed, c.gpuLimitSum, c.gpuOvercommit, c.claimsPrepared, c.mpsDaemons, c.mpsDaemonClaims} {
+	for _, d := range []*prometheus.Desc{c.shareRequest, c.shareLimit, c.containerUsed, c.containerSM, c.gpuTotal, c.gpuGuaranteed, c.gpuLimitSum, c.gpuOvercommit, c.claimsPrepared, c.mpsDaemons, c.mpsDaemonClaims, c.quarantined} {
 		ch <- d
 	}
 }
@@ -147,6 +157,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.gpuOvercommit, prometheus.GaugeValue, limits[g.UUID]/total, labels...)
 	}
 	ch <- prometheus.MustNewConstMetric(c.claimsPrepared, prometheus.GaugeValue, float64(len(prepared)), node)
+	if c.cfg.Quarantined != nil {
+		ch <- prometheus.MustNewConstMetric(c.quarantined, prometheus.GaugeValue, float64(c.cfg.Quarantined()), node)
+	}
 	if c.cfg.MPSDaemons != nil {
 		users := c.cfg.MPSDaemons()
 		ch <- prometheus.MustNewConstMetric(c.mpsDaemons, prometheus.GaugeValue, float64(len(users)), node)
@@ -158,8 +171,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // collectUsage reads the hook's records: one series per container and GPU
-// whose cgroup still exists, removing records of containers or claims
-// that are gone. NVML's process list is read once per GPU and scrape.
+// whose cgroup still exists, for claims still prepared. It changes
+// nothing (a scrape must not have side effects): PruneRecords removes the
+// records of containers or claims that are gone. NVML's process list is
+// read once per GPU and scrape.
 func (c *Collector) collectUsage(ch chan<- prometheus.Metric, live map[types.UID]bool) {
 	if c.cfg.RecordDir == "" {
 		return
@@ -171,25 +186,87 @@ func (c *Collector) collectUsage(ch chan<- prometheus.Metric, live map[types.UID
 	perGPU := map[string]*gpuProcesses{}
 	now := time.Now()
 	for _, claimDir := range claims {
-		dir := filepath.Join(c.cfg.RecordDir, claimDir.Name())
 		if !live[types.UID(claimDir.Name())] {
-			_ = os.RemoveAll(dir)
 			continue
 		}
-		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		files, _ := filepath.Glob(filepath.Join(c.cfg.RecordDir, claimDir.Name(), "*.json"))
 		for _, f := range files {
-			var r cdihook.Record
-			raw, err := os.ReadFile(f)
-			if err != nil || json.Unmarshal(raw, &r) != nil {
+			r, ok := readRecord(f)
+			if !ok {
 				continue
 			}
 			if _, err := os.Stat(r.Cgroup); errors.Is(err, os.ErrNotExist) {
-				_ = os.Remove(f)
 				continue
 			}
 			c.containerUsage(ch, r, perGPU, now)
 		}
 	}
+}
+
+func readRecord(path string) (cdihook.Record, bool) {
+	var r cdihook.Record
+	raw, err := os.ReadFile(path)
+	if err != nil || json.Unmarshal(raw, &r) != nil {
+		return r, false
+	}
+	return r, true
+}
+
+// PruneRecords removes the records of claims no longer prepared and of
+// containers whose cgroup is gone, so their series end and the directory
+// does not grow. It returns how many it removed.
+func (c *Collector) PruneRecords() (int, error) {
+	if c.cfg.RecordDir == "" {
+		return 0, nil
+	}
+	claims, err := os.ReadDir(c.cfg.RecordDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading container records: %w", err)
+	}
+	live := map[types.UID]bool{}
+	for _, claim := range c.cfg.Prepared() {
+		live[claim.UID] = true
+	}
+	removed := 0
+	var errs []error
+	for _, claimDir := range claims {
+		dir := filepath.Join(c.cfg.RecordDir, claimDir.Name())
+		if !live[types.UID(claimDir.Name())] {
+			if err := os.RemoveAll(dir); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			removed++
+			continue
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		for _, f := range files {
+			r, ok := readRecord(f)
+			if !ok {
+				continue
+			}
+			if _, err := os.Stat(r.Cgroup); errors.Is(err, os.ErrNotExist) {
+				if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+					errs = append(errs, err)
+					continue
+				}
+				removed++
+			}
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// RunPruner calls PruneRecords every interval until ctx ends.
+func (c *Collector) RunPruner(ctx context.Context, interval time.Duration) {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if _, err := c.PruneRecords(); err != nil {
+			klog.FromContext(ctx).Error(err, "Pruning container records")
+		}
+	}, interval)
 }
 
 func (c *Collector) containerUsage(ch chan<- prometheus.Metric, r cdihook.Record, perGPU map[string]*gpuProcesses, now time.Time) {

@@ -66,12 +66,16 @@ func TestCollect(t *testing.T) {
 
 	c := fractionmetrics.New(fractionmetrics.Config{
 		NodeName: "node-a", Inventory: inv, Prepared: func() []plan.Claim { return prepared }, RecordDir: records, NVML: srv,
-		MPSDaemons: func() map[string]int { return map[string]int{"GPU-mps": 3} },
+		MPSDaemons:  func() map[string]int { return map[string]int{"GPU-mps": 3} },
+		Quarantined: func() int { return 1 },
 	})
 	c.ObservePrepare(3*time.Millisecond, "")
 	c.ObservePrepare(time.Millisecond, "invalid_claim")
 	u := gpu.UUID
 	want := `
+# HELP gpufrac_checkpoint_quarantined_entries Checkpoint entries this plugin version does not understand (written by a later one): kept, and nothing they may own is removed (docs/operations.md).
+# TYPE gpufrac_checkpoint_quarantined_entries gauge
+gpufrac_checkpoint_quarantined_entries{node="node-a"} 1
 # HELP gpufrac_container_gpu_memory_used_bytes GPU memory a container uses now: NVML's per-cgroup accounting where the node enforces dmem, else the sum over its processes.
 # TYPE gpufrac_container_gpu_memory_used_bytes gauge
 gpufrac_container_gpu_memory_used_bytes{claim_uid="uid-1",container="main",gpu_uuid="` + u + `",namespace="team",node="node-a",pod="llm-0"} 1.2884901888e+10
@@ -94,16 +98,28 @@ gpufrac_mps_daemons{node="node-a"} 1
 # TYPE gpufrac_prepare_errors_total counter
 gpufrac_prepare_errors_total{reason="invalid_claim"} 1
 `
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "gpufrac_checkpoint_quarantined_entries",
 		"gpufrac_container_gpu_memory_used_bytes", "gpufrac_fraction_memory_limit_bytes", "gpufrac_fraction_memory_request_bytes",
 		"gpufrac_gpu_memory_overcommit_ratio", "gpufrac_mps_daemon_claims", "gpufrac_mps_daemons", "gpufrac_prepare_errors_total"); err != nil {
 		t.Error(err)
+	}
+	// A scrape changes nothing on disk; pruning does.
+	for _, path := range []string{gone, filepath.Join(records, "uid-unprepared")} {
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("a scrape removed %s: %v", path, err)
+		}
+	}
+	if n, err := c.PruneRecords(); err != nil || n != 2 {
+		t.Errorf("PruneRecords removed %d (%v), want the vanished container's record and the unprepared claim's directory", n, err)
 	}
 	if _, err := os.Stat(gone); !os.IsNotExist(err) {
 		t.Error("the record of a vanished container was kept: its series would go stale")
 	}
 	if _, err := os.Stat(filepath.Join(records, "uid-unprepared")); !os.IsNotExist(err) {
 		t.Error("records of an unprepared claim were kept")
+	}
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "gpufrac_container_gpu_memory_used_bytes"); err != nil {
+		t.Errorf("after pruning: %v", err)
 	}
 	if n := testutil.CollectAndCount(c, "gpufrac_prepare_duration_seconds"); n != 2 {
 		t.Errorf("%d prepare histograms, want success and error", n)

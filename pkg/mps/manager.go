@@ -8,13 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/keymutex"
@@ -45,6 +45,10 @@ type Config struct {
 	// RecordDir is where gpufrac-cdi-hook records containers; it maps an
 	// evicted client's cgroup to its claim.
 	RecordDir string
+	// KeepUnused, when set and returning a reason, stops the removal of
+	// daemons no known claim uses: the caller cannot name every claim
+	// (a quarantined checkpoint entry may be using one).
+	KeepUnused func() string
 }
 
 // Events are reported on claims whose daemon had trouble.
@@ -83,6 +87,11 @@ type Manager struct {
 	// evictions, under scanMu.
 	scanMu     sync.Mutex
 	logOffsets map[string]int64
+	// lister is the watch's cache while Run watches.
+	lister atomic.Pointer[podLister]
+	// beforeCollect, in tests, runs between reconcile's decision that a
+	// GPU's daemon looks unused and its removal.
+	beforeCollect func(gpu string)
 }
 
 // NewManager validates cfg.
@@ -410,28 +419,17 @@ func (m *Manager) Restore(ctx context.Context, prepared []plan.Claim) error {
 	return m.reconcile(ctx)
 }
 
-// Run reconciles every interval until ctx ends.
-func (m *Manager) Run(ctx context.Context, interval time.Duration) {
-	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		if err := m.reconcile(ctx); err != nil {
-			klog.FromContext(ctx).Error(err, "Reconciling MPS daemons")
-		}
-	}, interval)
-}
-
 // reconcile deletes daemons of GPUs no claim uses (left by a crash or an
 // upgrade) and recreates daemons that died while claims use them.
 func (m *Manager) reconcile(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	pods, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: LabelComponent + "=" + ComponentValue + "," + LabelNode + "=" + m.cfg.NodeName,
-	})
+	pods, err := m.daemons(ctx)
 	if err != nil {
 		return fmt.Errorf("listing MPS daemons: %w", err)
 	}
 	running := map[string]*corev1.Pod{}
-	for i := range pods.Items {
-		running[pods.Items[i].Labels[LabelGPU]] = &pods.Items[i]
+	for i := range pods {
+		running[pods[i].Labels[LabelGPU]] = &pods[i]
 	}
 	m.mu.Lock()
 	users := map[string][]user{}
@@ -448,22 +446,33 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	m.scanEvictions(ctx, logs)
 
 	var errs []error
+	keep := ""
+	if m.cfg.KeepUnused != nil {
+		keep = m.cfg.KeepUnused()
+	}
 	for gpu, pod := range running {
 		if len(users[gpu]) > 0 {
+			continue
+		}
+		if keep != "" {
+			logger.Info("Keeping an MPS daemon no known claim uses", "pod", klog.KObj(pod), "gpu", gpu, "reason", keep)
 			continue
 		}
 		if time.Since(pod.CreationTimestamp.Time) < m.cfg.ReadyTimeout {
 			// Still starting for a Prepare the kubelet will retry.
 			continue
 		}
-		m.locks.LockKey(gpu)
-		err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{})
-		_ = m.locks.UnlockKey(gpu)
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("deleting unused MPS daemon %s: %w", pod.Name, err))
+		if m.beforeCollect != nil {
+			m.beforeCollect(gpu)
+		}
+		deleted, err := m.collect(ctx, gpu, pod)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		logger.Info("Deleted an MPS daemon no claim uses", "pod", klog.KObj(pod), "gpu", gpu)
+		if deleted {
+			logger.Info("Deleted an MPS daemon no claim uses", "pod", klog.KObj(pod), "gpu", gpu)
+		}
 	}
 	for gpu, us := range users {
 		pod := running[gpu]
@@ -502,6 +511,32 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// collect deletes pod, the daemon of gpu, if it is still unused. The
+// check is repeated under the GPU's lock, which Acquire holds while it
+// hands the daemon out: the users seen before taking the lock may be out
+// of date. The deletion is of that very Pod (its UID), not of a
+// successor with the same name.
+func (m *Manager) collect(ctx context.Context, gpu string, pod *corev1.Pod) (bool, error) {
+	m.locks.LockKey(gpu)
+	defer func() { _ = m.locks.UnlockKey(gpu) }()
+	m.mu.Lock()
+	used := len(m.users[gpu]) > 0
+	m.mu.Unlock()
+	if used {
+		return false, nil
+	}
+	uid := pod.UID
+	err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return false, nil // gone already, or replaced by a new daemon
+	default:
+		return false, fmt.Errorf("deleting unused MPS daemon %s: %w", pod.Name, err)
+	}
+}
+
 // recreate replaces a dead daemon; it reports whether a new Pod was
 // created (a stopped one is deleted first, and replaced on a later pass
 // because the new Pod takes the same name).
@@ -509,17 +544,27 @@ func (m *Manager) recreate(ctx context.Context, c plan.Claim, gpu string, old *c
 	m.locks.LockKey(gpu)
 	defer func() { _ = m.locks.UnlockKey(gpu) }()
 	b := c.MPS()
-	if b == nil {
+	m.mu.Lock()
+	used := len(m.users[gpu]) > 0
+	m.mu.Unlock()
+	if b == nil || !used {
+		// Released since reconcile looked: nothing to bring back.
 		return false, nil
 	}
 	if old != nil {
 		if old.DeletionTimestamp == nil {
-			err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{})
+			uid := old.UID
+			err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 			if err != nil && !apierrors.IsNotFound(err) {
 				return false, fmt.Errorf("deleting stopped MPS daemon %s: %w", old.Name, err)
 			}
 		}
 		return false, nil
+	}
+	// The watch's cache may not show a daemon an Acquire just created:
+	// only the API can say it is gone.
+	if _, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, PodName(m.cfg.NodeName, gpu), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return false, err
 	}
 	m.mu.Lock()
 	file, content := desired(m.cfg.Version, m.users[gpu])

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
@@ -366,5 +367,50 @@ func TestDaemonSlowerThanThreeSecondsIsAwaited(t *testing.T) {
 	}
 	if d := time.Since(start); d > 8*time.Second {
 		t.Errorf("Acquire took %s for a daemon ready after 4 s", d)
+	}
+}
+
+// TestRunWatchesInsteadOfPolling: a daemon that disappears while a claim
+// uses it comes back at once, from the watch, with the periodic pass an
+// hour away; and the API is listed once (the watch's start), not per pass.
+func TestRunWatchesInsteadOfPolling(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	client := fake.NewClientset()
+	kubelet(ctx, t, client, true)
+	root := t.TempDir()
+	m := newManager(t, client, 10*time.Second, nil)
+	c := smClaim(root, "used", "GPU-a", 8)
+	if err := m.Acquire(ctx, *c.MPS(), c); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Run(ctx, time.Hour)
+	}()
+	defer func() { cancel(); <-done }()
+	pods := daemonPods(t, client)
+	if len(pods) != 1 {
+		t.Fatalf("%d daemons", len(pods))
+	}
+	if err := client.CoreV1().Pods(ns).Delete(ctx, pods[0].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return len(daemonPods(t, client)) == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("the deleted daemon was not recreated from the watch: %v", err)
+	}
+	// The test's own lists (and its kubelet's) carry no label selector.
+	lists := 0
+	for _, a := range client.Actions() {
+		if l, ok := a.(k8stesting.ListAction); ok && a.GetResource().Resource == "pods" && !l.GetListRestrictions().Labels.Empty() {
+			lists++
+		}
+	}
+	if lists != 1 {
+		t.Errorf("the manager listed its daemons %d times; want once, for its watch", lists)
 	}
 }

@@ -19,7 +19,8 @@ import (
 // eventReporter puts Prepare failures on the claim, where `kubectl describe
 // resourceclaim` shows them next to the allocation.
 type eventReporter struct {
-	recorder events.EventRecorder
+	broadcaster events.EventBroadcaster
+	recorder    events.EventRecorder
 	// status carries the MPS server's state into the claim's
 	// status.devices conditions.
 	status *claimstatus.Writer
@@ -28,8 +29,12 @@ type eventReporter struct {
 func newEventReporter(ctx context.Context, client kubernetes.Interface, nodeName string, status *claimstatus.Writer) *eventReporter {
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	broadcaster.StartRecordingToSink(ctx.Done())
-	return &eventReporter{recorder: broadcaster.NewRecorder(scheme.Scheme, "gpufrac-kubelet-plugin/"+nodeName), status: status}
+	return &eventReporter{broadcaster: broadcaster, recorder: broadcaster.NewRecorder(scheme.Scheme, "gpufrac-kubelet-plugin/"+nodeName), status: status}
 }
+
+// shutdown stops the broadcaster's goroutines; events recorded after it
+// are dropped.
+func (r *eventReporter) shutdown() { r.broadcaster.Shutdown() }
 
 func claimRef(c *plan.Claim) *resourceapi.ResourceClaim {
 	return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID}}

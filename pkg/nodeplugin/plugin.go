@@ -192,7 +192,9 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		defer p.done.Done()
 		status.Run(bgCtx, 4)
 	}()
-	mpsManager, err := newMPSManager(ctx, cfg, inv, events)
+	// The preparer is built below; until then nothing is uncertain.
+	var uncertain func() string
+	mpsManager, err := newMPSManager(ctx, cfg, inv, events, func() string { return uncertain() })
 	if err != nil {
 		return nil, err
 	}
@@ -210,6 +212,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		pcfg.MPS = mpsManager
 	}
 	p.preparer = preparer.New(pcfg)
+	uncertain = p.preparer.Uncertain
 	if err := p.preparer.Recover(ctx); err != nil {
 		return nil, fmt.Errorf("recovering prepared claims from the checkpoint: %w", err)
 	}
@@ -220,12 +223,20 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	p.metrics = fractionmetrics.New(fractionmetrics.Config{
 		NodeName: cfg.NodeName, Inventory: inv, Prepared: p.preparer.Prepared,
 		RecordDir: cfg.CDI.RecordDir, NVML: usageNVML(bgCtx, cfg.NVML), MPSDaemons: mpsDaemons,
-		CgroupRoot: cfg.InventoryOptions.CgroupRoot,
+		CgroupRoot:  cfg.InventoryOptions.CgroupRoot,
+		Quarantined: func() int { return len(ckpt.Quarantined()) },
 	})
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(p.metrics); err != nil {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
+		// Scrapes only read the hook's container records; this removes
+		// those of containers and claims that are gone.
+		p.done.Add(1)
+		go func() {
+			defer p.done.Done()
+			p.metrics.RunPruner(bgCtx, time.Minute)
+		}()
 	}
 	if mpsManager != nil {
 		// Reference counts come from the checkpoint; daemons of GPUs no
@@ -284,7 +295,7 @@ func (p *Plugin) startHelper(ctx context.Context) error {
 }
 
 // newMPSManager returns nil, and says why, where SMSharing cannot run.
-func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, events *eventReporter) (*mps.Manager, error) {
+func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, events *eventReporter, keepUnused func() string) (*mps.Manager, error) {
 	logger := klog.FromContext(ctx)
 	switch {
 	case inv.MPSVersion == inventory.MPSVersionNone:
@@ -296,7 +307,7 @@ func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, ev
 	m, err := mps.NewManager(mps.Config{
 		Client: cfg.KubeClient, Namespace: cfg.MPS.Namespace, NodeName: cfg.NodeName,
 		Template: cfg.MPS.Template, Image: cfg.MPS.Image, Version: inv.MPSVersion, DriverVersion: inv.DriverVersion,
-		ReadyTimeout: cfg.MPS.ReadyTimeout, Events: events, RecordDir: cfg.CDI.RecordDir,
+		ReadyTimeout: cfg.MPS.ReadyTimeout, Events: events, RecordDir: cfg.CDI.RecordDir, KeepUnused: keepUnused,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("configuring MPS daemons: %w", err)
@@ -320,6 +331,9 @@ func (p *Plugin) Stop() {
 	p.cancel()
 	p.done.Wait()
 	p.calls.Wait()
+	if p.events != nil {
+		p.events.shutdown()
+	}
 	if p.lock != nil {
 		_ = p.lock.Close()
 	}

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -245,9 +246,14 @@ func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedOb
 	entry, ok := p.cfg.Checkpoint.Get(ref.UID)
 	if !ok {
 		// Nothing recorded; a spec file may still be an orphan of a crash
-		// before the first checkpoint write of an older version.
+		// before the first checkpoint write of an older version, or of an
+		// entry this version could not understand (quarantined), which the
+		// kubelet now says is done with.
 		if err := p.cfg.CDI.Remove(ref.UID); err != nil {
 			return err
+		}
+		if err := p.cfg.Checkpoint.Delete(ref.UID); err != nil {
+			return fmt.Errorf("forgetting the quarantined entry of claim %s/%s: %w", ref.Namespace, ref.Name, err)
 		}
 		// A process killed after forgetting the claim but before its status
 		// write was queued left Ready entries in the claim; this retry by
@@ -271,10 +277,17 @@ func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedOb
 
 // Recover makes the node consistent after a restart: claims whose Prepare
 // stopped halfway are rolled back, and CDI specs no checkpoint entry
-// accounts for are removed. Completed claims are kept as they are.
+// accounts for are removed. Completed claims are kept as they are. Nothing
+// is removed for an entry that could not be understood (quarantined), nor
+// anything at all when the checkpoint could not be read: the kubelet's
+// Unprepare removes those specs when their pods end.
 func (p *Preparer) Recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	known := map[types.UID]bool{}
+	for _, q := range p.cfg.Checkpoint.Quarantined() {
+		known[q.UID] = true
+	}
+	unreadable := p.cfg.Checkpoint.Unreadable()
 	var errs []error
 	for _, e := range p.cfg.Checkpoint.Entries() {
 		if e.State == checkpoint.Completed {
@@ -297,12 +310,35 @@ func (p *Preparer) Recover(ctx context.Context) error {
 		if _, ok := p.cfg.Checkpoint.Get(uid); ok {
 			continue // a rollback above failed and kept its entry
 		}
+		if unreadable != "" {
+			logger.Info("Keeping a CDI spec no readable checkpoint entry accounts for: the checkpoint was unreadable", "claimUID", uid, "checkpoint", unreadable)
+			continue
+		}
 		logger.Info("Removing a CDI spec no prepared claim accounts for", "claimUID", uid)
 		if err := p.cfg.CDI.Remove(uid); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Uncertain says why the preparer cannot name every claim this node
+// serves (an unreadable checkpoint, or entries quarantined because this
+// version does not understand them), or "" when it can. While it is
+// uncertain, nothing may be removed for not being in use: the MPS manager
+// keeps daemons no known claim uses.
+func (p *Preparer) Uncertain() string {
+	if r := p.cfg.Checkpoint.Unreadable(); r != "" {
+		return "the checkpoint was unreadable at start (" + r + ")"
+	}
+	if q := p.cfg.Checkpoint.Quarantined(); len(q) > 0 {
+		uids := make([]string, len(q))
+		for i, e := range q {
+			uids[i] = string(e.UID)
+		}
+		return fmt.Sprintf("%d checkpoint entries are quarantined (claims %s): written by a version this one does not understand", len(q), strings.Join(uids, ", "))
+	}
+	return ""
 }
 
 // Prepared returns the plans of every prepared claim, for metrics and the

@@ -80,15 +80,19 @@ func (c *InformerCluster) DeviceClasses() []*resourceapi.DeviceClass {
 
 // EventRecorder records translations as Events on the pod.
 type EventRecorder struct {
-	recorder events.EventRecorder
+	broadcaster events.EventBroadcaster
+	recorder    events.EventRecorder
 }
 
 // NewEventRecorder starts an events broadcaster until ctx ends.
 func NewEventRecorder(ctx context.Context, client kubernetes.Interface) *EventRecorder {
 	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	b.StartRecordingToSink(ctx.Done())
-	return &EventRecorder{recorder: b.NewRecorder(scheme.Scheme, "gpufrac-controller")}
+	return &EventRecorder{broadcaster: b, recorder: b.NewRecorder(scheme.Scheme, "gpufrac-controller")}
 }
+
+// Shutdown stops the recorder's goroutines; later events are dropped.
+func (r *EventRecorder) Shutdown() { r.broadcaster.Shutdown() }
 
 // Translated implements Events.
 func (r *EventRecorder) Translated(pod *corev1.Pod, templates []string) {

@@ -1,0 +1,83 @@
+package v1
+
+import "encoding/json"
+
+// Version is the value of File.Version for this schema.
+const Version = 1
+
+// File is the whole checkpoint file. Checksum covers the exact bytes of
+// Data, so a torn or hand-edited file is recognised.
+type File struct {
+	Version  int             `json:"version"`
+	Checksum string          `json:"checksum"`
+	Data     json.RawMessage `json:"data"`
+}
+
+// Data is the checksummed payload. Claims are kept raw here so that each
+// entry is decoded on its own: one entry that cannot be understood is
+// quarantined without losing the others.
+type Data struct {
+	BootID string                     `json:"bootID"`
+	Claims map[string]json.RawMessage `json:"claims"`
+}
+
+// States an Entry may have in version 1.
+const (
+	StateStarted   = "Started"
+	StateCompleted = "Completed"
+)
+
+// Entry is one claim's record.
+type Entry struct {
+	State string `json:"state"`
+	Plan  Claim  `json:"plan"`
+}
+
+// Claim is what was prepared for one ResourceClaim.
+type Claim struct {
+	UID       string   `json:"uid"`
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	Devices   []Device `json:"devices"`
+}
+
+// Device is one allocated share.
+type Device struct {
+	Request                string      `json:"request"`
+	Pool                   string      `json:"pool"`
+	Device                 string      `json:"device"`
+	ShareID                *string     `json:"shareID,omitempty"`
+	GPU                    GPU         `json:"gpu"`
+	SoftLimitBytes         int64       `json:"softLimitBytes"`
+	HardLimitBytes         int64       `json:"hardLimitBytes"`
+	ComputeMode            string      `json:"computeMode"`
+	ActiveThreadPercentage *int32      `json:"activeThreadPercentage,omitempty"`
+	Enforcement            string      `json:"enforcement"`
+	MPS                    *MPSBinding `json:"mps,omitempty"`
+}
+
+// GPU is the physical GPU a share is on. The names are the Go field names
+// the first releases wrote (see the package rules).
+type GPU struct {
+	UUID                  string `json:"UUID"`
+	Index                 int    `json:"Index"`
+	Minor                 int    `json:"Minor"`
+	ProductName           string `json:"ProductName"`
+	Architecture          string `json:"Architecture"`
+	Brand                 string `json:"Brand"`
+	CUDAComputeCapability string `json:"CUDAComputeCapability"`
+	PCIBusID              string `json:"PCIBusID"`
+	PCIeRoot              string `json:"PCIeRoot"`
+	MemoryBytes           uint64 `json:"MemoryBytes"`
+	ComputeModes          string `json:"ComputeModes"`
+}
+
+// MPSBinding is where a share's MPS control daemon lives on the host.
+type MPSBinding struct {
+	GPUUUID   string `json:"gpuUUID"`
+	PipeDir   string `json:"pipeDir"`
+	LogDir    string `json:"logDir"`
+	ShmDir    string `json:"shmDir"`
+	Version   string `json:"version,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+}
