@@ -58,7 +58,9 @@ type nvContainer struct {
 	firstKey       string
 }
 
-func refusal(key, value, rule string) *Error { return &Error{Annotation: key, Value: value, Rule: rule} }
+func refusal(key, value, rule string) *Error {
+	return &Error{Annotation: key, Value: value, Rule: rule}
+}
 
 // admit returns the pod's request, nil for a pod with no fractional request
 // (KAI admits it and there is nothing to translate), or KAI's refusal.
