@@ -74,15 +74,29 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	srv := &webhook.Server{Client: cfg.Client, Cluster: cluster, Events: webhook.NewEventRecorder(ctx, cfg.Client), KAI: cfg.KAI}
+	// The templates translated pods name are created here, from the pods
+	// the API server holds, never by the webhook.
+	loop, loopFactories := newTemplateLoop(ctx, cfg.Client, cfg.KAI)
+	for _, f := range loopFactories {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+	}
+	go loop.run(ctx, 2)
+
+	srv := &webhook.Server{Cluster: cluster, KAI: cfg.KAI}
 	lis, err := net.Listen("tcp", cfg.WebhookAddress)
 	if err != nil {
 		return fmt.Errorf("listening for admission on %s: %w", cfg.WebhookAddress, err)
 	}
 	httpSrv := &http.Server{
-		Handler:           srv.Handler(),
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12},
+		Handler:   srv.Handler(),
+		TLSConfig: &tls.Config{Certificates: []tls.Certificate{*cert}, MinVersion: tls.VersionTLS12},
+		// Every read and write is bounded: a client that trickles its body
+		// holds a connection for at most ReadTimeout.
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       90 * time.Second,
 	}
 	errs := make(chan error, 1)
 	go func() { errs <- httpSrv.ServeTLS(lis, "", "") }()

@@ -5,17 +5,12 @@ import (
 	"fmt"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 )
@@ -78,25 +73,27 @@ func (c *InformerCluster) DeviceClasses() []*resourceapi.DeviceClass {
 	return all
 }
 
-// EventRecorder records translations as Events on the pod.
-type EventRecorder struct {
-	recorder events.EventRecorder
-}
-
-// NewEventRecorder starts an events broadcaster until ctx ends.
-func NewEventRecorder(ctx context.Context, client kubernetes.Interface) *EventRecorder {
-	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
-	b.StartRecordingToSink(ctx.Done())
-	return &EventRecorder{recorder: b.NewRecorder(scheme.Scheme, "gpufrac-controller")}
-}
-
-// Translated implements Events.
-func (r *EventRecorder) Translated(pod *corev1.Pod, templates []string) {
-	if pod.Name == "" {
-		// A generateName pod has no name yet; the event would name nothing.
-		klog.Background().V(2).Info("Translated a pod without a name yet", "generateName", pod.GenerateName, "templates", templates)
-		return
+// MaxGPUsPerNode implements Cluster: the largest count of gpufrac devices
+// with a memory capacity in one resource pool (one node's GPUs).
+func (c *InformerCluster) MaxGPUsPerNode() int {
+	all, err := c.slices.List(labels.Everything())
+	if err != nil {
+		return 0
 	}
-	r.recorder.Eventf(pod, nil, corev1.EventTypeNormal, "KAIAnnotationsTranslated", "Translate",
-		"KAI GPU-sharing annotations became ResourceClaimTemplates %v", templates)
+	perPool := map[string]int{}
+	for _, s := range all {
+		if s.Spec.Driver != v1alpha1.DriverName {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			if _, ok := d.Capacity["memory"]; ok {
+				perPool[s.Spec.Pool.Name]++
+			}
+		}
+	}
+	most := 0
+	for _, n := range perPool {
+		most = max(most, n)
+	}
+	return most
 }

@@ -15,10 +15,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/pkg/kai"
@@ -37,18 +35,13 @@ type Cluster interface {
 	GPUMemorySizes() []resource.Quantity
 	// DeviceClasses are the classes claims may refer to.
 	DeviceClasses() []*resourceapi.DeviceClass
-}
-
-// Events records what the mutation did on the pod.
-type Events interface {
-	Translated(pod *corev1.Pod, templates []string)
+	// MaxGPUsPerNode is the most gpufrac GPUs one node publishes (0: none).
+	MaxGPUsPerNode() int
 }
 
 // Server answers admission requests.
 type Server struct {
-	Client  kubernetes.Interface
 	Cluster Cluster
-	Events  Events
 	// Options for class names; GPU sizes come from Cluster.
 	KAI kai.Options
 }
@@ -98,7 +91,11 @@ func deny(code int32, msg string) *admissionv1.AdmissionResponse {
 	}}
 }
 
-// mutatePod translates KAI annotations on Pod create.
+// mutatePod translates KAI annotations on Pod create. It only computes its
+// patch: the ResourceClaimTemplate the patched pod names is created by
+// gpufrac-controller's own loop from the pod it sees (pkg/controller), so
+// no admission request, dry-run or forged, makes this handler create
+// anything.
 func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	logger := klog.FromContext(ctx)
 	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
@@ -113,6 +110,7 @@ func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionReques
 	}
 	opts := s.KAI
 	opts.GPUMemorySizes = s.Cluster.GPUMemorySizes()
+	opts.MaxGPUsPerNode = s.Cluster.MaxGPUsPerNode()
 	res, err := kai.Translate(&pod, opts)
 	if err != nil {
 		return deny(http.StatusUnprocessableEntity, err.Error())
@@ -120,30 +118,18 @@ func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionReques
 	if res == nil {
 		return allow()
 	}
-	var names []string
-	for _, tmpl := range res.Templates {
-		if err := s.ensureTemplate(ctx, tmpl); err != nil {
-			// Retryable: the API server retries the pod's create.
-			return deny(http.StatusInternalServerError, err.Error())
-		}
-		names = append(names, tmpl.Name)
+	ops, err := podPatch(req.Object.Raw, &pod, res.Pod)
+	if err != nil {
+		return deny(http.StatusBadRequest, err.Error())
 	}
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "replace", "path": "/spec", "value": res.Pod.Spec},
-		// "add" replaces an existing member, so it works with or without
-		// annotations present.
-		{"op": "add", "path": "/metadata/annotations", "value": res.Pod.Annotations},
-	})
+	patch, err := json.Marshal(ops)
 	if err != nil {
 		return deny(http.StatusInternalServerError, "encoding the patch: "+err.Error())
 	}
-	if s.Events != nil {
-		s.Events.Translated(res.Pod, names)
-	}
-	logger.V(2).Info("Translated KAI annotations", "pod", klog.KRef(pod.Namespace, podName(&pod)), "templates", names)
+	logger.V(2).Info("Translated KAI annotations", "pod", klog.KRef(pod.Namespace, podName(&pod)), "template", res.Template.Name, "dryRun", req.DryRun != nil && *req.DryRun)
 	pt := admissionv1.PatchTypeJSONPatch
-	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt,
-		Warnings: []string{fmt.Sprintf("gpufrac translated KAI GPU-sharing annotations into ResourceClaimTemplates %v", names)}}
+	warnings := append([]string{fmt.Sprintf("gpufrac translated KAI GPU-sharing annotations into a claim from ResourceClaimTemplate %s", res.Template.Name)}, res.Warnings...)
+	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: warnings}
 }
 
 func podName(pod *corev1.Pod) string {
@@ -151,15 +137,4 @@ func podName(pod *corev1.Pod) string {
 		return pod.Name
 	}
 	return pod.GenerateName
-}
-
-// ensureTemplate creates a template if absent. Names are hashes of the
-// spec, so an existing one is the same template: concurrent and retried
-// admissions converge.
-func (s *Server) ensureTemplate(ctx context.Context, tmpl *resourceapi.ResourceClaimTemplate) error {
-	_, err := s.Client.ResourceV1().ResourceClaimTemplates(tmpl.Namespace).Create(ctx, tmpl, metav1.CreateOptions{})
-	if err == nil || apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	return fmt.Errorf("creating ResourceClaimTemplate %s/%s: %w", tmpl.Namespace, tmpl.Name, err)
 }
