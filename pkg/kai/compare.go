@@ -39,7 +39,7 @@ func Compare(pod *corev1.Pod, opts Options) []Row {
 	case req == nil:
 		kaiAdmission = "admitted, no fractional GPU request"
 	}
-	gAdmission := "admitted, translated"
+	gAdmission := "admitted"
 	switch {
 	case terr != nil:
 		gAdmission = "refused: " + strings.TrimPrefix(terr.Error(), "cannot translate KAI GPU-sharing annotations: ")
@@ -54,7 +54,11 @@ func Compare(pod *corev1.Pod, opts Options) []Row {
 		return rows
 	}
 	add("container", req.container, req.container)
-	add("scheduler", "kai-scheduler (reservation pod, binder annotations)", res.Pod.Spec.SchedulerName+" (DRA claim from "+res.Template.Name+")")
+	scheduler := res.Pod.Spec.SchedulerName
+	if scheduler == "" {
+		scheduler = corev1.DefaultSchedulerName
+	}
+	add("scheduler", "kai-scheduler (reservation pod, binder annotations)", scheduler+" (DRA claim from template "+res.Template.Name+")")
 	mode := modeOf(pod, req)
 	add("compute mode", mode, mode)
 	add("devices", fmt.Sprint(req.count), fmt.Sprint(req.count))
