@@ -113,15 +113,7 @@ func Translate(pod *corev1.Pod, opts Options) (*Result, error) {
 	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: claimName, ResourceClaimTemplateName: ptr.To(tmpl.Name)})
 	forContainer(p, req.container, func(c *corev1.Container) {
 		c.Resources.Claims = append(c.Resources.Claims, corev1.ResourceClaim{Name: claimName})
-		var kept []corev1.EnvVar
-		for _, e := range c.Env {
-			if e.Name == "NVIDIA_GPU_MEMORY_REQUEST" || e.Name == "NVIDIA_GPU_MEMORY_LIMIT" {
-				out.Warnings = append(out.Warnings, fmt.Sprintf("container %s: removed %s: the GPU memory of a gpufrac claim is set by the driver, not by the pod", c.Name, e.Name))
-				continue
-			}
-			kept = append(kept, e)
-		}
-		c.Env = kept
+		out.Warnings = append(out.Warnings, StripMemoryEnv(c)...)
 	})
 	if slices.Contains(opts.KAISchedulerNames, p.Spec.SchedulerName) {
 		out.Warnings = append(out.Warnings, fmt.Sprintf("schedulerName %s replaced by %s: gpufrac's claim is placed by the Kubernetes scheduler, and KAI must not act on the pod too", p.Spec.SchedulerName, opts.SchedulerName))
@@ -280,3 +272,23 @@ func modeOf(pod *corev1.Pod, req *request) string {
 }
 
 func lower(q resource.Quantity) string { return strings.ToLower(q.String()) }
+
+// StripMemoryEnv removes NVIDIA_GPU_MEMORY_REQUEST and NVIDIA_GPU_MEMORY_LIMIT
+// from a container that uses a gpufrac claim and says so, one warning per
+// variable: NVIDIA's toolkit hook reads them (NVIDIA-CONTRACT section 8,
+// row 6), so a value the pod sets itself could override the claim's limit.
+func StripMemoryEnv(c *corev1.Container) []string {
+	var kept []corev1.EnvVar
+	var warnings []string
+	for _, e := range c.Env {
+		if e.Name == "NVIDIA_GPU_MEMORY_REQUEST" || e.Name == "NVIDIA_GPU_MEMORY_LIMIT" {
+			warnings = append(warnings, fmt.Sprintf("container %s: removed %s: the GPU memory of a gpufrac claim is set by the driver, not by the pod", c.Name, e.Name))
+			continue
+		}
+		kept = append(kept, e)
+	}
+	if len(warnings) > 0 {
+		c.Env = kept
+	}
+	return warnings
+}

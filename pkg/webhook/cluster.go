@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
@@ -17,9 +18,11 @@ import (
 
 // InformerCluster serves Cluster from shared informers.
 type InformerCluster struct {
-	slices  resourcelisters.ResourceSliceLister
-	classes resourcelisters.DeviceClassLister
-	synced  []cache.InformerSynced
+	slices    resourcelisters.ResourceSliceLister
+	classes   resourcelisters.DeviceClassLister
+	templates resourcelisters.ResourceClaimTemplateLister
+	claims    resourcelisters.ResourceClaimLister
+	synced    []cache.InformerSynced
 }
 
 // NewInformerCluster registers the informers it needs with factory; start
@@ -27,9 +30,13 @@ type InformerCluster struct {
 func NewInformerCluster(factory informers.SharedInformerFactory) *InformerCluster {
 	s := factory.Resource().V1().ResourceSlices()
 	c := factory.Resource().V1().DeviceClasses()
+	// Templates and claims: whether a pod's claim is a gpufrac one, so the
+	// webhook strips NVIDIA's memory variables from its containers.
+	t := factory.Resource().V1().ResourceClaimTemplates()
+	rc := factory.Resource().V1().ResourceClaims()
 	return &InformerCluster{
-		slices: s.Lister(), classes: c.Lister(),
-		synced: []cache.InformerSynced{s.Informer().HasSynced, c.Informer().HasSynced},
+		slices: s.Lister(), classes: c.Lister(), templates: t.Lister(), claims: rc.Lister(),
+		synced: []cache.InformerSynced{s.Informer().HasSynced, c.Informer().HasSynced, t.Informer().HasSynced, rc.Informer().HasSynced},
 	}
 }
 
@@ -71,6 +78,21 @@ func (c *InformerCluster) DeviceClasses() []*resourceapi.DeviceClass {
 		return nil
 	}
 	return all
+}
+
+// ClaimSpec implements Cluster.
+func (c *InformerCluster) ClaimSpec(namespace string, pc corev1.PodResourceClaim) *resourceapi.ResourceClaimSpec {
+	switch {
+	case pc.ResourceClaimTemplateName != nil:
+		if t, err := c.templates.ResourceClaimTemplates(namespace).Get(*pc.ResourceClaimTemplateName); err == nil {
+			return &t.Spec.Spec
+		}
+	case pc.ResourceClaimName != nil:
+		if claim, err := c.claims.ResourceClaims(namespace).Get(*pc.ResourceClaimName); err == nil {
+			return &claim.Spec
+		}
+	}
+	return nil
 }
 
 // MaxGPUsPerNode implements Cluster: the largest count of gpufrac devices

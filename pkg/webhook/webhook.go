@@ -37,6 +37,9 @@ type Cluster interface {
 	DeviceClasses() []*resourceapi.DeviceClass
 	// MaxGPUsPerNode is the most gpufrac GPUs one node publishes (0: none).
 	MaxGPUsPerNode() int
+	// ClaimSpec is the spec a pod's claim will have: its template's or its
+	// claim's, nil when neither exists (yet).
+	ClaimSpec(namespace string, claim corev1.PodResourceClaim) *resourceapi.ResourceClaimSpec
 }
 
 // Server answers admission requests.
@@ -115,10 +118,18 @@ func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionReques
 	if err != nil {
 		return deny(http.StatusUnprocessableEntity, err.Error())
 	}
-	if res == nil {
+	after := pod.DeepCopy()
+	var warnings []string
+	if res != nil {
+		after = res.Pod
+		warnings = append(warnings, fmt.Sprintf("gpufrac translated KAI GPU-sharing annotations into a claim from ResourceClaimTemplate %s", res.Template.Name))
+		warnings = append(warnings, res.Warnings...)
+	}
+	warnings = append(warnings, s.stripGPUFracContainers(&pod, after)...)
+	if len(warnings) == 0 {
 		return allow()
 	}
-	ops, err := podPatch(req.Object.Raw, &pod, res.Pod)
+	ops, err := podPatch(req.Object.Raw, &pod, after)
 	if err != nil {
 		return deny(http.StatusBadRequest, err.Error())
 	}
@@ -126,9 +137,11 @@ func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionReques
 	if err != nil {
 		return deny(http.StatusInternalServerError, "encoding the patch: "+err.Error())
 	}
-	logger.V(2).Info("Translated KAI annotations", "pod", klog.KRef(pod.Namespace, podName(&pod)), "template", res.Template.Name, "dryRun", req.DryRun != nil && *req.DryRun)
 	pt := admissionv1.PatchTypeJSONPatch
-	warnings := append([]string{fmt.Sprintf("gpufrac translated KAI GPU-sharing annotations into a claim from ResourceClaimTemplate %s", res.Template.Name)}, res.Warnings...)
+	if res == nil {
+		return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: warnings}
+	}
+	logger.V(2).Info("Translated KAI annotations", "pod", klog.KRef(pod.Namespace, podName(&pod)), "template", res.Template.Name, "dryRun", req.DryRun != nil && *req.DryRun)
 	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: warnings}
 }
 

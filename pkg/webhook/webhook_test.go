@@ -23,9 +23,17 @@ import (
 )
 
 type staticCluster struct {
-	sizes   []resource.Quantity
-	classes []*resourceapi.DeviceClass
-	maxGPUs int
+	sizes     []resource.Quantity
+	classes   []*resourceapi.DeviceClass
+	maxGPUs   int
+	templates map[string]*resourceapi.ResourceClaimSpec
+}
+
+func (c staticCluster) ClaimSpec(_ string, pc corev1.PodResourceClaim) *resourceapi.ResourceClaimSpec {
+	if pc.ResourceClaimTemplateName == nil {
+		return nil
+	}
+	return c.templates[*pc.ResourceClaimTemplateName]
 }
 
 func (c staticCluster) GPUMemorySizes() []resource.Quantity       { return c.sizes }
@@ -212,6 +220,41 @@ func TestMutateRefusesWithKAIsReason(t *testing.T) {
 		if resp.Allowed || resp.Result == nil || resp.Result.Code != 422 || resp.Result.Message != want {
 			t.Errorf("%s: response %+v", annotations, resp.Result)
 		}
+	}
+}
+
+// TestMutateStripsMemoryVariablesFromGPUFracContainers: a pod that uses a
+// gpufrac claim directly loses the NVIDIA memory variables it set itself on
+// the containers that use the claim, with a warning each; a container with
+// another driver's claim keeps them.
+func TestMutateStripsMemoryVariablesFromGPUFracContainers(t *testing.T) {
+	exact := func(class string) *resourceapi.ResourceClaimSpec {
+		return &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}}}}}
+	}
+	cluster := staticCluster{
+		classes: []*resourceapi.DeviceClass{
+			{ObjectMeta: metav1.ObjectMeta{Name: "gpufrac.dev"}, Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpufrac.dev"`}}}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com"}, Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.nvidia.com"`}}}}},
+		},
+		templates: map[string]*resourceapi.ResourceClaimSpec{"share": exact("gpufrac.dev"), "whole": exact("gpu.nvidia.com")},
+	}
+	srv := httptest.NewServer((&webhook.Server{Cluster: cluster}).Handler())
+	t.Cleanup(srv.Close)
+	env := []corev1.EnvVar{{Name: "NVIDIA_GPU_MEMORY_LIMIT", Value: "999999"}, {Name: "KEEP", Value: "1"}}
+	p := kaiPod(nil)
+	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "a", ResourceClaimTemplateName: ptr.To("share")}, {Name: "b", ResourceClaimTemplateName: ptr.To("whole")}}
+	p.Spec.Containers = []corev1.Container{
+		{Name: "main", Env: env, Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "a"}}}},
+		{Name: "other", Env: env, Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "b"}}}},
+	}
+	resp := review(t, srv, webhook.PathMutatePods, "Pod", admissionv1.Create, p)
+	ops := opsOf(t, resp)
+	if len(ops) != 1 || ops[0].Op != "remove" || ops[0].Path != "/spec/containers/0/env/0" {
+		t.Errorf("patch %s", resp.Patch)
+	}
+	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "container main: removed NVIDIA_GPU_MEMORY_LIMIT") {
+		t.Errorf("warnings %v", resp.Warnings)
 	}
 }
 
