@@ -158,6 +158,11 @@ func TemplateFor(pod *corev1.Pod, opts Options) (*resourceapi.ResourceClaimTempl
 	if req == nil {
 		return nil, fmt.Errorf("pod %s/%s: its annotations no longer request a GPU fraction", pod.Namespace, pod.Name)
 	}
+	// A pod can carry the label and annotations without having passed the
+	// webhook (a namespace it does not serve): the bounds hold here too.
+	if err := checkBounds(pod, req, opts); err != nil {
+		return nil, Errors{*err}
+	}
 	tmpl, _, err := build(pod, req, opts)
 	if err != nil {
 		return nil, err
