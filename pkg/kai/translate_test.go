@@ -327,3 +327,45 @@ func TestRefusals(t *testing.T) {
 		t.Errorf("a device count above any node's: %v %v", res, err)
 	}
 }
+
+// TestBinderArithmetic ports the figures of KAI's binder tests
+// (pkg/binder/plugins/nvfractions: "2000MiB * 0.5 with no reserve" gives
+// 1000Mi, a 0.8 portion limit 1600Mi, a reserve that swallows the GPU fails)
+// and adds the reserve and the derived compute portion.
+func TestBinderArithmetic(t *testing.T) {
+	gpu2000 := []resource.Quantity{resource.MustParse("2000Mi")}
+	const sel = `device.capacity["gpufrac.dev"].memory.compareTo(quantity("2000Mi")) == 0`
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		reserved    int64
+		want        string
+	}{
+		{"2000MiB x 0.5, no reserve", map[string]string{"gpu-fraction": "0.5"}, 0,
+			"gpu/size-2000mi: gpufrac.dev x1 memory 1000Mi where " + sel},
+		{"portion limit 0.8", map[string]string{"gpu-fraction": "0.5", "kai.scheduler/container.main.gpu-memory.portion.limit": "0.8"}, 0,
+			"gpu/size-2000mi: gpufrac.dev x1 memory 1000Mi where " + sel + "; config gpu/size-2000mi memoryLimit 1600Mi"},
+		{"a 500 MiB reserve: floor((2000 - 500) x 0.3)", map[string]string{"gpu-fraction": "0.3"}, 500,
+			"gpu/size-2000mi: gpufrac.dev x1 memory 450Mi where " + sel},
+		{"sm-sharing: the compute portion is memory / usable memory", map[string]string{"gpu-memory": "600", "nvidia.com/container.main.gpu-compute.mode": "sm-sharing"}, 500,
+			"gpu/size-2000mi: sm-sharing.gpufrac.dev x1 memory 600Mi where " + sel + "; config gpu/size-2000mi SMSharing 40%"},
+		{"sm-sharing: a compute request wins, rounded to the nearest percent", map[string]string{"gpu-memory": "600", "nvidia.com/container.main.gpu-compute.mode": "sm-sharing", "nvidia.com/container.main.gpu-compute.request": "0.336"}, 0,
+			"gpu: sm-sharing.gpufrac.dev x1 memory 600Mi; config gpu SMSharing 34%"},
+		{"sm-sharing: a tiny compute request is 1%, never 0 (unlimited to MPS)", map[string]string{"gpu-memory": "600", "nvidia.com/container.main.gpu-compute.mode": "sm-sharing", "nvidia.com/container.main.gpu-compute.request": "0.0049"}, 0,
+			"gpu: sm-sharing.gpufrac.dev x1 memory 600Mi; config gpu SMSharing 1%"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := kai.Translate(pod(tc.annotations, "main"), kai.Options{GPUMemorySizes: gpu2000, ReservedMiB: tc.reserved})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := summary(t, res.Template); got != tc.want {
+				t.Errorf("\n got: %s\nwant: %s", got, tc.want)
+			}
+		})
+	}
+	_, err := kai.Translate(pod(map[string]string{"gpu-fraction": "0.5"}, "main"), kai.Options{GPUMemorySizes: gpu2000, ReservedMiB: 2000})
+	if err == nil || !strings.Contains(err.Error(), "gpufrac: the reserve of 2000 MiB leaves nothing of a 2000Mi GPU") {
+		t.Errorf("a reserve that swallows the GPU: %v", err)
+	}
+}
