@@ -15,6 +15,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -117,6 +118,16 @@ func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionReques
 	res, err := kai.Translate(&pod, opts)
 	if err != nil {
 		return deny(http.StatusUnprocessableEntity, err.Error())
+	}
+	if res != nil {
+		// Template names are hashes of their spec, so an existing template
+		// of that name is the same one, unless someone made it first with
+		// another spec: the pod would run on what they wrote.
+		existing := s.Cluster.ClaimSpec(pod.Namespace, corev1.PodResourceClaim{ResourceClaimTemplateName: &res.Template.Name})
+		if existing != nil && !equality.Semantic.DeepEqual(*existing, res.Template.Spec.Spec) {
+			return deny(http.StatusConflict, fmt.Sprintf("ResourceClaimTemplate %s/%s exists with a spec other than the one gpufrac computes from the pod's KAI annotations; delete it or rename it",
+				pod.Namespace, res.Template.Name))
+		}
 	}
 	after := pod.DeepCopy()
 	var warnings []string

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/pkg/kai"
 	"github.com/gpufrac/gpufrac/pkg/webhook"
 )
 
@@ -255,6 +256,32 @@ func TestMutateStripsMemoryVariablesFromGPUFracContainers(t *testing.T) {
 	}
 	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "container main: removed NVIDIA_GPU_MEMORY_LIMIT") {
 		t.Errorf("warnings %v", resp.Warnings)
+	}
+}
+
+// TestMutateRefusesATemplateSomeoneElseWrote: a template with the name the
+// translation computes but another spec (made first by whoever can create
+// templates in the namespace) is not used; the same spec is.
+func TestMutateRefusesATemplateSomeoneElseWrote(t *testing.T) {
+	p := kaiPod(map[string]string{"gpu-memory": "1024"})
+	p.Namespace = "team"
+	res, err := kai.Translate(p, kai.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := res.Template.Spec.Spec.DeepCopy()
+	other.Devices.Requests[0].Exactly.Capacity.Requests["memory"] = resource.MustParse("100Gi")
+	for spec, wantAllowed := range map[*resourceapi.ResourceClaimSpec]bool{&res.Template.Spec.Spec: true, other: false} {
+		cluster := staticCluster{templates: map[string]*resourceapi.ResourceClaimSpec{res.Template.Name: spec}}
+		srv := httptest.NewServer((&webhook.Server{Cluster: cluster}).Handler())
+		resp := review(t, srv, webhook.PathMutatePods, "Pod", admissionv1.Create, p)
+		srv.Close()
+		if resp.Allowed != wantAllowed {
+			t.Errorf("existing template with the same spec %v: allowed %v (%v)", wantAllowed, resp.Allowed, resp.Result)
+		}
+		if !wantAllowed && (resp.Result.Code != 409 || !strings.Contains(resp.Result.Message, "exists with a spec other than")) {
+			t.Errorf("refusal %+v", resp.Result)
+		}
 	}
 }
 

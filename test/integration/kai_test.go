@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gpufrac/gpufrac/pkg/kai"
@@ -68,10 +69,17 @@ func TestKAIAnnotatedPodRunsWithItsShare(t *testing.T) {
 		t.Errorf("schedulerName %q: KAI would act on the pod too", created.Spec.SchedulerName)
 	}
 	tmplName := *created.Spec.ResourceClaims[0].ResourceClaimTemplateName
+	var stored *resourceapi.ResourceClaimTemplate
 	e.poll("the template "+tmplName+" made by gpufrac-controller's loop", func() (bool, error) {
-		_, err := e.client.ResourceV1().ResourceClaimTemplates(e.ns).Get(e.ctx, tmplName, metav1.GetOptions{})
+		var err error
+		stored, err = e.client.ResourceV1().ResourceClaimTemplates(e.ns).Get(e.ctx, tmplName, metav1.GetOptions{})
 		return err == nil, nil
 	})
+	// The API server's defaulting leaves the spec as computed, so the
+	// webhook's check of an existing template by spec holds for the next pod.
+	if want, err := kai.TemplateFor(created, kai.Options{TimeSlicingClass: class, SMSharingClass: class}); err != nil || !equality.Semantic.DeepEqual(stored.Spec.Spec, want.Spec.Spec) {
+		t.Errorf("the stored template differs from the computed one (%v):\n%+v\n%+v", err, stored.Spec.Spec, want)
+	}
 	running := e.waitRunning("kai-llm")
 	claim := e.claimOf(running)
 	var gpus []resourceapi.Device
