@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -147,7 +148,14 @@ func (l *templateLoop) sync(ctx context.Context, key cache.ObjectName) error {
 			"Created ResourceClaimTemplate %s from the pod's KAI GPU-sharing annotations", tmpl.Name)
 		klog.FromContext(ctx).V(2).Info("Created a KAI claim template", "pod", klog.KObj(pod), "template", tmpl.Name)
 	case apierrors.IsAlreadyExists(err):
-		// Equal names are equal specs (the name is a hash of the spec).
+		// Equal names are equal specs (the name is a hash of the spec),
+		// unless someone else made the template first; the webhook refuses
+		// such pods, this catches one made after admission.
+		existing, gerr := l.client.ResourceV1().ResourceClaimTemplates(pod.Namespace).Get(ctx, tmpl.Name, metav1.GetOptions{})
+		if gerr == nil && !equality.Semantic.DeepEqual(existing.Spec.Spec, tmpl.Spec.Spec) {
+			l.recorder.Eventf(pod, nil, corev1.EventTypeWarning, "KAITemplateDiffers", "Translate",
+				"ResourceClaimTemplate %s exists with a spec other than the one the pod's KAI annotations give", tmpl.Name)
+		}
 	default:
 		return fmt.Errorf("creating ResourceClaimTemplate %s/%s: %w", pod.Namespace, tmpl.Name, err)
 	}
