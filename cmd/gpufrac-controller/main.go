@@ -75,6 +75,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&cfg.Cert.ValidatingConfig, "validating-webhook-configuration", "gpufrac", "ValidatingWebhookConfiguration whose CA bundle to set; empty skips")
 	fs.StringVar(&cfg.KAI.TimeSlicingClass, "time-slicing-class", "gpufrac.dev", "DeviceClass for translated TimeSlicing claims")
 	fs.StringVar(&cfg.KAI.SMSharingClass, "sm-sharing-class", "sm-sharing.gpufrac.dev", "DeviceClass for translated SMSharing claims")
+	fs.Int64Var(&cfg.KAI.ReservedMiB, "kai-reserved-gpu-memory-mib", 0, "MiB held back from each GPU before a KAI gpu-fraction becomes memory (KAI binder's reservedGpuMemoryMiB)")
 	logsapi.AddFlags(logging, fs)
 	return cmd
 }

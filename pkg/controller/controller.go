@@ -83,9 +83,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("waiting for the webhook certificate: %w", err)
 	}
 
-	recorder := webhook.NewEventRecorder(ctx, cfg.Client)
-	defer recorder.Shutdown()
-	srv := &webhook.Server{Client: cfg.Client, Cluster: cluster, Events: recorder, KAI: cfg.KAI}
+	// The templates translated pods name are created here, from the pods
+	// the API server holds, never by the webhook.
+	loop, loopFactories := newTemplateLoop(ctx, cfg.Client, cfg.KAI)
+	for _, f := range loopFactories {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+	}
+	go loop.run(ctx, 2)
+
+	srv := &webhook.Server{Cluster: cluster, Reader: cfg.Client, KAI: cfg.KAI}
 	lis, err := net.Listen("tcp", cfg.WebhookAddress)
 	if err != nil {
 		return fmt.Errorf("listening for admission on %s: %w", cfg.WebhookAddress, err)
@@ -94,8 +101,13 @@ func Run(ctx context.Context, cfg Config) error {
 		Handler: srv.Handler(),
 		// Asked on every handshake, so a renewed certificate is served
 		// without a restart.
-		TLSConfig:         &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12},
+		TLSConfig: &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12},
+		// Every read and write is bounded: a client that trickles its body
+		// holds a connection for at most ReadTimeout.
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       90 * time.Second,
 	}
 	errs := make(chan error, 1)
 	go func() { errs <- httpSrv.ServeTLS(lis, "", "") }()

@@ -69,7 +69,7 @@ func TestServesAdmissionOverTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = resp.Body.Close()
-	if out.Response == nil || out.Response.Allowed || out.Response.Result.Message != `cannot translate KAI GPU-sharing annotations: annotation gpu-memory="oops": must be a positive whole number of MiB` {
+	if out.Response == nil || out.Response.Allowed || out.Response.Result.Message != `cannot translate KAI GPU-sharing annotations: annotation gpu-memory="oops": failed to parse gpu memory annotation value: must be a whole number of MiB` {
 		t.Errorf("response %+v", out.Response)
 	}
 	cancel()

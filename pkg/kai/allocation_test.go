@@ -48,7 +48,7 @@ func translateOne(t *testing.T, annotations map[string]string) *resourceapi.Reso
 	if err != nil {
 		t.Fatal(err)
 	}
-	return placement.ClaimFromTemplate("c", res.Templates[0])
+	return placement.ClaimFromTemplate("c", res.Template)
 }
 
 // TestNumDevicesLandOnDistinctGPUs runs the scheduler's allocator on the

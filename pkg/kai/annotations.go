@@ -1,8 +1,12 @@
 // Package kai translates KAI-Scheduler GPU-sharing annotations into DRA
 // claims for gpufrac, so workloads written for KAI keep working: a pure
 // function from a Pod (and the GPU memory sizes in the cluster) to the
-// ResourceClaimTemplates it needs and the changes to the Pod that use them.
-// The admission webhook and `kubectl gpufrac translate` both call it.
+// ResourceClaimTemplate it needs and the changes to the Pod that use it.
+//
+// What is accepted and refused is KAI's own admission, transcribed from its
+// source (rules.go; docs/kai.md cites the file and function of each rule):
+// a pod KAI admits is translated, a pod KAI refuses is refused with KAI's
+// reason and the annotation named.
 package kai
 
 import (
@@ -10,64 +14,70 @@ import (
 	"strings"
 )
 
-// The annotations of the design's table.
+// Pod-level annotations (KAI's constants.go).
 const (
 	AnnotationFraction      = "gpu-fraction"
 	AnnotationMemory        = "gpu-memory"
 	AnnotationNumDevices    = "gpu-fraction-num-devices"
 	AnnotationContainerName = "gpu-fraction-container-name"
-	AnnotationSharingMode   = "kai.scheduler/gpu-compute-sharing-mode"
-
-	containerPrefixNvidia = "nvidia.com/container."
-	containerPrefixKAI    = "kai.scheduler/container."
-	suffixMemoryRequest   = ".gpu-memory.request"
-	suffixMemoryLimit     = ".gpu-memory.limit"
-	suffixComputeMode     = ".gpu-compute.mode"
-	suffixPortionLimit    = ".gpu-memory.portion.limit"
-	// suffixDevices is written by KAI's binder; it is output, never input.
-	suffixDevices = ".gpus.devices"
-
-	// AnnotationTranslated marks a pod this translator already changed.
-	AnnotationTranslated = "gpufrac.dev/kai-templates"
+	// AnnotationSharingMode appears in KAI's docs only; KAI's code reads the
+	// per-container mode. gpufrac reads it as the default of the latter.
+	AnnotationSharingMode = "kai.scheduler/gpu-compute-sharing-mode"
 )
 
-// containerAnnotation splits a per-container annotation into its container
-// and its setting (the suffix), or returns ok false.
-func containerAnnotation(key string) (container, suffix string, ok bool) {
-	for _, prefix := range []string{containerPrefixNvidia, containerPrefixKAI} {
-		rest, found := strings.CutPrefix(key, prefix)
-		if !found {
-			continue
-		}
-		for _, s := range []string{suffixMemoryRequest, suffixMemoryLimit, suffixComputeMode, suffixPortionLimit, suffixDevices} {
-			if c, found := strings.CutSuffix(rest, s); found && c != "" {
-				if (prefix == containerPrefixKAI) != (s == suffixPortionLimit) {
-					// Each setting belongs to one prefix in KAI's scheme.
-					return "", "", false
-				}
-				return c, s, true
-			}
-		}
-	}
-	return "", "", false
-}
+// Per-container annotations: nvidia.com/container.<c><suffix> (NvFractions)
+// and kai.scheduler/container.<c>.gpu-memory.portion.limit.
+const (
+	PrefixNvFractions = "nvidia.com/container."
+	PrefixKAI         = "kai.scheduler/container."
 
-// HasAnnotations reports whether a pod carries any annotation this package
-// translates (the binder's output annotation does not count).
+	SuffixMemoryRequest  = ".gpu-memory.request"
+	SuffixMemoryLimit    = ".gpu-memory.limit"
+	SuffixDevices        = ".gpus.devices"
+	SuffixComputeMode    = ".gpu-compute.mode"
+	SuffixComputePortion = ".gpu-compute.portion"
+	SuffixComputeRequest = ".gpu-compute.request"
+	SuffixPortionLimit   = ".gpu-memory.portion.limit"
+)
+
+// Annotations and labels gpufrac writes on the pods it translates.
+const (
+	// AnnotationTranslated names the ResourceClaimTemplate the pod uses.
+	AnnotationTranslated = "gpufrac.dev/kai-templates"
+	// AnnotationInputs records the cluster facts the template was computed
+	// from (GPU sizes, reserve), so gpufrac-controller creates exactly the
+	// template the pod names whatever the cluster looks like later.
+	AnnotationInputs = "gpufrac.dev/kai-inputs"
+	// LabelTranslated selects translated pods for the controller's informer.
+	LabelTranslated = "gpufrac.dev/kai-translated"
+	// AnnotationRounding on a template says where gpufrac's memory differs
+	// from what KAI's binder computes.
+	AnnotationRounding = "gpufrac.dev/kai-rounding"
+	// AnnotationComputeCap on a template says what became of KAI's compute
+	// portion.
+	AnnotationComputeCap = "gpufrac.dev/kai-compute"
+)
+
+// HasAnnotations reports whether a pod carries any annotation KAI's
+// GPU-sharing admission reads.
 func HasAnnotations(annotations map[string]string) bool {
 	for k := range annotations {
 		switch k {
 		case AnnotationFraction, AnnotationMemory, AnnotationNumDevices, AnnotationContainerName, AnnotationSharingMode:
 			return true
 		}
-		if _, s, ok := containerAnnotation(k); ok && s != suffixDevices {
+		if strings.HasPrefix(k, PrefixNvFractions) {
+			return true
+		}
+		if strings.HasPrefix(k, PrefixKAI) && strings.HasSuffix(k, SuffixPortionLimit) {
 			return true
 		}
 	}
 	return false
 }
 
-// Error is one annotation that cannot be translated.
+// Error is a pod KAI (or gpufrac's bounds) refuses: the annotation, its
+// value and the rule.
 type Error struct {
 	Annotation string
 	Value      string
@@ -75,10 +85,14 @@ type Error struct {
 }
 
 func (e Error) Error() string {
+	if e.Annotation == "" {
+		return e.Rule
+	}
 	return fmt.Sprintf("annotation %s=%q: %s", e.Annotation, e.Value, e.Rule)
 }
 
-// Errors is every problem of a pod, so one round trip fixes them all.
+// Errors is kept as a list so callers can print each problem; KAI stops at
+// its first refusal, and so does the transcription.
 type Errors []Error
 
 func (es Errors) Error() string {

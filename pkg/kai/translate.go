@@ -1,25 +1,15 @@
 package kai
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
-	"math"
 	"slices"
-	"sort"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
-
-	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 )
 
 // Options are the cluster facts a translation depends on.
@@ -29,15 +19,54 @@ type Options struct {
 	GPUMemorySizes []resource.Quantity
 	// Class names for each compute mode (defaults: the shipped classes).
 	TimeSlicingClass, SMSharingClass string
+	// ReservedMiB is KAI's binder reservedGpuMemoryMiB: held back from each
+	// GPU before a portion becomes MiB (default 0, as KAI's plugin when the
+	// argument is not set).
+	ReservedMiB int64
+	// MemoryStep is the capacity step gpufrac's ResourceSlices publish;
+	// requests round up to it (default 256Mi). Only used to say where
+	// gpufrac's allocation differs from KAI's figure.
+	MemoryStep resource.Quantity
+	// MaxGPUsPerNode is the most gpufrac GPUs one node has; 0 when unknown.
+	// A device count above it can never be satisfied and is refused.
+	MaxGPUsPerNode int
+	// KAISchedulerNames are the schedulerName values that hand a pod to
+	// KAI (default: kai-scheduler); translated pods are moved off them.
+	KAISchedulerNames []string
+	// SchedulerName replaces them (default: default-scheduler).
+	SchedulerName string
+}
+
+func (o *Options) defaults() {
+	if o.TimeSlicingClass == "" {
+		o.TimeSlicingClass = "gpufrac.dev"
+	}
+	if o.SMSharingClass == "" {
+		o.SMSharingClass = "sm-sharing.gpufrac.dev"
+	}
+	if o.MemoryStep.IsZero() {
+		o.MemoryStep = resource.MustParse("256Mi")
+	}
+	if o.KAISchedulerNames == nil {
+		o.KAISchedulerNames = []string{"kai-scheduler"}
+	}
+	if o.SchedulerName == "" {
+		o.SchedulerName = corev1.DefaultSchedulerName
+	}
 }
 
 // Result is what a pod needs.
 type Result struct {
-	// Pod is a copy of the input with the claims added.
+	// Pod is a copy of the input with the claim added, the KAI scheduler
+	// name replaced and the translation recorded.
 	Pod *corev1.Pod
-	// Templates are to be created in the pod's namespace if absent; equal
-	// parameters give equal names, so pods share them.
-	Templates []*resourceapi.ResourceClaimTemplate
+	// Template is to exist in the pod's namespace; gpufrac-controller
+	// creates it from the pod (TemplateFor). Equal parameters give equal
+	// names, so pods share it.
+	Template *resourceapi.ResourceClaimTemplate
+	// Warnings say what of KAI's behaviour gpufrac does not reproduce for
+	// this pod and what it changed beyond the claim.
+	Warnings []string
 }
 
 // RequestName is the request of every translated claim.
@@ -49,64 +78,176 @@ const LabelManagedBy = "app.kubernetes.io/managed-by"
 // ManagedByValue is the value of LabelManagedBy.
 const ManagedByValue = "gpufrac-controller"
 
-// want is what one container asked for.
-type want struct {
-	container string
-	legacy    bool
-	// Exactly one of fraction and request is set.
-	fraction float64
-	request  *resource.Quantity
-	limit    *resource.Quantity
-	portion  float64
-	mode     v1alpha1.ComputeMode
-	count    int
-	// broken: one of its annotations was refused; report nothing derived.
-	broken bool
+// Inputs are the facts a template was computed from, recorded on the pod.
+type Inputs struct {
+	GPUMemorySizes []resource.Quantity `json:"gpuMemorySizes,omitempty"`
+	ReservedMiB    int64               `json:"reservedMiB,omitempty"`
+	MemoryStep     resource.Quantity   `json:"memoryStep"`
 }
 
 // Translate returns nil, nil for a pod with nothing to translate (no KAI
-// annotations, or translated already).
+// fractional request, or translated already), and Errors for a pod KAI
+// refuses or no GPU in the cluster can satisfy.
 func Translate(pod *corev1.Pod, opts Options) (*Result, error) {
-	if !HasAnnotations(pod.Annotations) || pod.Annotations[AnnotationTranslated] != "" {
+	if !HasAnnotations(pod.Annotations) || translatedAlready(pod) {
 		return nil, nil
 	}
-	if opts.TimeSlicingClass == "" {
-		opts.TimeSlicingClass = "gpufrac.dev"
+	opts.defaults()
+	req, kerr := admit(pod)
+	if kerr != nil {
+		return nil, Errors{*kerr}
 	}
-	if opts.SMSharingClass == "" {
-		opts.SMSharingClass = "sm-sharing.gpufrac.dev"
+	if req == nil {
+		return nil, nil
 	}
-	wants, errs := parse(pod, opts)
-	if len(errs) > 0 {
-		return nil, errs
+	if err := checkBounds(pod, req, opts); err != nil {
+		return nil, Errors{*err}
 	}
-	out := &Result{Pod: pod.DeepCopy()}
-	var names []string
-	for _, w := range wants {
-		tmpl, err := template(pod.Namespace, w, opts)
-		if err != nil {
-			return nil, err
-		}
-		out.Templates = append(out.Templates, tmpl)
-		names = append(names, tmpl.Name)
-		claimName := podClaimName(w.container)
-		out.Pod.Spec.ResourceClaims = append(out.Pod.Spec.ResourceClaims, corev1.PodResourceClaim{
-			Name: claimName, ResourceClaimTemplateName: ptr.To(tmpl.Name),
-		})
-		addContainerClaim(out.Pod, w.container, claimName)
+	tmpl, warnings, err := build(pod, req, opts)
+	if err != nil {
+		return nil, err
 	}
-	if out.Pod.Annotations == nil {
-		out.Pod.Annotations = map[string]string{}
+	out := &Result{Pod: pod.DeepCopy(), Template: tmpl, Warnings: warnings}
+	p := out.Pod
+	claimName := podClaimName(req.container)
+	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: claimName, ResourceClaimTemplateName: ptr.To(tmpl.Name)})
+	forContainer(p, req.container, func(c *corev1.Container) {
+		c.Resources.Claims = append(c.Resources.Claims, corev1.ResourceClaim{Name: claimName})
+		out.Warnings = append(out.Warnings, StripMemoryEnv(c)...)
+	})
+	if slices.Contains(opts.KAISchedulerNames, p.Spec.SchedulerName) {
+		out.Warnings = append(out.Warnings, fmt.Sprintf("schedulerName %s replaced by %s: gpufrac's claim is placed by the Kubernetes scheduler, and KAI must not act on the pod too", p.Spec.SchedulerName, opts.SchedulerName))
+		p.Spec.SchedulerName = opts.SchedulerName
 	}
-	out.Pod.Annotations[AnnotationTranslated] = strings.Join(names, ",")
+	inputs, err := json.Marshal(Inputs{GPUMemorySizes: opts.GPUMemorySizes, ReservedMiB: opts.ReservedMiB, MemoryStep: opts.MemoryStep})
+	if err != nil {
+		return nil, fmt.Errorf("recording the translation inputs: %w", err)
+	}
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	p.Annotations[AnnotationTranslated] = tmpl.Name
+	p.Annotations[AnnotationInputs] = string(inputs)
+	if p.Labels == nil {
+		p.Labels = map[string]string{}
+	}
+	p.Labels[LabelTranslated] = "true"
 	return out, nil
 }
 
-func addContainerClaim(pod *corev1.Pod, container, claim string) {
+// TemplateFor recomputes the template a translated pod names, from the KAI
+// annotations and the inputs recorded on it; opts supplies the class names
+// (the controller's own). It fails when the pod is not translated or the
+// recomputed name differs from the recorded one.
+func TemplateFor(pod *corev1.Pod, opts Options) (*resourceapi.ResourceClaimTemplate, error) {
+	name := pod.Annotations[AnnotationTranslated]
+	raw, ok := pod.Annotations[AnnotationInputs]
+	if name == "" || !ok {
+		return nil, fmt.Errorf("pod %s/%s is not translated", pod.Namespace, pod.Name)
+	}
+	var in Inputs
+	if err := json.Unmarshal([]byte(raw), &in); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", AnnotationInputs, err)
+	}
+	opts.GPUMemorySizes, opts.ReservedMiB, opts.MemoryStep = in.GPUMemorySizes, in.ReservedMiB, in.MemoryStep
+	opts.defaults()
+	req, kerr := admit(pod)
+	if kerr != nil {
+		return nil, Errors{*kerr}
+	}
+	if req == nil {
+		return nil, fmt.Errorf("pod %s/%s: its annotations no longer request a GPU fraction", pod.Namespace, pod.Name)
+	}
+	// A pod can carry the label and annotations without having passed the
+	// webhook (a namespace it does not serve): the bounds hold here too.
+	if err := checkBounds(pod, req, opts); err != nil {
+		return nil, Errors{*err}
+	}
+	tmpl, _, err := build(pod, req, opts)
+	if err != nil {
+		return nil, err
+	}
+	if tmpl.Name != name {
+		return nil, fmt.Errorf("pod %s/%s names template %s, but its annotations give %s here (different class names?)", pod.Namespace, pod.Name, name, tmpl.Name)
+	}
+	return tmpl, nil
+}
+
+// translatedAlready: the pod carries the claim a translation added (a
+// reinvoked webhook sees its own output). A pod that only claims to be
+// translated, by setting the annotation itself, is translated anyway.
+func translatedAlready(pod *corev1.Pod) bool {
+	name := pod.Annotations[AnnotationTranslated]
+	if name == "" {
+		return false
+	}
+	for _, c := range pod.Spec.ResourceClaims {
+		if c.ResourceClaimTemplateName != nil && *c.ResourceClaimTemplateName == name {
+			return true
+		}
+	}
+	return false
+}
+
+// checkBounds refuses what KAI accepts but no GPU in the cluster can ever
+// satisfy (the one deliberate difference in what is admitted).
+func checkBounds(pod *corev1.Pod, req *request, opts Options) *Error {
+	if req.kind == kindPortion && len(opts.GPUMemorySizes) == 0 {
+		return refusal(AnnotationFraction, pod.Annotations[AnnotationFraction], "gpufrac: the cluster has no gpufrac GPUs, so a portion cannot be turned into memory")
+	}
+	if opts.MaxGPUsPerNode > 0 && req.count > int64(opts.MaxGPUsPerNode) {
+		return refusal(AnnotationNumDevices, pod.Annotations[AnnotationNumDevices], fmt.Sprintf("gpufrac: no node has more than %d gpufrac GPUs", opts.MaxGPUsPerNode))
+	}
+	largest := largestSize(opts.GPUMemorySizes)
+	check := func(q resource.Quantity, key string) *Error {
+		if q.Cmp(resource.MustParse("1Pi")) > 0 || (largest != nil && q.Cmp(*largest) > 0) {
+			bound := "1Pi"
+			if largest != nil {
+				bound = largest.String()
+			}
+			return refusal(key, pod.Annotations[key], fmt.Sprintf("gpufrac: %s is more than the largest GPU in the cluster (%s)", q.String(), bound))
+		}
+		return nil
+	}
+	if req.kind == kindNvFractions || req.kind == kindMemory {
+		key := PrefixNvFractions + req.container + SuffixMemoryRequest
+		if _, ok := pod.Annotations[key]; !ok {
+			key = PrefixNvFractions + req.container + SuffixMemoryLimit
+		}
+		if _, ok := pod.Annotations[AnnotationMemory]; ok {
+			key = AnnotationMemory
+		}
+		if err := check(req.memory, key); err != nil {
+			return err
+		}
+	}
+	if req.limit != nil {
+		if err := check(*req.limit, PrefixNvFractions+req.container+SuffixMemoryLimit); err != nil {
+			return err
+		}
+	}
+	if v, ok := pod.Annotations[AnnotationSharingMode]; ok && req.mode == "" && v != "time-slicing" && v != "sm-sharing" {
+		return refusal(AnnotationSharingMode, v, "gpufrac: must be time-slicing or sm-sharing (KAI's code does not read this key; gpufrac reads it as the default compute mode)")
+	}
+	return nil
+}
+
+func largestSize(sizes []resource.Quantity) *resource.Quantity {
+	var out *resource.Quantity
+	for i := range sizes {
+		if out == nil || sizes[i].Cmp(*out) > 0 {
+			out = &sizes[i]
+		}
+	}
+	return out
+}
+
+func forContainer(pod *corev1.Pod, name string, f func(*corev1.Container)) {
 	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range list {
-			if list[i].Name == container {
-				list[i].Resources.Claims = append(list[i].Resources.Claims, corev1.ResourceClaim{Name: claim})
+			if list[i].Name == name {
+				f(&list[i])
+				return
 			}
 		}
 	}
@@ -119,300 +260,40 @@ func podClaimName(container string) string {
 	if len(name) <= 63 {
 		return name
 	}
-	sum := sha256.Sum256([]byte(container))
-	return "gpufrac-" + hex.EncodeToString(sum[:])[:16]
+	return "gpufrac-" + shortHash([]byte(container), 16)
 }
 
-func hasContainer(pod *corev1.Pod, name string) bool {
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for _, c := range list {
-			if c.Name == name {
-				return true
-			}
-		}
+// modeOf is the compute mode of the claim: the container's
+// gpu-compute.mode, else gpufrac's reading of the pod-wide key, else
+// time-slicing (KAI's default).
+func modeOf(pod *corev1.Pod, req *request) string {
+	if req.mode != "" {
+		return req.mode
 	}
-	return false
+	if v := pod.Annotations[AnnotationSharingMode]; v == "sm-sharing" {
+		return v
+	}
+	return "time-slicing"
 }
 
-func parseMode(v string) (v1alpha1.ComputeMode, bool) {
-	switch v {
-	case "time-slicing":
-		return v1alpha1.TimeSlicing, true
-	case "sm-sharing":
-		return v1alpha1.SMSharing, true
-	}
-	return "", false
-}
+func lower(q resource.Quantity) string { return strings.ToLower(q.String()) }
 
-const modeRule = "must be time-slicing or sm-sharing"
-
-// parse reads every annotation into per-container wants, collecting every
-// problem.
-func parse(pod *corev1.Pod, opts Options) ([]want, Errors) {
-	a := pod.Annotations
-	var errs Errors
-	bad := func(key, rule string) { errs = append(errs, Error{Annotation: key, Value: a[key], Rule: rule}) }
-
-	podMode := v1alpha1.TimeSlicing
-	if v, ok := a[AnnotationSharingMode]; ok {
-		if m, ok := parseMode(v); ok {
-			podMode = m
-		} else {
-			bad(AnnotationSharingMode, modeRule)
-		}
-	}
-
-	wants := map[string]*want{}
-	// Legacy, pod-level annotations: one container's claim.
-	_, hasFraction := a[AnnotationFraction]
-	_, hasMemory := a[AnnotationMemory]
-	if hasFraction || hasMemory {
-		container := ""
-		if len(pod.Spec.Containers) > 0 {
-			container = pod.Spec.Containers[0].Name
-		}
-		if v, ok := a[AnnotationContainerName]; ok {
-			container = v
-			if !hasContainer(pod, v) {
-				bad(AnnotationContainerName, "the pod has no container of that name")
-			}
-		}
-		w := &want{container: container, legacy: true, count: 1}
-		switch {
-		case hasFraction && hasMemory:
-			bad(AnnotationMemory, "set gpu-fraction or gpu-memory, not both")
-		case hasFraction:
-			f, err := strconv.ParseFloat(a[AnnotationFraction], 64)
-			if err != nil || !(f > 0 && f < 1) {
-				bad(AnnotationFraction, "must be a number greater than 0 and less than 1 (a portion of one GPU)")
-			} else if len(opts.GPUMemorySizes) == 0 {
-				bad(AnnotationFraction, "the cluster has no gpufrac GPUs, so a portion cannot be turned into memory")
-			}
-			w.fraction = f
-		default:
-			mib, err := strconv.ParseInt(a[AnnotationMemory], 10, 64)
-			if err != nil || mib <= 0 {
-				bad(AnnotationMemory, "must be a positive whole number of MiB")
-			}
-			w.request = resource.NewQuantity(mib<<20, resource.BinarySI)
-		}
-		if v, ok := a[AnnotationNumDevices]; ok {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				bad(AnnotationNumDevices, "must be a positive whole number of GPUs")
-			}
-			w.count = max(n, 1)
-		}
-		wants[container] = w
-	} else {
-		if _, ok := a[AnnotationNumDevices]; ok {
-			bad(AnnotationNumDevices, "needs gpu-fraction or gpu-memory beside it")
-		}
-		if _, ok := a[AnnotationContainerName]; ok {
-			bad(AnnotationContainerName, "needs gpu-fraction or gpu-memory beside it")
-		}
-	}
-
-	// Per-container annotations, in a stable order for stable messages.
-	keys := make([]string, 0, len(a))
-	for k := range a {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		c, suffix, ok := containerAnnotation(k)
-		if !ok || suffix == suffixDevices {
+// StripMemoryEnv removes NVIDIA_GPU_MEMORY_REQUEST and NVIDIA_GPU_MEMORY_LIMIT
+// from a container that uses a gpufrac claim and says so, one warning per
+// variable: NVIDIA's toolkit hook reads them (NVIDIA-CONTRACT section 8,
+// row 6), so a value the pod sets itself could override the claim's limit.
+func StripMemoryEnv(c *corev1.Container) []string {
+	var kept []corev1.EnvVar
+	var warnings []string
+	for _, e := range c.Env {
+		if e.Name == "NVIDIA_GPU_MEMORY_REQUEST" || e.Name == "NVIDIA_GPU_MEMORY_LIMIT" {
+			warnings = append(warnings, fmt.Sprintf("container %s: removed %s: the GPU memory of a gpufrac claim is set by the driver, not by the pod", c.Name, e.Name))
 			continue
 		}
-		if !hasContainer(pod, c) {
-			bad(k, fmt.Sprintf("the pod has no container %q", c))
-			continue
-		}
-		w := wants[c]
-		if w == nil {
-			w = &want{container: c, count: 1}
-			wants[c] = w
-		} else if w.legacy {
-			bad(k, fmt.Sprintf("container %q already gets a GPU from gpu-fraction or gpu-memory; use one scheme per container", c))
-			continue
-		}
-		v := a[k]
-		before := len(errs)
-		switch suffix {
-		case suffixMemoryRequest, suffixMemoryLimit:
-			q, err := resource.ParseQuantity(v)
-			if err != nil || q.Sign() <= 0 {
-				bad(k, "must be a positive quantity such as 20Gi")
-				w.broken = true
-				continue
-			}
-			if suffix == suffixMemoryRequest {
-				w.request = &q
-			} else {
-				w.limit = &q
-			}
-		case suffixComputeMode:
-			if m, ok := parseMode(v); ok {
-				w.mode = m
-			} else {
-				bad(k, modeRule)
-			}
-		case suffixPortionLimit:
-			p, err := strconv.ParseFloat(v, 64)
-			switch {
-			case err != nil || !(p > 0 && p <= 1):
-				bad(k, "must be a number greater than 0 and at most 1 (a portion of one GPU)")
-			case len(opts.GPUMemorySizes) == 0:
-				bad(k, "the cluster has no gpufrac GPUs, so a portion cannot be turned into memory")
-			default:
-				w.portion = p
-			}
-		}
-		w.broken = w.broken || len(errs) > before
+		kept = append(kept, e)
 	}
-
-	var out []want
-	for _, c := range slices.Sorted(maps.Keys(wants)) {
-		w := wants[c]
-		if w.broken {
-			continue
-		}
-		if w.mode == "" {
-			w.mode = podMode
-		}
-		if !w.legacy {
-			prefix := containerPrefixNvidia + c
-			switch {
-			case w.request == nil && w.limit != nil:
-				// KAI: the request defaults to the limit.
-				w.request = ptr.To(w.limit.DeepCopy())
-			case w.request == nil && w.portion == 0:
-				errs = append(errs, Error{Annotation: prefix + suffixComputeMode, Value: a[prefix+suffixComputeMode],
-					Rule: fmt.Sprintf("container %q names a compute mode but no gpu-memory request or limit", c)})
-				continue
-			case w.request == nil:
-				k := containerPrefixKAI + c + suffixPortionLimit
-				errs = append(errs, Error{Annotation: k, Value: a[k], Rule: "a limit needs a request: add " + prefix + suffixMemoryRequest})
-				continue
-			}
-			if w.limit != nil && w.limit.Cmp(*w.request) < 0 {
-				errs = append(errs, Error{Annotation: prefix + suffixMemoryLimit, Value: a[prefix+suffixMemoryLimit],
-					Rule: fmt.Sprintf("must not be below the request %s", w.request.String())})
-			}
-		}
-		errs = append(errs, checkPortion(a, w, opts)...)
-		out = append(out, *w)
+	if len(warnings) > 0 {
+		c.Env = kept
 	}
-	return out, errs
-}
-
-// checkPortion refuses a portion limit below the request on some GPU size.
-func checkPortion(a map[string]string, w *want, opts Options) Errors {
-	if w.portion == 0 {
-		return nil
-	}
-	k := containerPrefixKAI + w.container + suffixPortionLimit
-	for _, size := range opts.GPUMemorySizes {
-		limit := portionOf(w.portion, size)
-		req := requestOn(w, size)
-		if limit.Cmp(req) < 0 {
-			return Errors{{Annotation: k, Value: a[k], Rule: fmt.Sprintf("on a %s GPU this is %s, below the request %s", size.String(), limit.String(), req.String())}}
-		}
-	}
-	return nil
-}
-
-// portionOf is p of size, rounded up to a whole MiB.
-func portionOf(p float64, size resource.Quantity) resource.Quantity {
-	mib := int64(math.Ceil(p * float64(size.Value()) / (1 << 20)))
-	return *resource.NewQuantity(mib<<20, resource.BinarySI)
-}
-
-func requestOn(w *want, size resource.Quantity) resource.Quantity {
-	if w.request != nil {
-		return *w.request
-	}
-	return portionOf(w.fraction, size)
-}
-
-// subrequestName names the alternative for one GPU size.
-func subrequestName(size resource.Quantity) string {
-	return "size-" + strings.ToLower(size.String())
-}
-
-// sizeSelector matches GPUs of exactly one memory size.
-func sizeSelector(size resource.Quantity) resourceapi.DeviceSelector {
-	return resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{
-		Expression: fmt.Sprintf(`device.capacity["gpufrac.dev"].memory.compareTo(quantity(%q)) == 0`, size.String()),
-	}}
-}
-
-func fractionConfig(requests []string, limit resource.Quantity) resourceapi.DeviceClaimConfiguration {
-	raw, _ := json.Marshal(v1alpha1.FractionConfig{
-		TypeMeta:    metav1.TypeMeta{APIVersion: v1alpha1.APIVersion, Kind: v1alpha1.Kind},
-		MemoryLimit: &limit,
-	})
-	return resourceapi.DeviceClaimConfiguration{Requests: requests, DeviceConfiguration: resourceapi.DeviceConfiguration{
-		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: v1alpha1.DriverName, Parameters: runtime.RawExtension{Raw: raw}},
-	}}
-}
-
-// template builds the claim template for one container's want.
-func template(namespace string, w want, opts Options) (*resourceapi.ResourceClaimTemplate, error) {
-	class := opts.TimeSlicingClass
-	if w.mode == v1alpha1.SMSharing {
-		class = opts.SMSharingClass
-	}
-	var spec resourceapi.ResourceClaimSpec
-	req := resourceapi.DeviceRequest{Name: RequestName}
-	perSize := w.fraction > 0 || w.portion > 0
-	if perSize {
-		sizes := slices.Clone(opts.GPUMemorySizes)
-		// Smaller GPUs first: a portion asks for a share of whatever GPU
-		// it lands on, and the small ones are the cheaper fit.
-		slices.SortFunc(sizes, func(a, b resource.Quantity) int { return a.Cmp(b) })
-		for _, size := range sizes {
-			sub := resourceapi.DeviceSubRequest{
-				Name: subrequestName(size), DeviceClassName: class,
-				AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(w.count),
-				Selectors: []resourceapi.DeviceSelector{sizeSelector(size)},
-				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{
-					"memory": requestOn(&w, size)}},
-			}
-			req.FirstAvailable = append(req.FirstAvailable, sub)
-			if w.portion > 0 {
-				spec.Devices.Config = append(spec.Devices.Config, fractionConfig([]string{RequestName + "/" + sub.Name}, portionOf(w.portion, size)))
-			}
-		}
-	} else {
-		req.Exactly = &resourceapi.ExactDeviceRequest{
-			DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: int64(w.count),
-			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": *w.request}},
-		}
-	}
-	if w.limit != nil {
-		spec.Devices.Config = append(spec.Devices.Config, fractionConfig([]string{RequestName}, *w.limit))
-	}
-	spec.Devices.Requests = []resourceapi.DeviceRequest{req}
-	if w.count > 1 {
-		// A multi-allocatable GPU could otherwise be picked twice for one
-		// request; shares of a multi-GPU ask must land on distinct GPUs.
-		spec.Devices.Constraints = []resourceapi.DeviceConstraint{{
-			Requests: []string{RequestName}, DistinctAttribute: ptr.To(resourceapi.FullyQualifiedName(v1alpha1.DriverName + "/uuid")),
-		}}
-	}
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		return nil, fmt.Errorf("hashing a claim template: %w", err)
-	}
-	sum := sha256.Sum256(raw)
-	return &resourceapi.ResourceClaimTemplate{
-		TypeMeta: metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaimTemplate"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      "gpufrac-kai-" + hex.EncodeToString(sum[:])[:12],
-			Namespace: namespace,
-			Labels:    map[string]string{LabelManagedBy: ManagedByValue},
-		},
-		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec},
-	}, nil
+	return warnings
 }

@@ -24,7 +24,8 @@ func newTranslateCommand(streams IOStreams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "translate -f POD.yaml [--gpu-memory 141Gi ...]",
 		Short: "Show what gpufrac makes of KAI-Scheduler GPU-sharing annotations",
-		Long: "translate prints, for each Pod in the input, the claim templates and the changed Pod the\n" +
+		Long: "translate prints, for each Pod in the input, what KAI-Scheduler would do with it next to what\n" +
+			"gpufrac does (rows marked != differ), then the claim template and the changed Pod the\n" +
 			"gpufrac admission webhook would produce. --gpu-memory stands in for the GPU memory sizes\n" +
 			"the webhook reads from the cluster's ResourceSlices (needed for gpu-fraction and portions).",
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -36,6 +37,9 @@ func newTranslateCommand(streams IOStreams) *cobra.Command {
 				q, err := resource.ParseQuantity(m)
 				if err != nil {
 					return fmt.Errorf("--gpu-memory %q: %w", m, err)
+				}
+				if q.Sign() <= 0 || q.Cmp(resource.MustParse("1Pi")) > 0 {
+					return fmt.Errorf("--gpu-memory %q: must be a GPU memory size above 0 and at most 1Pi", m)
 				}
 				opts.GPUMemorySizes = append(opts.GPUMemorySizes, q)
 			}
@@ -83,6 +87,7 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 			fmt.Fprintf(errOut, "%s: document %d: not a Pod, skipped\n", source, doc)
 			continue
 		}
+		printComparison(out, pod.Name, kai.Compare(&pod, opts))
 		res, err := kai.Translate(&pod, opts)
 		switch {
 		case err != nil:
@@ -91,15 +96,37 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 		case res == nil:
 			fmt.Fprintf(out, "# Pod/%s: nothing to translate\n", pod.Name)
 		default:
-			for _, t := range res.Templates {
-				if err := printYAML(out, t); err != nil {
-					return false, err
-				}
+			for _, w := range res.Warnings {
+				fmt.Fprintf(errOut, "Warning: Pod/%s: %s\n", pod.Name, w)
+			}
+			if err := printYAML(out, res.Template); err != nil {
+				return false, err
 			}
 			if err := printYAML(out, res.Pod); err != nil {
 				return false, err
 			}
 		}
+	}
+}
+
+// printComparison prints, as YAML comments, what KAI-Scheduler would do
+// with the pod next to what gpufrac does; rows that differ are marked "!=".
+func printComparison(out io.Writer, name string, rows []kai.Row) {
+	fmt.Fprintf(out, "# Pod/%s: KAI-Scheduler vs gpufrac\n", name)
+	width := [2]int{len("aspect"), len("KAI-Scheduler")}
+	for _, r := range rows {
+		width[0], width[1] = max(width[0], len(r.Aspect)), max(width[1], len(r.KAI))
+	}
+	line := func(mark, a, k, g string) {
+		fmt.Fprintf(out, "# %-2s %-*s | %-*s | %s\n", mark, width[0], a, width[1], k, g)
+	}
+	line("", "aspect", "KAI-Scheduler", "gpufrac")
+	for _, r := range rows {
+		mark := ""
+		if r.Differs() {
+			mark = "!="
+		}
+		line(mark, r.Aspect, r.KAI, r.Gpufrac)
 	}
 }
 

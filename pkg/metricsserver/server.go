@@ -42,7 +42,10 @@ func StartWithChecks(ctx context.Context, addr string, gatherer prometheus.Gathe
 	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorLog: nil}))
 	mux.HandleFunc("/healthz", probe(checks.Healthz))
 	mux.HandleFunc("/readyz", probe(checks.Readyz))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// Scrapes are GETs without a body: every read and write is bounded, so
+	// a slow client cannot hold a connection.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)

@@ -78,9 +78,7 @@ func Load(data []byte, sizes []resource.Quantity) ([]Pod, []*resourceapi.DeviceC
 			return nil, nil, fmt.Errorf("pod %s: %w", p.Name, err)
 		}
 		if translated != nil {
-			for _, t := range translated.Templates {
-				templates[t.Name] = t
-			}
+			templates[translated.Template.Name] = translated.Template
 			p = *translated.Pod
 		}
 		for _, rc := range p.Spec.ResourceClaims {

@@ -10,21 +10,19 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
-	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 )
 
 // InformerCluster serves Cluster from shared informers.
 type InformerCluster struct {
-	slices  resourcelisters.ResourceSliceLister
-	classes resourcelisters.DeviceClassLister
-	synced  []cache.InformerSynced
+	slices    resourcelisters.ResourceSliceLister
+	classes   resourcelisters.DeviceClassLister
+	templates resourcelisters.ResourceClaimTemplateLister
+	claims    resourcelisters.ResourceClaimLister
+	synced    []cache.InformerSynced
 }
 
 // NewInformerCluster registers the informers it needs with factory; start
@@ -32,9 +30,13 @@ type InformerCluster struct {
 func NewInformerCluster(factory informers.SharedInformerFactory) *InformerCluster {
 	s := factory.Resource().V1().ResourceSlices()
 	c := factory.Resource().V1().DeviceClasses()
+	// Templates and claims: whether a pod's claim is a gpufrac one, so the
+	// webhook strips NVIDIA's memory variables from its containers.
+	t := factory.Resource().V1().ResourceClaimTemplates()
+	rc := factory.Resource().V1().ResourceClaims()
 	return &InformerCluster{
-		slices: s.Lister(), classes: c.Lister(),
-		synced: []cache.InformerSynced{s.Informer().HasSynced, c.Informer().HasSynced},
+		slices: s.Lister(), classes: c.Lister(), templates: t.Lister(), claims: rc.Lister(),
+		synced: []cache.InformerSynced{s.Informer().HasSynced, c.Informer().HasSynced, t.Informer().HasSynced, rc.Informer().HasSynced},
 	}
 }
 
@@ -78,29 +80,42 @@ func (c *InformerCluster) DeviceClasses() []*resourceapi.DeviceClass {
 	return all
 }
 
-// EventRecorder records translations as Events on the pod.
-type EventRecorder struct {
-	broadcaster events.EventBroadcaster
-	recorder    events.EventRecorder
-}
-
-// NewEventRecorder starts an events broadcaster until ctx ends.
-func NewEventRecorder(ctx context.Context, client kubernetes.Interface) *EventRecorder {
-	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
-	b.StartRecordingToSink(ctx.Done())
-	return &EventRecorder{broadcaster: b, recorder: b.NewRecorder(scheme.Scheme, "gpufrac-controller")}
-}
-
-// Shutdown stops the recorder's goroutines; later events are dropped.
-func (r *EventRecorder) Shutdown() { r.broadcaster.Shutdown() }
-
-// Translated implements Events.
-func (r *EventRecorder) Translated(pod *corev1.Pod, templates []string) {
-	if pod.Name == "" {
-		// A generateName pod has no name yet; the event would name nothing.
-		klog.Background().V(2).Info("Translated a pod without a name yet", "generateName", pod.GenerateName, "templates", templates)
-		return
+// ClaimSpec implements Cluster.
+func (c *InformerCluster) ClaimSpec(namespace string, pc corev1.PodResourceClaim) *resourceapi.ResourceClaimSpec {
+	switch {
+	case pc.ResourceClaimTemplateName != nil:
+		if t, err := c.templates.ResourceClaimTemplates(namespace).Get(*pc.ResourceClaimTemplateName); err == nil {
+			return &t.Spec.Spec
+		}
+	case pc.ResourceClaimName != nil:
+		if claim, err := c.claims.ResourceClaims(namespace).Get(*pc.ResourceClaimName); err == nil {
+			return &claim.Spec
+		}
 	}
-	r.recorder.Eventf(pod, nil, corev1.EventTypeNormal, "KAIAnnotationsTranslated", "Translate",
-		"KAI GPU-sharing annotations became ResourceClaimTemplates %v", templates)
+	return nil
+}
+
+// MaxGPUsPerNode implements Cluster: the largest count of gpufrac devices
+// with a memory capacity in one resource pool (one node's GPUs).
+func (c *InformerCluster) MaxGPUsPerNode() int {
+	all, err := c.slices.List(labels.Everything())
+	if err != nil {
+		return 0
+	}
+	perPool := map[string]int{}
+	for _, s := range all {
+		if s.Spec.Driver != v1alpha1.DriverName {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			if _, ok := d.Capacity["memory"]; ok {
+				perPool[s.Spec.Pool.Name]++
+			}
+		}
+	}
+	most := 0
+	for _, n := range perPool {
+		most = max(most, n)
+	}
+	return most
 }

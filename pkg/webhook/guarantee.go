@@ -74,7 +74,7 @@ func (s *Server) validatePod(ctx context.Context, req *admissionv1.AdmissionRequ
 func (s *Server) claimSource(ctx context.Context, namespace string, pc corev1.PodResourceClaim) (bool, []string, error) {
 	switch {
 	case pc.ResourceClaimTemplateName != nil:
-		tmpl, err := s.Client.ResourceV1().ResourceClaimTemplates(namespace).Get(ctx, *pc.ResourceClaimTemplateName, metav1.GetOptions{})
+		tmpl, err := s.Reader.ResourceV1().ResourceClaimTemplates(namespace).Get(ctx, *pc.ResourceClaimTemplateName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil, fmt.Errorf("ResourceClaimTemplate %s/%s does not exist (yet)", namespace, *pc.ResourceClaimTemplateName)
 		}
@@ -83,7 +83,7 @@ func (s *Server) claimSource(ctx context.Context, namespace string, pc corev1.Po
 		}
 		return s.asksGPUFrac(tmpl.Spec.Spec, nil), nil, nil
 	case pc.ResourceClaimName != nil:
-		claim, err := s.Client.ResourceV1().ResourceClaims(namespace).Get(ctx, *pc.ResourceClaimName, metav1.GetOptions{})
+		claim, err := s.Reader.ResourceV1().ResourceClaims(namespace).Get(ctx, *pc.ResourceClaimName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil, fmt.Errorf("ResourceClaim %s/%s does not exist (yet)", namespace, *pc.ResourceClaimName)
 		}

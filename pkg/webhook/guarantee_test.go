@@ -31,7 +31,7 @@ func TestValidatePodOneGuaranteePerClaim(t *testing.T) {
 			Status: resourceapi.ResourceClaimStatus{ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "first", UID: "u1"}}}},
 		&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "free", Namespace: "team"}, Spec: spec("gpufrac.dev")},
 	)
-	s := &webhook.Server{Client: client, Cluster: staticCluster{classes: []*resourceapi.DeviceClass{gpufracClass, otherClass}}}
+	s := &webhook.Server{Reader: client, Cluster: staticCluster{classes: []*resourceapi.DeviceClass{gpufracClass, otherClass}}}
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
 

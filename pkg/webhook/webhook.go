@@ -10,15 +10,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"k8s.io/client-go/kubernetes"
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/pkg/kai"
@@ -37,18 +37,20 @@ type Cluster interface {
 	GPUMemorySizes() []resource.Quantity
 	// DeviceClasses are the classes claims may refer to.
 	DeviceClasses() []*resourceapi.DeviceClass
-}
-
-// Events records what the mutation did on the pod.
-type Events interface {
-	Translated(pod *corev1.Pod, templates []string)
+	// MaxGPUsPerNode is the most gpufrac GPUs one node publishes (0: none).
+	MaxGPUsPerNode() int
+	// ClaimSpec is the spec a pod's claim will have: its template's or its
+	// claim's, nil when neither exists (yet).
+	ClaimSpec(namespace string, claim corev1.PodResourceClaim) *resourceapi.ResourceClaimSpec
 }
 
 // Server answers admission requests.
 type Server struct {
-	Client  kubernetes.Interface
 	Cluster Cluster
-	Events  Events
+	// Reader serves the read-only lookups of the Pod validation (one
+	// guarantee per claim: which pods hold a claim now). The webhooks never
+	// write through it: nothing an admission request says creates anything.
+	Reader kubernetes.Interface
 	// Options for class names; GPU sizes come from Cluster.
 	KAI kai.Options
 }
@@ -99,7 +101,11 @@ func deny(code int32, msg string) *admissionv1.AdmissionResponse {
 	}}
 }
 
-// mutatePod translates KAI annotations on Pod create.
+// mutatePod translates KAI annotations on Pod create. It only computes its
+// patch: the ResourceClaimTemplate the patched pod names is created by
+// gpufrac-controller's own loop from the pod it sees (pkg/controller), so
+// no admission request, dry-run or forged, makes this handler create
+// anything.
 func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	logger := klog.FromContext(ctx)
 	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
@@ -114,37 +120,46 @@ func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionReques
 	}
 	opts := s.KAI
 	opts.GPUMemorySizes = s.Cluster.GPUMemorySizes()
+	opts.MaxGPUsPerNode = s.Cluster.MaxGPUsPerNode()
 	res, err := kai.Translate(&pod, opts)
 	if err != nil {
 		return deny(http.StatusUnprocessableEntity, err.Error())
 	}
-	if res == nil {
+	if res != nil {
+		// Template names are hashes of their spec, so an existing template
+		// of that name is the same one, unless someone made it first with
+		// another spec: the pod would run on what they wrote.
+		existing := s.Cluster.ClaimSpec(pod.Namespace, corev1.PodResourceClaim{ResourceClaimTemplateName: &res.Template.Name})
+		if existing != nil && !equality.Semantic.DeepEqual(*existing, res.Template.Spec.Spec) {
+			return deny(http.StatusConflict, fmt.Sprintf("ResourceClaimTemplate %s/%s exists with a spec other than the one gpufrac computes from the pod's KAI annotations; delete it or rename it",
+				pod.Namespace, res.Template.Name))
+		}
+	}
+	after := pod.DeepCopy()
+	var warnings []string
+	if res != nil {
+		after = res.Pod
+		warnings = append(warnings, fmt.Sprintf("gpufrac translated KAI GPU-sharing annotations into a claim from ResourceClaimTemplate %s", res.Template.Name))
+		warnings = append(warnings, res.Warnings...)
+	}
+	warnings = append(warnings, s.stripGPUFracContainers(&pod, after)...)
+	if len(warnings) == 0 {
 		return allow()
 	}
-	var names []string
-	for _, tmpl := range res.Templates {
-		if err := s.ensureTemplate(ctx, tmpl); err != nil {
-			// Retryable: the API server retries the pod's create.
-			return deny(http.StatusInternalServerError, err.Error())
-		}
-		names = append(names, tmpl.Name)
+	ops, err := podPatch(req.Object.Raw, &pod, after)
+	if err != nil {
+		return deny(http.StatusBadRequest, err.Error())
 	}
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "replace", "path": "/spec", "value": res.Pod.Spec},
-		// "add" replaces an existing member, so it works with or without
-		// annotations present.
-		{"op": "add", "path": "/metadata/annotations", "value": res.Pod.Annotations},
-	})
+	patch, err := json.Marshal(ops)
 	if err != nil {
 		return deny(http.StatusInternalServerError, "encoding the patch: "+err.Error())
 	}
-	if s.Events != nil {
-		s.Events.Translated(res.Pod, names)
-	}
-	logger.V(2).Info("Translated KAI annotations", "pod", klog.KRef(pod.Namespace, podName(&pod)), "templates", names)
 	pt := admissionv1.PatchTypeJSONPatch
-	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt,
-		Warnings: []string{fmt.Sprintf("gpufrac translated KAI GPU-sharing annotations into ResourceClaimTemplates %v", names)}}
+	if res == nil {
+		return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: warnings}
+	}
+	logger.V(2).Info("Translated KAI annotations", "pod", klog.KRef(pod.Namespace, podName(&pod)), "template", res.Template.Name, "dryRun", req.DryRun != nil && *req.DryRun)
+	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: warnings}
 }
 
 func podName(pod *corev1.Pod) string {
@@ -152,15 +167,4 @@ func podName(pod *corev1.Pod) string {
 		return pod.Name
 	}
 	return pod.GenerateName
-}
-
-// ensureTemplate creates a template if absent. Names are hashes of the
-// spec, so an existing one is the same template: concurrent and retried
-// admissions converge.
-func (s *Server) ensureTemplate(ctx context.Context, tmpl *resourceapi.ResourceClaimTemplate) error {
-	_, err := s.Client.ResourceV1().ResourceClaimTemplates(tmpl.Namespace).Create(ctx, tmpl, metav1.CreateOptions{})
-	if err == nil || apierrors.IsAlreadyExists(err) {
-		return nil
-	}
-	return fmt.Errorf("creating ResourceClaimTemplate %s/%s: %w", tmpl.Namespace, tmpl.Name, err)
 }

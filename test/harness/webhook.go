@@ -80,7 +80,7 @@ func (cp *ControlPlane) StartWebhook(ctx context.Context, namespace string, opts
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
 			Name:                    "kai.pods.gpufrac.dev",
 			AdmissionReviewVersions: []string{"v1"},
-			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNoneOnDryRun),
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
 			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + "/mutate-pods"), CABundle: certPEM},
 			Rules: []admissionregistrationv1.RuleWithOperations{{

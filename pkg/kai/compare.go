@@ -1,0 +1,169 @@
+package kai
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+)
+
+// Row is one aspect of a pod as KAI would handle it and as gpufrac does.
+type Row struct {
+	Aspect, KAI, Gpufrac string
+}
+
+// Differs reports whether the two sides say different things.
+func (r Row) Differs() bool { return r.KAI != r.Gpufrac }
+
+// Compare describes, side by side, what KAI-Scheduler would do with the pod
+// (its admission, then what its binder and kai-gpu-fractioning set) and what
+// gpufrac does (Translate). It shares the admission transcription with
+// Translate, so it shows the consequences of a decision, not a second
+// opinion on it; the decision itself is cross-checked in the tests.
+func Compare(pod *corev1.Pod, opts Options) []Row {
+	opts.defaults()
+	res, terr := Translate(pod, opts)
+	req, kerr := admit(pod)
+	var rows []Row
+	add := func(aspect, k, g string) { rows = append(rows, Row{aspect, k, g}) }
+
+	kaiAdmission := "admitted"
+	switch {
+	case kerr != nil:
+		kaiAdmission = "refused: " + kerr.Error()
+	case req == nil:
+		kaiAdmission = "admitted, no fractional GPU request"
+	}
+	gAdmission := "admitted"
+	switch {
+	case terr != nil:
+		gAdmission = "refused: " + strings.TrimPrefix(terr.Error(), "cannot translate KAI GPU-sharing annotations: ")
+	case res == nil:
+		gAdmission = "admitted, nothing to translate"
+		if req == nil {
+			gAdmission = "admitted, no fractional GPU request"
+		}
+	}
+	add("admission", kaiAdmission, gAdmission)
+	if req == nil || kerr != nil || terr != nil || res == nil {
+		return rows
+	}
+	add("container", req.container, req.container)
+	scheduler := res.Pod.Spec.SchedulerName
+	if scheduler == "" {
+		scheduler = corev1.DefaultSchedulerName
+	}
+	add("scheduler", "kai-scheduler (reservation pod, binder annotations)", scheduler+" (DRA claim from template "+res.Template.Name+")")
+	mode := modeOf(pod, req)
+	add("compute mode", mode, mode)
+	add("devices", fmt.Sprint(req.count), fmt.Sprint(req.count))
+
+	// gpufrac's side, per alternative, read back from the template.
+	type side struct{ memory, limit, sm string }
+	g := map[string]side{}
+	spec := res.Template.Spec.Spec
+	configs := map[string]v1alpha1.FractionConfig{}
+	for _, c := range spec.Devices.Config {
+		var fc v1alpha1.FractionConfig
+		_ = json.Unmarshal(c.Opaque.Parameters.Raw, &fc)
+		for _, r := range c.Requests {
+			configs[r] = fc
+		}
+	}
+	step := opts.MemoryStep.Value()
+	describe := func(target string, memory resource.Quantity) side {
+		s := side{memory: roundedUp(memory, step), limit: "= request", sm: "none"}
+		if fc, ok := configs[target]; ok {
+			if fc.MemoryLimit != nil {
+				s.limit = fc.MemoryLimit.String()
+			}
+			if fc.ActiveThreadPercentage != nil {
+				s.sm = fmt.Sprintf("%d%% (MPS namespace)", *fc.ActiveThreadPercentage)
+			}
+		}
+		if mode == "time-slicing" {
+			s.sm = "none (TimeSlicing shares are not MPS clients)"
+		}
+		return s
+	}
+	for _, r := range spec.Devices.Requests {
+		if r.Exactly != nil {
+			g[""] = describe(RequestName, r.Exactly.Capacity.Requests["memory"])
+		}
+		for _, sub := range r.FirstAvailable {
+			size := strings.TrimPrefix(sub.Name, "size-")
+			g[size] = describe(RequestName+"/"+sub.Name, sub.Capacity.Requests["memory"])
+		}
+	}
+
+	// KAI's side: its binder's figures for each GPU size gpufrac knows.
+	sizes := slices.Clone(opts.GPUMemorySizes)
+	slices.SortFunc(sizes, func(a, b resource.Quantity) int { return a.Cmp(b) })
+	if len(g) == 1 && g[""] != (side{}) {
+		sizes = []resource.Quantity{{}}
+	}
+	for _, size := range sizes {
+		label, key := "any GPU", ""
+		if !size.IsZero() {
+			label, key = size.String()+" GPU", lower(size)
+		}
+		gs, ok := g[key]
+		if !ok {
+			gs = side{memory: "does not fit", limit: "-", sm: "-"}
+		}
+		ks := kaiOn(size, req, opts)
+		add("memory request, "+label, ks.memory, gs.memory)
+		add("memory limit, "+label, ks.limit, gs.limit)
+		add("SM cap, "+label, ks.sm, gs.sm)
+	}
+	return rows
+}
+
+type kaiSide struct{ memory, limit, sm string }
+
+// kaiOn is what KAI's binder and kai-gpu-fractioning's fractiond set for
+// the request on a GPU of the given size (zero: an exact request).
+func kaiOn(size resource.Quantity, req *request, opts Options) kaiSide {
+	memory := req.memory
+	usable := 0.0
+	if !size.IsZero() {
+		usable = float64(size.Value()/mib - opts.ReservedMiB)
+	}
+	if req.kind == kindPortion {
+		memory = *resource.NewQuantity(int64(usable*req.portion)*mib, resource.BinarySI)
+	}
+	out := kaiSide{memory: memory.String(), limit: "= request"}
+	switch {
+	case req.limit != nil:
+		out.limit = req.limit.String()
+	case req.portionLimit > 0 && usable > 0:
+		out.limit = resource.NewQuantity(int64(usable*req.portionLimit)*mib, resource.BinarySI).String()
+	}
+	portion := req.compute
+	if portion == 0 {
+		if req.kind == kindPortion {
+			portion = req.portion
+		} else if usable > 0 {
+			portion = min(float64(memory.Value()/mib)/usable, 1)
+		}
+	}
+	if portion > 0 {
+		out.sm = fmt.Sprintf("%d%% (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, both modes)", percentOf(portion))
+	} else {
+		out.sm = "memory ÷ the GPU's usable memory, at bind time (both modes)"
+	}
+	return out
+}
+
+func roundedUp(q resource.Quantity, step int64) string {
+	v := q.Value()
+	if step <= 0 || v%step == 0 {
+		return q.String()
+	}
+	return resource.NewQuantity((v/step+1)*step, resource.BinarySI).String() + " (" + q.String() + " rounded up to the step)"
+}
