@@ -48,9 +48,13 @@ func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
 	factory := informers.NewSharedInformerFactory(cfg.Client, 10*time.Minute)
 	cluster := webhook.NewInformerCluster(factory)
+	claims := webhook.NewInformerClaims(factory, cfg.Client)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	if err := cluster.WaitForSync(ctx); err != nil {
+		return err
+	}
+	if err := claims.WaitForSync(ctx); err != nil {
 		return err
 	}
 
@@ -74,7 +78,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	srv := &webhook.Server{Client: cfg.Client, Cluster: cluster, Events: webhook.NewEventRecorder(ctx, cfg.Client), KAI: cfg.KAI}
+	srv := &webhook.Server{Client: cfg.Client, Cluster: cluster, Events: webhook.NewEventRecorder(ctx, cfg.Client), KAI: cfg.KAI, Claims: claims}
 	lis, err := net.Listen("tcp", cfg.WebhookAddress)
 	if err != nil {
 		return fmt.Errorf("listening for admission on %s: %w", cfg.WebhookAddress, err)

@@ -51,6 +51,8 @@ type Server struct {
 	Events  Events
 	// Options for class names; GPU sizes come from Cluster.
 	KAI kai.Options
+	// Claims, when set, serves the packing webhook (packing.go).
+	Claims ClaimSpecs
 }
 
 // Handler routes the two webhooks.
@@ -58,6 +60,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(PathMutatePods, s.serve(s.mutatePod))
 	mux.HandleFunc(PathValidate, s.serve(s.validate))
+	s.handlePacking(mux)
 	return mux
 }
 
