@@ -81,27 +81,39 @@ type Result struct {
 // Slices builds the cluster's ResourceSlices with the plugin's own code.
 func (c Cluster) Slices(ctx context.Context) ([]*resourceapi.ResourceSlice, error) {
 	var out []*resourceapi.ResourceSlice
-	enf := c.Enforcement
+	for i := range c.Nodes {
+		s, err := NodeSlices(ctx, NodeName(i), c.GPUs, c.Enforcement)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s...)
+	}
+	return out, nil
+}
+
+// NodeName is the name of the cluster's i-th node.
+func NodeName(i int) string { return fmt.Sprintf("node-%03d", i) }
+
+// NodeSlices are the ResourceSlices gpufrac-kubelet-plugin
+// --simulate-gpus=gpus publishes on node name, made by the plugin's own
+// discovery and slice code (empty enforcement means dmem).
+func NodeSlices(ctx context.Context, name, gpus string, enf inventory.Enforcement) ([]*resourceapi.ResourceSlice, error) {
 	if enf == "" {
 		enf = inventory.EnforcementDMem
 	}
-	for i := range c.Nodes {
-		name := fmt.Sprintf("node-%03d", i)
-		n, err := gpusim.NewNode(c.GPUs, name, enf)
-		if err != nil {
-			return nil, err
-		}
-		inv, err := inventory.Discover(klog.NewContext(ctx, klog.Background().V(5)), n.NVML, n.InventoryOptions)
-		if err != nil {
-			return nil, err
-		}
-		res, err := resourceslices.DriverResources(name, inv)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, resourceslices.Objects("gpufrac.dev", res)...)
+	n, err := gpusim.NewNode(gpus, name, enf)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	inv, err := inventory.Discover(klog.NewContext(ctx, klog.Background().V(5)), n.NVML, n.InventoryOptions)
+	if err != nil {
+		return nil, err
+	}
+	res, err := resourceslices.DriverResources(name, inv)
+	if err != nil {
+		return nil, err
+	}
+	return resourceslices.Objects("gpufrac.dev", res), nil
 }
 
 // MemorySizes are the distinct GPU memory capacities of the slices, for
