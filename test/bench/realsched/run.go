@@ -50,7 +50,10 @@ func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 		if finalErr != nil {
 			cp.LogTails(os.Stderr, 30)
 		}
-		finalErr = errors.Join(finalErr, cp.Close())
+		// The figures are measured by now; a slow shutdown is only reported.
+		if err := cp.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "realsched: stopping the control plane:", err)
+		}
 	}()
 	restConfig := rest.CopyConfig(cp.RestConfig)
 	restConfig.QPS, restConfig.Burst = float32(cfg.qps), 2*cfg.qps
@@ -102,25 +105,34 @@ func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 		if err != nil {
 			return nil, err
 		}
-		defer func() { finalErr = errors.Join(finalErr, ctrl.Close()) }()
+		defer func() {
+			if err := ctrl.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "realsched: stopping gpufrac-controller:", err)
+			}
+		}()
 	}
 
 	w := newWatcher(client, len(wl.pods))
-	if err := w.start(ctx); err != nil {
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	if err := w.start(watchCtx); err != nil {
 		return nil, err
 	}
 	begin := time.Now()
 	if err := createPods(ctx, client, wl.pods, 32); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(os.Stderr, "realsched: %d pods created in %s\n", len(wl.pods), time.Since(begin).Round(100*time.Millisecond))
+	created := time.Since(begin)
+	fmt.Fprintf(os.Stderr, "realsched: %d pods created in %s\n", len(wl.pods), created.Round(100*time.Millisecond))
 	last := w.wait(ctx, cfg.settle)
+	stopWatch()
 	p, err := cp.PlacementOf(ctx, namespace)
 	if err != nil {
 		return nil, err
 	}
 	res := &result{Packing: map[bool]string{true: "on", false: "off"}[cfg.packing], Nodes: cfg.nodes, GPUs: cfg.gpus,
-		Placed: p.Bound, Total: len(wl.pods), GPUsUsed: p.GPUs, LowerBound: p.LowerBound, NodesUsed: p.Nodes}
+		Placed: p.Bound, Total: len(wl.pods), GPUsUsed: p.GPUs, LowerBound: p.LowerBound, NodesUsed: p.Nodes,
+		CreateSeconds: created.Seconds()}
 	if p.Bound > 0 {
 		res.Seconds = last.Sub(begin).Seconds()
 		res.PodsPerSecond = float64(p.Bound) / res.Seconds
