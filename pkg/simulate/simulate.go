@@ -135,9 +135,16 @@ func MemorySizes(slices []*resourceapi.ResourceSlice) []resource.Quantity {
 	return sizes
 }
 
-// Run places pods in order on the cluster.
+// Run places pods in order on the cluster, first fit: each pod on the
+// first node where it fits. RunWith models kube-scheduler's choice.
 func Run(ctx context.Context, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, pods []Pod) (*Result, error) {
+	return RunWith(ctx, slices, classes, pods, Scheduler{FirstFit: true})
+}
+
+// RunWith places pods in order on the cluster, choosing nodes as sched does.
+func RunWith(ctx context.Context, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, pods []Pod, sched Scheduler) (*Result, error) {
 	cl := placement.New(slices, classes)
+	st := newSchedState(sched, cl.NodeNames())
 	res := &Result{}
 	gpus := map[string]*GPU{}
 	var largest int64
@@ -162,16 +169,16 @@ func Run(ctx context.Context, slices []*resourceapi.ResourceSlice, classes []*re
 					Spec:       *spec.DeepCopy(),
 				}
 			}
-			results, node, err := cl.Allocate(ctx, claims...)
+			fit, err := st.place(ctx, cl, isFraction(p.Claims), claims)
 			if err != nil {
 				return nil, fmt.Errorf("placing %s: %w", name, err)
 			}
-			if results == nil {
+			if fit == nil {
 				res.NotPlaced = append(res.NotPlaced, NotPlaced{Pod: name, Reason: notPlacedReason(p, largest)})
 				continue
 			}
-			placed := Placed{Pod: name, Node: node}
-			for i, a := range results {
+			placed := Placed{Pod: name, Node: fit.Node}
+			for i, a := range fit.Results {
 				for _, d := range a.Devices.Results {
 					mem := d.ConsumedCapacity[resourceslices.MemoryCapacity]
 					placed.Shares = append(placed.Shares, Share{Node: d.Pool, Device: d.Device, Memory: mem.Value()})
