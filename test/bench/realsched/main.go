@@ -43,6 +43,9 @@ type result struct {
 	// is Placed over it.
 	Seconds       float64 `json:"seconds"`
 	PodsPerSecond float64 `json:"podsPerSecond"`
+	// SteadyPodsPerSecond is the bind rate from the 10th to the 90th
+	// percentile bind.
+	SteadyPodsPerSecond float64 `json:"steadyPodsPerSecond"`
 	// CreateSeconds is how long creating the pods took (admission, the
 	// packing webhook included).
 	CreateSeconds float64 `json:"createSeconds"`
@@ -79,9 +82,9 @@ func main() {
 		fmt.Println(string(out))
 		return
 	}
-	fmt.Printf("packing %-3s  nodes %4d  placed %4d/%-4d  GPUs used %4d  lower bound %4d (%.2fx)  nodes used %4d  %.1f s  %.1f pods/s  (created in %.1f s)\n",
+	fmt.Printf("packing %-3s  nodes %4d  placed %4d/%-4d  GPUs used %4d  lower bound %4d (%.2fx)  nodes used %4d  %.1f s  %.1f pods/s (steady %.1f; created in %.1f s)\n",
 		res.Packing, res.Nodes, res.Placed, res.Total, res.GPUsUsed, res.LowerBound, ratio(res.GPUsUsed, res.LowerBound),
-		res.NodesUsed, res.Seconds, res.PodsPerSecond, res.CreateSeconds)
+		res.NodesUsed, res.Seconds, res.PodsPerSecond, res.SteadyPodsPerSecond, res.CreateSeconds)
 }
 
 func check(file string, trace int, packing, output string) error {

@@ -136,6 +136,7 @@ func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 	if p.Bound > 0 {
 		res.Seconds = last.Sub(begin).Seconds()
 		res.PodsPerSecond = float64(p.Bound) / res.Seconds
+		res.SteadyPodsPerSecond = w.steadyRate()
 	}
 	return res, ctx.Err()
 }
@@ -186,6 +187,7 @@ type watcher struct {
 
 	mu       sync.Mutex
 	bound    map[string]bool
+	binds    []time.Time
 	unsched  map[string]bool
 	lastBind time.Time
 	changed  time.Time
@@ -222,6 +224,7 @@ func (w *watcher) observe(obj any) {
 	defer w.mu.Unlock()
 	if pod.Spec.NodeName != "" && !w.bound[pod.Name] {
 		w.bound[pod.Name] = true
+		w.binds = append(w.binds, now)
 		delete(w.unsched, pod.Name)
 		w.lastBind, w.changed = now, now
 		return
@@ -252,4 +255,22 @@ func (w *watcher) wait(ctx context.Context, settle time.Duration) time.Time {
 		case <-tick.C:
 		}
 	}
+}
+
+// steadyRate is the bind rate between the 10th and the 90th percentile
+// bind: the scheduler's throughput without the start (first webhook
+// calls, informers catching up) and the tail.
+func (w *watcher) steadyRate() float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(w.binds)
+	lo, hi := n/10, n-1-n/10
+	if hi <= lo {
+		return 0
+	}
+	span := w.binds[hi].Sub(w.binds[lo]).Seconds()
+	if span <= 0 {
+		return 0
+	}
+	return float64(hi-lo) / span
 }
