@@ -16,6 +16,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -27,7 +28,6 @@ import (
 
 	"github.com/gpufrac/gpufrac/pkg/controller"
 	"github.com/gpufrac/gpufrac/pkg/kai"
-	"github.com/gpufrac/gpufrac/pkg/simulate"
 	"github.com/gpufrac/gpufrac/pkg/webhook"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 )
@@ -39,8 +39,10 @@ import (
 // nothing more, and a thousand of them cost the API server only objects.
 type SliceNodeOptions struct {
 	Names []string
-	// GPUs as --simulate-gpus takes them ("h200x8").
-	GPUs   string
+	// Slices makes a node's ResourceSlices; simulate.NodeSlices makes
+	// the plugin's (kept out of the harness, whose module users, such as
+	// test/helm, then need not build the allocator).
+	Slices func(ctx context.Context, node string) ([]*resourceapi.ResourceSlice, error)
 	Labels map[string]string
 	Taints []v1.Taint
 	// Workers create nodes in parallel; default 8.
@@ -94,7 +96,7 @@ func (cp *ControlPlane) addSliceNode(ctx context.Context, name string, opts Slic
 			return fmt.Errorf("tainting Node %s: %w", name, err)
 		}
 	}
-	slices, err := simulate.NodeSlices(ctx, name, opts.GPUs, "")
+	slices, err := opts.Slices(ctx, name)
 	if err != nil {
 		return err
 	}

@@ -1,14 +1,17 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/pkg/simulate"
 	"github.com/gpufrac/gpufrac/pkg/webhook"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
@@ -31,7 +34,12 @@ func TestPackingInTheRealScheduler(t *testing.T) {
 	}
 	taint := v1.Taint{Key: label, Value: e.ns, Effect: v1.TaintEffectNoSchedule}
 	t.Cleanup(func() { _ = cp.RemoveSliceNodes(e.ctx, names) })
-	if err := cp.AddSliceNodes(e.ctx, harness.SliceNodeOptions{Names: names, GPUs: "h200x8", Labels: map[string]string{label: e.ns}, Taints: []v1.Taint{taint}}); err != nil {
+	if err := cp.AddSliceNodes(e.ctx, harness.SliceNodeOptions{
+		Names: names, Labels: map[string]string{label: e.ns}, Taints: []v1.Taint{taint},
+		Slices: func(ctx context.Context, node string) ([]*resourceapi.ResourceSlice, error) {
+			return simulate.NodeSlices(ctx, node, "h200x8", "")
+		},
+	}); err != nil {
 		t.Fatal(err)
 	}
 	e.createTemplate(claimTemplate("frac-16g", class, "16Gi", 1, ""))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -77,7 +78,10 @@ func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 		names[i] = simulate.NodeName(i)
 	}
 	start := time.Now()
-	if err := cp.AddSliceNodes(ctx, harness.SliceNodeOptions{Names: names, GPUs: cfg.gpus, Workers: 16}); err != nil {
+	if err := cp.AddSliceNodes(ctx, harness.SliceNodeOptions{Names: names, Workers: 16,
+		Slices: func(ctx context.Context, node string) ([]*resourceapi.ResourceSlice, error) {
+			return simulate.NodeSlices(ctx, node, cfg.gpus, "")
+		}}); err != nil {
 		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "realsched: %d nodes with slices in %s\n", cfg.nodes, time.Since(start).Round(100*time.Millisecond))
