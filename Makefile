@@ -74,7 +74,7 @@ bench:
 # harness control plane, nodes carrying the plugin's slices and no kubelet,
 # the packing benchmark's trace, the chart's packing webhook off and on.
 # 400 pods at 8, 64 and 1,000 nodes, 2,000 at 1,000 nodes; one line per run
-# (-o json for machine-readable; progress and logs in bin/realsched.log). About 25 minutes on 2 cores, most of it the
+# (-o json for machine-readable; progress and logs in bin/realsched.log). About 15 minutes on 2 cores, most of it the
 # 1,000-node runs. Never part of `make test`.
 REALSCHED_RUNS ?= 400:8 400:64 400:1000 2000:1000
 bench-realsched:

@@ -199,7 +199,7 @@ func MIG(asks []simulate.Ask, totalGPUs int, gpuBytes int64) Outcome {
 // ResourceSlices, first fit; no GPU's guaranteed requests can exceed its
 // memory.
 func Gpufrac(ctx context.Context, asks []simulate.Ask, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, gpuBytes int64) (Outcome, error) {
-	return GpufracWith(ctx, asks, slices, classes, gpuBytes, simulate.Scheduler{FirstFit: true}, "gpufrac")
+	return GpufracWith(ctx, asks, slices, classes, gpuBytes, simulate.Scheduler{FirstFit: true}, "gpufrac (first fit)")
 }
 
 // GpufracWith is Gpufrac with nodes chosen as sched chooses them (the

@@ -57,11 +57,11 @@ func run(n int, seed uint64, nodes, replicas int, chart string) error {
 	elapsed := time.Since(start)
 	// The real scheduler's choice of node, modelled (pkg/simulate), without
 	// and with gpufrac's packing webhook; test/bench/realsched measures it.
-	off, err := packing.GpufracWith(ctx, trace, slices, classes, gpuBytes, simulate.Scheduler{Seed: seed}, "gpufrac, kube-scheduler")
+	off, err := packing.GpufracWith(ctx, trace, slices, classes, gpuBytes, simulate.Scheduler{Seed: seed}, "gpufrac (scheduler)")
 	if err != nil {
 		return err
 	}
-	on, err := packing.GpufracWith(ctx, trace, slices, classes, gpuBytes, simulate.Scheduler{Seed: seed, Packing: true}, "gpufrac, kube-scheduler + packing")
+	on, err := packing.GpufracWith(ctx, trace, slices, classes, gpuBytes, simulate.Scheduler{Seed: seed, Packing: true}, "gpufrac (+packing)")
 	if err != nil {
 		return err
 	}
