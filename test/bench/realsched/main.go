@@ -62,6 +62,8 @@ func main() {
 	qps := flag.Int("qps", 1000, "client QPS of kube-scheduler, kube-controller-manager and the benchmark (burst is twice it)")
 	timeout := flag.Duration("timeout", 20*time.Minute, "give up after this long")
 	settle := flag.Duration("settle", 5*time.Second, "placement is done when nothing changed for this long and every pod is bound or unschedulable")
+	var schedulerFlags stringList
+	flag.Var(&schedulerFlags, "scheduler-flag", "extra kube-scheduler flag, repeatable (e.g. --authorization-always-allow-paths=/healthz,/debug/pprof/profile to profile it)")
 	flag.Parse()
 	if err := check(*file, *trace, *packing, *output); err != nil {
 		fmt.Fprintln(os.Stderr, "realsched:", err)
@@ -72,7 +74,7 @@ func main() {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	res, err := run(ctx, config{file: *file, trace: *trace, seed: *seed, nodes: *nodes, gpus: *gpus,
-		packing: *packing == "on", qps: *qps, settle: *settle})
+		packing: *packing == "on", qps: *qps, settle: *settle, schedulerFlags: schedulerFlags})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "realsched:", err)
 		os.Exit(1)
@@ -116,3 +118,8 @@ func loadFor(cfg config, gpuMemory resource.Quantity) (*workload, error) {
 	}
 	return loadWorkload(data, []resource.Quantity{gpuMemory})
 }
+
+type stringList []string
+
+func (l *stringList) String() string     { return fmt.Sprint(*l) }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }

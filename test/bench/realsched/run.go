@@ -33,6 +33,8 @@ type config struct {
 	packing bool
 	qps     int
 	settle  time.Duration
+	// schedulerFlags are extra kube-scheduler flags.
+	schedulerFlags []string
 }
 
 const namespace = "bench"
@@ -40,7 +42,7 @@ const namespace = "bench"
 func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 	lift := []string{fmt.Sprintf("--kube-api-qps=%d", cfg.qps), fmt.Sprintf("--kube-api-burst=%d", 2*cfg.qps)}
 	cp, err := harness.Start(ctx, harness.Options{
-		Progress: os.Stderr, SchedulerArgs: lift, ControllerManagerArgs: lift,
+		Progress: os.Stderr, SchedulerArgs: append(lift, cfg.schedulerFlags...), ControllerManagerArgs: lift,
 		// The nodes carry slices only; no plugin runs, so none is built.
 		PluginBinary: "/nonexistent/gpufrac-kubelet-plugin",
 	})
