@@ -10,7 +10,7 @@ STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
 
-.PHONY: all build test test-helm lint demo clean fuzz bench soak kube-binaries e2e
+.PHONY: all build test test-helm lint demo clean fuzz bench bench-realsched soak kube-binaries e2e
 
 all: build
 
@@ -68,6 +68,25 @@ bench:
 	$(GO) test -run '^$$' -bench WebhookTranslation -benchtime 2000x ./pkg/controller
 	$(GO) test -run '^$$' -bench ControllerCacheAtScale -benchtime 1x ./pkg/controller
 	$(GO) test -run '^$$' -bench AllocateAtScale -benchtime 100x -timeout 20m ./pkg/placement
+	$(MAKE) bench-realsched
+
+# Packing in the real kube-scheduler (docs/packing-scheduler.md): the
+# harness control plane, nodes carrying the plugin's slices and no kubelet,
+# the packing benchmark's trace, the chart's packing webhook off and on.
+# 400 pods at 8, 64 and 1,000 nodes, 2,000 at 1,000 nodes; one line per run
+# (-o json for machine-readable; progress and logs in bin/realsched.log). About 15 minutes on 2 cores, most of it the
+# 1,000-node runs. Never part of `make test`.
+REALSCHED_RUNS ?= 400:8 400:64 400:1000 2000:1000
+bench-realsched:
+	@$(GO) run ./test/cmd/kube-binaries -q
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/realsched ./test/bench/realsched
+	@for run in $(REALSCHED_RUNS); do \
+		for p in off on; do \
+			$(BIN)/realsched -trace $${run%%:*} -nodes $${run#*:} -packing $$p 2>$(BIN)/realsched.log || \
+				{ tail -30 $(BIN)/realsched.log; exit 1; }; \
+		done; \
+	done
 
 # 10,000 Prepare/Unprepare cycles over 500 claims through the real plugin's
 # gRPC socket against the integration harness, restarting the plugin every

@@ -73,9 +73,13 @@ func Run(ctx context.Context, cfg Config) error {
 
 	factory := informers.NewSharedInformerFactory(cfg.Client, 10*time.Minute)
 	cluster := webhook.NewInformerCluster(factory)
+	claims := webhook.NewInformerClaims(factory, cfg.Client)
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	if err := cluster.WaitForSync(ctx); err != nil {
+		return err
+	}
+	if err := claims.WaitForSync(ctx); err != nil {
 		return err
 	}
 	close(ready.synced)
@@ -92,7 +96,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	go loop.run(ctx, 2)
 
-	srv := &webhook.Server{Cluster: cluster, Reader: cfg.Client, KAI: cfg.KAI}
+	srv := &webhook.Server{Cluster: cluster, Reader: cfg.Client, KAI: cfg.KAI, Claims: claims}
 	lis, err := net.Listen("tcp", cfg.WebhookAddress)
 	if err != nil {
 		return fmt.Errorf("listening for admission on %s: %w", cfg.WebhookAddress, err)

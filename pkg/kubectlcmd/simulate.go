@@ -18,8 +18,9 @@ import (
 func newSimulateCommand(streams IOStreams) *cobra.Command {
 	var filenames []string
 	var nodes, generate int
-	var gpus, output string
+	var gpus, output, scheduler string
 	var seed uint64
+	var packing bool
 	cmd := &cobra.Command{
 		Use:   "simulate (-f WORKLOAD.yaml | --generate N) --nodes N --gpus h200x8 [-o json]",
 		Short: "Place a workload on a simulated cluster, as the scheduler would",
@@ -27,7 +28,10 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 			"--gpus GPUs each, and places the workload's pods in order with the scheduler's own DRA\n" +
 			"allocator. The workload is Pods with ResourceClaimTemplates (a gpufrac.dev/replicas annotation\n" +
 			"multiplies a pod), KAI-annotated Pods (translated as the webhook does), or --generate N\n" +
-			"inference pods drawn from the benchmark's mix with --seed.",
+			"inference pods drawn from the benchmark's mix with --seed.\n\n" +
+			"Nodes are chosen as kube-scheduler's default profile chooses them (docs/packing-scheduler.md):\n" +
+			"a rotating window of feasible nodes, least-allocated scoring that spreads pods, gpufrac's\n" +
+			"packing affinity when --packing is on, and a seeded random choice among equal scores.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			cluster := simulate.Cluster{Nodes: nodes, GPUs: gpus}
@@ -59,7 +63,16 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 			default:
 				return fmt.Errorf("give a workload with -f or --generate")
 			}
-			res, err := simulate.Run(ctx, slices, classes, pods)
+			var sched simulate.Scheduler
+			switch scheduler {
+			case "kube-scheduler":
+				sched = simulate.Scheduler{Seed: seed, Packing: packing}
+			case "first-fit":
+				sched = simulate.Scheduler{FirstFit: true}
+			default:
+				return fmt.Errorf("--scheduler=%q: want kube-scheduler or first-fit", scheduler)
+			}
+			res, err := simulate.RunWith(ctx, slices, classes, pods, sched)
 			if err != nil {
 				return err
 			}
@@ -73,7 +86,9 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 	}
 	cmd.Flags().StringArrayVarP(&filenames, "filename", "f", nil, "workload file or directory (- for stdin); repeatable")
 	cmd.Flags().IntVar(&generate, "generate", 0, "instead of -f: this many inference pods from the benchmark's mix")
-	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of --generate")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of --generate and of the scheduler's choice among equally scored nodes")
+	cmd.Flags().StringVar(&scheduler, "scheduler", "kube-scheduler", "kube-scheduler: node choice as the default kube-scheduler makes it; first-fit: the first node where a pod fits")
+	cmd.Flags().BoolVar(&packing, "packing", true, "with --scheduler=kube-scheduler: gpufrac's packing webhook is on (chart value controller.packing.enabled)")
 	cmd.Flags().IntVar(&nodes, "nodes", 1, "number of nodes")
 	cmd.Flags().StringVar(&gpus, "gpus", "h200x8", "GPUs per node, as the plugin's --simulate-gpus takes them")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json for a machine-readable result")

@@ -39,3 +39,33 @@ func TestSimulateCommand(t *testing.T) {
 		t.Errorf("40 pods cannot all fit on 4 GPUs; expected reasons, got %+v", res.NotPlaced)
 	}
 }
+
+// TestSimulateSchedulerModels: on many nodes the modelled kube-scheduler
+// spreads a trace over more GPUs than with packing, and an unknown model
+// is refused by name.
+func TestSimulateSchedulerModels(t *testing.T) {
+	gpusUsed := func(args ...string) int {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		root := NewRootCommand(IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+		root.SetArgs(append([]string{"simulate", "--generate", "60", "--nodes", "16", "-o", "json"}, args...))
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%v: %s", err, errOut.String())
+		}
+		var res struct{ GPUs []struct{ Node string } }
+		if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+			t.Fatal(err)
+		}
+		return len(res.GPUs)
+	}
+	packed, spread := gpusUsed(), gpusUsed("--packing=false")
+	if packed >= spread {
+		t.Errorf("with packing %d GPUs, without %d: want fewer with packing", packed, spread)
+	}
+	var out, errOut bytes.Buffer
+	root := NewRootCommand(IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	root.SetArgs([]string{"simulate", "--generate", "1", "--scheduler", "volcano"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), `--scheduler="volcano"`) {
+		t.Errorf("want an error naming --scheduler, got %v", err)
+	}
+}

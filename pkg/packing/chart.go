@@ -19,7 +19,7 @@ var (
 	colourRisk   = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
 	colourBound  = color.RGBA{R: 0x55, G: 0x55, B: 0x55, A: 0xff}
 	barWidth     = vg.Points(28)
-	chartWidth   = 8 * vg.Inch
+	chartWidth   = 10 * vg.Inch
 	chartHeight  = 4.5 * vg.Inch
 	labelPadding = vg.Points(3)
 )

@@ -196,14 +196,21 @@ func MIG(asks []simulate.Ask, totalGPUs int, gpuBytes int64) Outcome {
 }
 
 // Gpufrac places the trace with the scheduler's allocator over gpufrac's
-// ResourceSlices; no GPU's guaranteed requests can exceed its memory.
+// ResourceSlices, first fit; no GPU's guaranteed requests can exceed its
+// memory.
 func Gpufrac(ctx context.Context, asks []simulate.Ask, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, gpuBytes int64) (Outcome, error) {
-	res, err := simulate.Run(ctx, slices, classes, simulate.Pods(asks))
+	return GpufracWith(ctx, asks, slices, classes, gpuBytes, simulate.Scheduler{FirstFit: true}, "gpufrac (first fit)")
+}
+
+// GpufracWith is Gpufrac with nodes chosen as sched chooses them (the
+// real kube-scheduler's model, with or without gpufrac's packing).
+func GpufracWith(ctx context.Context, asks []simulate.Ask, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, gpuBytes int64, sched simulate.Scheduler, name string) (Outcome, error) {
+	res, err := simulate.RunWith(ctx, slices, classes, simulate.Pods(asks), sched)
 	if err != nil {
 		return Outcome{}, err
 	}
 	s := res.Summarize()
-	out := Outcome{Strategy: "gpufrac", PodsPlaced: s.PodsPlaced, GPUsUsed: s.GPUsUsed}
+	out := Outcome{Strategy: name, PodsPlaced: s.PodsPlaced, GPUsUsed: s.GPUsUsed}
 	placed := map[string]bool{}
 	for _, p := range res.Placed {
 		placed[p.Pod] = true

@@ -81,27 +81,39 @@ type Result struct {
 // Slices builds the cluster's ResourceSlices with the plugin's own code.
 func (c Cluster) Slices(ctx context.Context) ([]*resourceapi.ResourceSlice, error) {
 	var out []*resourceapi.ResourceSlice
-	enf := c.Enforcement
+	for i := range c.Nodes {
+		s, err := NodeSlices(ctx, NodeName(i), c.GPUs, c.Enforcement)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s...)
+	}
+	return out, nil
+}
+
+// NodeName is the name of the cluster's i-th node.
+func NodeName(i int) string { return fmt.Sprintf("node-%03d", i) }
+
+// NodeSlices are the ResourceSlices gpufrac-kubelet-plugin
+// --simulate-gpus=gpus publishes on node name, made by the plugin's own
+// discovery and slice code (empty enforcement means dmem).
+func NodeSlices(ctx context.Context, name, gpus string, enf inventory.Enforcement) ([]*resourceapi.ResourceSlice, error) {
 	if enf == "" {
 		enf = inventory.EnforcementDMem
 	}
-	for i := range c.Nodes {
-		name := fmt.Sprintf("node-%03d", i)
-		n, err := gpusim.NewNode(c.GPUs, name, enf)
-		if err != nil {
-			return nil, err
-		}
-		inv, err := inventory.Discover(klog.NewContext(ctx, klog.Background().V(5)), n.NVML, n.InventoryOptions)
-		if err != nil {
-			return nil, err
-		}
-		res, err := resourceslices.DriverResources(name, inv)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, resourceslices.Objects("gpufrac.dev", res)...)
+	n, err := gpusim.NewNode(gpus, name, enf)
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	inv, err := inventory.Discover(klog.NewContext(ctx, klog.Background().V(5)), n.NVML, n.InventoryOptions)
+	if err != nil {
+		return nil, err
+	}
+	res, err := resourceslices.DriverResources(name, inv)
+	if err != nil {
+		return nil, err
+	}
+	return resourceslices.Objects("gpufrac.dev", res), nil
 }
 
 // MemorySizes are the distinct GPU memory capacities of the slices, for
@@ -123,9 +135,16 @@ func MemorySizes(slices []*resourceapi.ResourceSlice) []resource.Quantity {
 	return sizes
 }
 
-// Run places pods in order on the cluster.
+// Run places pods in order on the cluster, first fit: each pod on the
+// first node where it fits. RunWith models kube-scheduler's choice.
 func Run(ctx context.Context, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, pods []Pod) (*Result, error) {
+	return RunWith(ctx, slices, classes, pods, Scheduler{FirstFit: true})
+}
+
+// RunWith places pods in order on the cluster, choosing nodes as sched does.
+func RunWith(ctx context.Context, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, pods []Pod, sched Scheduler) (*Result, error) {
 	cl := placement.New(slices, classes)
+	st := newSchedState(sched, cl.NodeNames())
 	res := &Result{}
 	gpus := map[string]*GPU{}
 	var largest int64
@@ -150,16 +169,16 @@ func Run(ctx context.Context, slices []*resourceapi.ResourceSlice, classes []*re
 					Spec:       *spec.DeepCopy(),
 				}
 			}
-			results, node, err := cl.Allocate(ctx, claims...)
+			fit, err := st.place(ctx, cl, isFraction(p.Claims), claims)
 			if err != nil {
 				return nil, fmt.Errorf("placing %s: %w", name, err)
 			}
-			if results == nil {
+			if fit == nil {
 				res.NotPlaced = append(res.NotPlaced, NotPlaced{Pod: name, Reason: notPlacedReason(p, largest)})
 				continue
 			}
-			placed := Placed{Pod: name, Node: node}
-			for i, a := range results {
+			placed := Placed{Pod: name, Node: fit.Node}
+			for i, a := range fit.Results {
 				for _, d := range a.Devices.Results {
 					mem := d.ConsumedCapacity[resourceslices.MemoryCapacity]
 					placed.Shares = append(placed.Shares, Share{Node: d.Pool, Device: d.Device, Memory: mem.Value()})

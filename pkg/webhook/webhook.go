@@ -53,6 +53,8 @@ type Server struct {
 	Reader kubernetes.Interface
 	// Options for class names; GPU sizes come from Cluster.
 	KAI kai.Options
+	// Claims, when set, serves the packing webhook (packing.go).
+	Claims ClaimSpecs
 }
 
 // Handler routes the two webhooks.
@@ -61,6 +63,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc(PathMutatePods, s.serve(s.mutatePod))
 	mux.HandleFunc(PathValidate, s.serve(s.validate))
 	mux.HandleFunc(PathValidatePods, s.serve(s.validatePod))
+	s.handlePacking(mux)
 	return mux
 }
 

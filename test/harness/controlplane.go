@@ -49,6 +49,10 @@ type Options struct {
 	// PluginBinary is a built gpufrac-kubelet-plugin; empty builds one from
 	// the checkout into Dir/bin, so that `go test` alone tests this tree.
 	PluginBinary string
+	// SchedulerArgs and ControllerManagerArgs are extra flags for
+	// kube-scheduler and kube-controller-manager (benchmarks lift their
+	// client QPS with --kube-api-qps and --kube-api-burst).
+	SchedulerArgs, ControllerManagerArgs []string
 }
 
 // ControlPlane is a running etcd, kube-apiserver, kube-scheduler and
@@ -211,24 +215,25 @@ func (cp *ControlPlane) startComponents(ctx context.Context, bins kubebuild.Bina
 		return err
 	}
 
-	scheduler, err := cp.start("kube-scheduler", bins[kubebuild.KubeScheduler],
-		"--kubeconfig="+schedKubeconfig, "--leader-elect=false",
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[3]),
-		"--cert-dir="+filepath.Join(cp.Dir, "kube-scheduler"))
+	scheduler, err := cp.start("kube-scheduler", bins[kubebuild.KubeScheduler], append([]string{
+		"--kubeconfig=" + schedKubeconfig, "--leader-elect=false",
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[3]),
+		"--cert-dir=" + filepath.Join(cp.Dir, "kube-scheduler")}, cp.opts.SchedulerArgs...)...)
 	if err != nil {
 		return err
 	}
-	cm, err := cp.start("kube-controller-manager", bins[kubebuild.KubeControllerMgr],
-		"--kubeconfig="+cmKubeconfig, "--leader-elect=false",
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[4]),
-		"--cert-dir="+filepath.Join(cp.Dir, "kube-controller-manager"),
+	cm, err := cp.start("kube-controller-manager", bins[kubebuild.KubeControllerMgr], append([]string{
+		"--kubeconfig=" + cmKubeconfig, "--leader-elect=false",
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[4]),
+		"--cert-dir=" + filepath.Join(cp.Dir, "kube-controller-manager"),
 		// Under RBAC each controller needs its own service account to be
 		// allowed what it does (the resourceclaim controller creates claims).
 		"--use-service-account-credentials=true",
-		"--service-account-private-key-file="+p.SAPrivate, "--root-ca-file="+p.CAFile,
+		"--service-account-private-key-file=" + p.SAPrivate, "--root-ca-file=" + p.CAFile,
 		// Without a kubelet there is no node lifecycle to manage; these are
 		// what pods with claims need, and they start fastest.
-		"--controllers=serviceaccount-controller,resourceclaim-controller,garbage-collector-controller")
+		"--controllers=serviceaccount-controller,resourceclaim-controller,garbage-collector-controller",
+	}, cp.opts.ControllerManagerArgs...)...)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,213 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/pkg/kai"
+)
+
+// The packing webhook. Upstream kube-scheduler has no DRA scoring: among
+// nodes where a pod's claims fit it picks by its other scores (with the
+// default profile, least allocated CPU and memory, which spreads pods) and
+// at random among equal ones, so fractions end up one per GPU across the
+// cluster. A preferred pod affinity between fraction pods, by hostname,
+// makes the InterPodAffinity score (weight 2 in the default profile) favour
+// the nodes that already hold fractions; inside a node the allocator takes
+// GPUs first fit in slice order, which packs GPUs. Nothing but the pod's own
+// spec changes, so it works with the unmodified scheduler of any cluster,
+// managed ones included, and it never blocks scheduling: when the
+// controller is down pods are admitted without the affinity (the webhook
+// fails open) and only lose packing.
+const (
+	// PathPackPods is the packing webhook's path.
+	PathPackPods = "/pack-pods"
+	// LabelFraction marks pods that hold gpufrac fractions; the affinity
+	// term selects it.
+	LabelFraction = "gpufrac.dev/fraction"
+	// AnnotationPacking set to "false" on a pod keeps the webhook away
+	// from it (a workload with placement rules of its own).
+	AnnotationPacking = "gpufrac.dev/packing"
+	// PackingWeight is the preferred term's weight: the highest the API
+	// allows, so packing outweighs the spreading of least-allocated scoring.
+	PackingWeight = 100
+)
+
+// ClaimSpecs finds the specs a pod's resourceClaims refer to; ok is false
+// when the object is not (yet) there.
+type ClaimSpecs interface {
+	TemplateSpec(ctx context.Context, namespace, name string) (spec *resourceapi.ResourceClaimSpec, ok bool)
+	ClaimSpec(ctx context.Context, namespace, name string) (spec *resourceapi.ResourceClaimSpec, ok bool)
+}
+
+// PackingTerm is the preferred pod-affinity term added to fraction pods:
+// towards nodes that run other fraction pods of any namespace.
+func PackingTerm() corev1.WeightedPodAffinityTerm {
+	return corev1.WeightedPodAffinityTerm{
+		Weight: PackingWeight,
+		PodAffinityTerm: corev1.PodAffinityTerm{
+			LabelSelector:     &metav1.LabelSelector{MatchLabels: map[string]string{LabelFraction: "true"}},
+			NamespaceSelector: &metav1.LabelSelector{},
+			TopologyKey:       corev1.LabelHostname,
+		},
+	}
+}
+
+// PatchOp is one JSON patch (RFC 6902) operation.
+type PatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// PackingPatch returns the operations that label pod as a fraction pod and
+// add the packing term, appending to whatever affinity the pod brings
+// (its own terms keep their meaning: required ones still filter, preferred
+// ones still score beside ours). Operations already applied are left out,
+// so a reinvoked webhook adds nothing twice.
+func PackingPatch(pod *corev1.Pod) []PatchOp {
+	var ops []PatchOp
+	switch {
+	case pod.Labels == nil:
+		ops = append(ops, PatchOp{Op: "add", Path: "/metadata/labels", Value: map[string]string{LabelFraction: "true"}})
+	case pod.Labels[LabelFraction] != "true":
+		ops = append(ops, PatchOp{Op: "add", Path: "/metadata/labels/" + escapePointer(LabelFraction), Value: "true"})
+	}
+	term := PackingTerm()
+	a := pod.Spec.Affinity
+	switch {
+	case a == nil:
+		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity", Value: corev1.Affinity{PodAffinity: &corev1.PodAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{term}}}})
+	case a.PodAffinity == nil:
+		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity/podAffinity", Value: corev1.PodAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{term}}})
+	case a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution == nil:
+		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity/podAffinity/preferredDuringSchedulingIgnoredDuringExecution",
+			Value: []corev1.WeightedPodAffinityTerm{term}})
+	case !hasPackingTerm(a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution):
+		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity/podAffinity/preferredDuringSchedulingIgnoredDuringExecution/-", Value: term})
+	}
+	return ops
+}
+
+func hasPackingTerm(terms []corev1.WeightedPodAffinityTerm) bool {
+	for _, t := range terms {
+		s := t.PodAffinityTerm.LabelSelector
+		if t.PodAffinityTerm.TopologyKey == corev1.LabelHostname && s != nil && len(s.MatchLabels) == 1 &&
+			s.MatchLabels[LabelFraction] == "true" && len(s.MatchExpressions) == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// IsGpufracClass tells whether a DeviceClass selects gpufrac.dev devices.
+func IsGpufracClass(c *resourceapi.DeviceClass) bool {
+	for _, s := range c.Spec.Selectors {
+		if s.CEL != nil && strings.Contains(s.CEL.Expression, `device.driver == "`+v1alpha1.DriverName+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// RequestsFraction tells whether a claim spec asks a gpufrac class for a
+// share of a GPU's memory. A request that names no memory gets the whole
+// GPU alone (the slice's requestPolicy default), so it is not a fraction
+// and is never drawn towards shared GPUs.
+func RequestsFraction(spec *resourceapi.ResourceClaimSpec, gpufracClass func(name string) bool) bool {
+	fraction := func(class string, c *resourceapi.CapacityRequirements) bool {
+		if c == nil || !gpufracClass(class) {
+			return false
+		}
+		_, ok := c.Requests["memory"]
+		return ok
+	}
+	for _, r := range spec.Devices.Requests {
+		if r.Exactly != nil && fraction(r.Exactly.DeviceClassName, r.Exactly.Capacity) {
+			return true
+		}
+		for _, sub := range r.FirstAvailable {
+			if fraction(sub.DeviceClassName, sub.Capacity) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// IsFractionPod tells whether pod uses gpufrac fractions: a pod the KAI
+// translation gave claims (its templates may not exist yet, and KAI
+// portions and memory sizes always become memory requests), or one with a
+// claim or template that requests a fraction.
+func IsFractionPod(ctx context.Context, pod *corev1.Pod, claims ClaimSpecs, gpufracClass func(string) bool) bool {
+	if pod.Annotations[kai.AnnotationTranslated] != "" {
+		return true
+	}
+	for _, rc := range pod.Spec.ResourceClaims {
+		var spec *resourceapi.ResourceClaimSpec
+		var ok bool
+		switch {
+		case rc.ResourceClaimTemplateName != nil:
+			spec, ok = claims.TemplateSpec(ctx, pod.Namespace, *rc.ResourceClaimTemplateName)
+		case rc.ResourceClaimName != nil:
+			spec, ok = claims.ClaimSpec(ctx, pod.Namespace, *rc.ResourceClaimName)
+		}
+		if ok && RequestsFraction(spec, gpufracClass) {
+			return true
+		}
+	}
+	return false
+}
+
+// packPod adds the packing affinity to fraction pods on create. It never
+// refuses a pod: packing is a preference, and its webhook fails open.
+func (s *Server) packPod(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create || s.Claims == nil {
+		return allow()
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return allow()
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace
+	}
+	if pod.Annotations[AnnotationPacking] == "false" || len(pod.Spec.ResourceClaims) == 0 {
+		return allow()
+	}
+	classes := map[string]bool{}
+	for _, c := range s.Cluster.DeviceClasses() {
+		classes[c.Name] = IsGpufracClass(c)
+	}
+	if !IsFractionPod(ctx, &pod, s.Claims, func(name string) bool { return classes[name] }) {
+		return allow()
+	}
+	ops := PackingPatch(&pod)
+	if len(ops) == 0 {
+		return allow()
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Encoding the packing patch")
+		return allow()
+	}
+	klog.FromContext(ctx).V(4).Info("Added the packing affinity", "pod", klog.KRef(pod.Namespace, podName(&pod)))
+	pt := admissionv1.PatchTypeJSONPatch
+	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt}
+}
+
+// handlePacking is the route Handler adds.
+func (s *Server) handlePacking(mux *http.ServeMux) {
+	mux.HandleFunc(PathPackPods, s.serve(s.packPod))
+}

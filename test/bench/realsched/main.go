@@ -1,0 +1,125 @@
+// Command realsched measures packing in the real kube-scheduler: it starts
+// the harness control plane (etcd, kube-apiserver, kube-scheduler and
+// kube-controller-manager v1.37.2, client QPS lifted so the API rate limit
+// is not what is measured), N nodes that carry the ResourceSlices
+// gpufrac-kubelet-plugin --simulate-gpus publishes (no kubelet: pods are
+// bound, never run), the demo's DeviceClasses and, with -packing=on, the
+// packing webhook as the chart registers it; applies the workload; waits
+// until the scheduler has placed what it can; and prints what it did.
+//
+//	go run ./test/bench/realsched -f WORKLOAD.yaml -nodes 64 -gpus h200x8 -packing=on -o json
+//	go run ./test/bench/realsched -trace 400 -seed 1 -nodes 64 -packing=off
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpufrac/gpufrac/pkg/simulate"
+)
+
+// result is the benchmark's output.
+type result struct {
+	Packing string `json:"packing"`
+	Nodes   int    `json:"nodes"`
+	GPUs    string `json:"gpus"`
+	Placed  int    `json:"placed"`
+	Total   int    `json:"total"`
+	// GPUsUsed are distinct GPUs holding at least one allocated claim.
+	GPUsUsed int `json:"gpusUsed"`
+	// LowerBound is ceil(memory the placed pods' claims consumed / GPU
+	// memory): the fewest GPUs that could hold what was placed.
+	LowerBound int `json:"lowerBound"`
+	NodesUsed  int `json:"nodesUsed"`
+	// Seconds from the first pod's create to the last bind; PodsPerSecond
+	// is Placed over it.
+	Seconds       float64 `json:"seconds"`
+	PodsPerSecond float64 `json:"podsPerSecond"`
+	// SteadyPodsPerSecond is the bind rate from the 10th to the 90th
+	// percentile bind.
+	SteadyPodsPerSecond float64 `json:"steadyPodsPerSecond"`
+	// CreateSeconds is how long creating the pods took (admission, the
+	// packing webhook included).
+	CreateSeconds float64 `json:"createSeconds"`
+}
+
+func main() {
+	file := flag.String("f", "", "workload: ResourceClaimTemplates, DeviceClasses and Pods in YAML")
+	trace := flag.Int("trace", 0, "instead of -f: this many inference pods of the packing benchmark's trace (docs/benchmarks.md)")
+	seed := flag.Uint64("seed", 1, "trace seed (with -trace)")
+	nodes := flag.Int("nodes", 8, "nodes")
+	gpus := flag.String("gpus", "h200x8", "GPUs per node, as --simulate-gpus takes them")
+	packing := flag.String("packing", "on", "on: the chart's packing webhook is registered; off: the scheduler alone")
+	output := flag.String("o", "table", "json or table")
+	qps := flag.Int("qps", 1000, "client QPS of kube-scheduler, kube-controller-manager and the benchmark (burst is twice it)")
+	timeout := flag.Duration("timeout", 20*time.Minute, "give up after this long")
+	settle := flag.Duration("settle", 5*time.Second, "placement is done when nothing changed for this long and every pod is bound or unschedulable")
+	var schedulerFlags stringList
+	flag.Var(&schedulerFlags, "scheduler-flag", "extra kube-scheduler flag, repeatable (e.g. --authorization-always-allow-paths=/healthz,/debug/pprof/profile to profile it)")
+	flag.Parse()
+	if err := check(*file, *trace, *packing, *output); err != nil {
+		fmt.Fprintln(os.Stderr, "realsched:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	res, err := run(ctx, config{file: *file, trace: *trace, seed: *seed, nodes: *nodes, gpus: *gpus,
+		packing: *packing == "on", qps: *qps, settle: *settle, schedulerFlags: schedulerFlags})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "realsched:", err)
+		os.Exit(1)
+	}
+	if *output == "json" {
+		out, _ := json.Marshal(res)
+		fmt.Println(string(out))
+		return
+	}
+	fmt.Printf("packing %-3s  nodes %4d  placed %4d/%-4d  GPUs used %4d  lower bound %4d (%.2fx)  nodes used %4d  %.1f s  %.1f pods/s (steady %.1f; created in %.1f s)\n",
+		res.Packing, res.Nodes, res.Placed, res.Total, res.GPUsUsed, res.LowerBound, ratio(res.GPUsUsed, res.LowerBound),
+		res.NodesUsed, res.Seconds, res.PodsPerSecond, res.SteadyPodsPerSecond, res.CreateSeconds)
+}
+
+func check(file string, trace int, packing, output string) error {
+	switch {
+	case (file == "") == (trace == 0):
+		return fmt.Errorf("give either -f WORKLOAD.yaml or -trace N")
+	case packing != "on" && packing != "off":
+		return fmt.Errorf("-packing=%q: want on or off", packing)
+	case output != "json" && output != "table":
+		return fmt.Errorf("-o %q: want json or table", output)
+	}
+	return nil
+}
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func loadFor(cfg config, gpuMemory resource.Quantity) (*workload, error) {
+	if cfg.trace > 0 {
+		return traceWorkload(simulate.Generate(cfg.trace, cfg.seed, gpuMemory))
+	}
+	data, err := os.ReadFile(cfg.file)
+	if err != nil {
+		return nil, err
+	}
+	return loadWorkload(data, []resource.Quantity{gpuMemory})
+}
+
+type stringList []string
+
+func (l *stringList) String() string     { return fmt.Sprint(*l) }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/gpufrac/gpufrac/pkg/simulate"
+	"github.com/gpufrac/gpufrac/templates"
+	"github.com/gpufrac/gpufrac/test/harness"
+)
+
+type config struct {
+	file    string
+	trace   int
+	seed    uint64
+	nodes   int
+	gpus    string
+	packing bool
+	qps     int
+	settle  time.Duration
+	// schedulerFlags are extra kube-scheduler flags.
+	schedulerFlags []string
+}
+
+const namespace = "bench"
+
+func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
+	lift := []string{fmt.Sprintf("--kube-api-qps=%d", cfg.qps), fmt.Sprintf("--kube-api-burst=%d", 2*cfg.qps)}
+	cp, err := harness.Start(ctx, harness.Options{
+		Progress: os.Stderr, SchedulerArgs: append(lift, cfg.schedulerFlags...), ControllerManagerArgs: lift,
+		// The nodes carry slices only; no plugin runs, so none is built.
+		PluginBinary: "/nonexistent/gpufrac-kubelet-plugin",
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if finalErr != nil {
+			cp.LogTails(os.Stderr, 30)
+		}
+		// The figures are measured by now; a slow shutdown is only reported.
+		if err := cp.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "realsched: stopping the control plane:", err)
+		}
+	}()
+	restConfig := rest.CopyConfig(cp.RestConfig)
+	restConfig.QPS, restConfig.Burst = float32(cfg.qps), 2*cfg.qps
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, err
+	}
+
+	probe, err := simulate.NodeSlices(ctx, "probe", cfg.gpus, "")
+	if err != nil {
+		return nil, err
+	}
+	gpuMemory := probe[0].Spec.Devices[0].Capacity["memory"].Value
+	wl, err := loadFor(cfg, gpuMemory)
+	if err != nil {
+		return nil, err
+	}
+
+	names := make([]string, cfg.nodes)
+	for i := range names {
+		names[i] = simulate.NodeName(i)
+	}
+	start := time.Now()
+	if err := cp.AddSliceNodes(ctx, harness.SliceNodeOptions{Names: names, Workers: 16,
+		Slices: func(ctx context.Context, node string) ([]*resourceapi.ResourceSlice, error) {
+			return simulate.NodeSlices(ctx, node, cfg.gpus, "")
+		}}); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(os.Stderr, "realsched: %d nodes with slices in %s\n", cfg.nodes, time.Since(start).Round(100*time.Millisecond))
+	classes, err := templates.DeviceClassObjects()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range append(classes, wl.classes...) {
+		if _, err := client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("creating DeviceClass %s: %w", c.Name, err)
+		}
+	}
+	if err := createNamespace(ctx, client); err != nil {
+		return nil, err
+	}
+	for _, t := range wl.templates {
+		t = t.DeepCopy()
+		t.Namespace = namespace
+		if _, err := client.ResourceV1().ResourceClaimTemplates(namespace).Create(ctx, t, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("creating ResourceClaimTemplate %s: %w", t.Name, err)
+		}
+	}
+	if cfg.packing {
+		ctrl, err := cp.StartPacking(ctx, namespace)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err := ctrl.Close(); err != nil {
+				fmt.Fprintln(os.Stderr, "realsched: stopping gpufrac-controller:", err)
+			}
+		}()
+	}
+
+	w := newWatcher(client, len(wl.pods))
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	if err := w.start(watchCtx); err != nil {
+		return nil, err
+	}
+	begin := time.Now()
+	if err := createPods(ctx, client, wl.pods, 32); err != nil {
+		return nil, err
+	}
+	created := time.Since(begin)
+	fmt.Fprintf(os.Stderr, "realsched: %d pods created in %s\n", len(wl.pods), created.Round(100*time.Millisecond))
+	last := w.wait(ctx, cfg.settle)
+	stopWatch()
+	p, err := cp.PlacementOf(ctx, namespace)
+	if err != nil {
+		return nil, err
+	}
+	res := &result{Packing: map[bool]string{true: "on", false: "off"}[cfg.packing], Nodes: cfg.nodes, GPUs: cfg.gpus,
+		Placed: p.Bound, Total: len(wl.pods), GPUsUsed: p.GPUs, LowerBound: p.LowerBound, NodesUsed: p.Nodes,
+		CreateSeconds: created.Seconds()}
+	if p.Bound > 0 {
+		res.Seconds = last.Sub(begin).Seconds()
+		res.PodsPerSecond = float64(p.Bound) / res.Seconds
+		res.SteadyPodsPerSecond = w.steadyRate()
+	}
+	return res, ctx.Err()
+}
+
+func createNamespace(ctx context.Context, client kubernetes.Interface) error {
+	_, err := client.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("creating namespace %s: %w", namespace, err)
+	}
+	// Admission refuses pods until the default ServiceAccount exists.
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts(namespace).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+}
+
+// createPods creates the pods in order from several workers, as a
+// controller creating replicas does.
+func createPods(ctx context.Context, client kubernetes.Interface, pods []*v1.Pod, workers int) error {
+	var next atomic.Int64
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(pods) || ctx.Err() != nil {
+					return
+				}
+				p := pods[i].DeepCopy()
+				p.Namespace = namespace
+				if _, err := client.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					errs[w] = fmt.Errorf("creating pod %s: %w", p.Name, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// watcher follows the pods from an informer: which are bound, which the
+// scheduler found unschedulable, and when the last bind was seen.
+type watcher struct {
+	client kubernetes.Interface
+	total  int
+
+	mu       sync.Mutex
+	bound    map[string]bool
+	binds    []time.Time
+	unsched  map[string]bool
+	lastBind time.Time
+	changed  time.Time
+}
+
+func newWatcher(client kubernetes.Interface, total int) *watcher {
+	return &watcher{client: client, total: total, bound: map[string]bool{}, unsched: map[string]bool{}}
+}
+
+func (w *watcher) start(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithNamespace(namespace))
+	inf := factory.Core().V1().Pods().Informer()
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    w.observe,
+		UpdateFunc: func(_, obj any) { w.observe(obj) },
+	})
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return fmt.Errorf("waiting for the pod informer: %w", ctx.Err())
+	}
+	return nil
+}
+
+func (w *watcher) observe(obj any) {
+	pod, ok := obj.(*v1.Pod)
+	if !ok {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if pod.Spec.NodeName != "" && !w.bound[pod.Name] {
+		w.bound[pod.Name] = true
+		w.binds = append(w.binds, now)
+		delete(w.unsched, pod.Name)
+		w.lastBind, w.changed = now, now
+		return
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable && !w.unsched[pod.Name] {
+			w.unsched[pod.Name] = true
+			w.changed = now
+		}
+	}
+}
+
+// wait returns the time of the last bind once every pod is bound, or
+// every pod is bound or unschedulable and nothing changed for settle.
+func (w *watcher) wait(ctx context.Context, settle time.Duration) time.Time {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		w.mu.Lock()
+		bound, unsched, last, changed := len(w.bound), len(w.unsched), w.lastBind, w.changed
+		w.mu.Unlock()
+		if bound == w.total || (bound+unsched == w.total && time.Since(changed) > settle) {
+			return last
+		}
+		select {
+		case <-ctx.Done():
+			return last
+		case <-tick.C:
+		}
+	}
+}
+
+// steadyRate is the bind rate between the 10th and the 90th percentile
+// bind: the scheduler's throughput without the start (first webhook
+// calls, informers catching up) and the tail.
+func (w *watcher) steadyRate() float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(w.binds)
+	lo, hi := n/10, n-1-n/10
+	if hi <= lo {
+		return 0
+	}
+	span := w.binds[hi].Sub(w.binds[lo]).Seconds()
+	if span <= 0 {
+		return 0
+	}
+	return float64(hi-lo) / span
+}

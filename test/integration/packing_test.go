@@ -1,0 +1,107 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpufrac/gpufrac/pkg/simulate"
+	"github.com/gpufrac/gpufrac/pkg/webhook"
+	"github.com/gpufrac/gpufrac/test/harness"
+)
+
+// TestPackingInTheRealScheduler: with the packing webhook registered as
+// the chart registers it, the unmodified kube-scheduler puts 40 fractions
+// of 16Gi on 8 nodes of 8 H200s on no more than one GPU over the lower
+// bound (left to itself it spreads them over dozens). With the controller
+// stopped, pods are still admitted and scheduled, only without packing.
+func TestPackingInTheRealScheduler(t *testing.T) {
+	e := newEnv(t)
+	class := e.classFor("frac", "")
+	// The nodes take this test's pods only (taint) and its pods go to them
+	// only (selector), so other tests' nodes and pods do not mix in.
+	label := "gpufrac.dev/packing-test"
+	var names []string
+	prefix := "p" + rand.String(5)
+	for i := range 8 {
+		names = append(names, fmt.Sprintf("%s-%d", prefix, i))
+	}
+	taint := v1.Taint{Key: label, Value: e.ns, Effect: v1.TaintEffectNoSchedule}
+	t.Cleanup(func() { _ = cp.RemoveSliceNodes(e.ctx, names) })
+	if err := cp.AddSliceNodes(e.ctx, harness.SliceNodeOptions{
+		Names: names, Labels: map[string]string{label: e.ns}, Taints: []v1.Taint{taint},
+		Slices: func(ctx context.Context, node string) ([]*resourceapi.ResourceSlice, error) {
+			return simulate.NodeSlices(ctx, node, "h200x8", "")
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.createTemplate(claimTemplate("frac-16g", class, "16Gi", 1, ""))
+	ctrl, err := cp.StartPacking(e.ctx, e.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ctrl.Close() })
+
+	create := func(name string) {
+		pod := &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+			Spec: v1.PodSpec{
+				NodeSelector:   map[string]string{label: e.ns},
+				Tolerations:    []v1.Toleration{{Key: label, Operator: v1.TolerationOpEqual, Value: e.ns, Effect: v1.TaintEffectNoSchedule}},
+				ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("frac-16g")}},
+				Containers: []v1.Container{{Name: "app", Image: "busybox", Command: []string{"sleep", "infinity"},
+					Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}},
+			},
+		}
+		if _, err := e.client.CoreV1().Pods(e.ns).Create(e.ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("creating pod %s: %v", name, err)
+		}
+	}
+	waitBound := func(n int) *harness.Placement {
+		var p *harness.Placement
+		e.poll(fmt.Sprintf("%d pods bound", n), func() (bool, error) {
+			var err error
+			p, err = cp.PlacementOf(e.ctx, e.ns)
+			return err == nil && p.Bound == n, err
+		})
+		return p
+	}
+
+	for i := range 40 {
+		create(fmt.Sprintf("frac-%02d", i))
+	}
+	p := waitBound(40)
+	t.Logf("packing on: 40 pods of 16Gi on %d GPUs of %d nodes; lower bound %d", p.GPUs, p.Nodes, p.LowerBound)
+	if p.LowerBound < 5 {
+		t.Fatalf("lower bound %d: 40 x 16Gi cannot fit fewer than 5 H200s", p.LowerBound)
+	}
+	if p.GPUs > p.LowerBound+1 {
+		t.Errorf("packing on: %d GPUs used, want at most the lower bound %d plus one", p.GPUs, p.LowerBound)
+	}
+	for _, pod := range e.pods() {
+		if pod.Labels[webhook.LabelFraction] != "true" {
+			t.Errorf("pod %s was admitted without the packing webhook", pod.Name)
+		}
+	}
+
+	// An outage: the controller is gone, its webhook configuration stays.
+	if err := ctrl.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		create(fmt.Sprintf("outage-%d", i))
+	}
+	waitBound(48)
+	for _, pod := range e.pods() {
+		if _, unpacked := pod.Labels[webhook.LabelFraction]; len(pod.Name) > 6 && pod.Name[:6] == "outage" && unpacked {
+			t.Errorf("pod %s went through a stopped webhook", pod.Name)
+		}
+	}
+}
