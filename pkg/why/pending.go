@@ -181,7 +181,7 @@ func (w *world) suggest(ctx context.Context, nodes []string, pending []*resource
 				if a.all || a.count != 1 || !memoryBound(a, diags) {
 					continue
 				}
-				s, err := w.smaller(ctx, nodes, pending, ci, a, diags)
+				s, err := w.smaller(ctx, pending, ci, a, diags)
 				if err != nil {
 					return nil, err
 				}
@@ -220,38 +220,48 @@ func memoryBound(a alt, diags []nodeDiag) bool {
 }
 
 // smaller replays the claims with a's request lowered to the largest free
-// share any eligible GPU has.
-func (w *world) smaller(ctx context.Context, nodes []string, pending []*resourceapi.ResourceClaim, ci int, a alt, diags []nodeDiag) (*Suggestion, error) {
-	var best int64
-	var bestNode, bestDev string
+// share of an eligible GPU, trying the GPUs from the most free down until
+// the allocator places it and the node's plugin would prepare it.
+func (w *world) smaller(ctx context.Context, pending []*resourceapi.ResourceClaim, ci int, a alt, diags []nodeDiag) (*Suggestion, error) {
+	type candidate struct {
+		bytes        int64
+		node, device string
+	}
+	var cands []candidate
 	for _, nd := range diags {
 		for _, d := range nd.diags {
 			if d.a.claim != a.claim || d.a.request != a.request {
 				continue
 			}
 			for _, e := range d.eligible {
-				if v := floorOnPolicy(e.free, e.dev); v > best {
-					best, bestNode, bestDev = v, nd.node, e.key.device
+				if v := floorOnPolicy(e.free, e.dev); v > 0 {
+					cands = append(cands, candidate{v, nd.node, e.key.device})
 				}
 			}
 		}
 	}
-	if best == 0 {
-		return nil, nil
+	sort.SliceStable(cands, func(i, j int) bool { return cands[i].bytes > cands[j].bytes })
+	// Each try is one replay over every node; a handful covers the
+	// distinct shapes a real cluster has.
+	const maxTries = 8
+	for i, c := range cands {
+		if i == maxTries {
+			break
+		}
+		claims := append([]*resourceapi.ResourceClaim(nil), pending...)
+		claims[ci] = withRequest(a, c.bytes)
+		fits, err := w.fitsOn(ctx, []string{c.node}, claims, nil)
+		if err != nil {
+			return nil, err
+		}
+		results, ok := fits[c.node]
+		if !ok || len(w.refusals(c.node, claims, results)) > 0 {
+			continue
+		}
+		return &Suggestion{Kind: "SmallerRequest", Claim: a.claimName(), Request: a.request, Node: c.node, Device: c.device, RequestBytes: c.bytes,
+			Message: fmt.Sprintf("a request of at most %s (capacity.requests.memory of request %s) fits now on %s %s", q(c.bytes), a.request, c.node, c.device)}, nil
 	}
-	changed := withRequest(a, best)
-	claims := append([]*resourceapi.ResourceClaim(nil), pending...)
-	claims[ci] = changed
-	fits, err := w.fitsOn(ctx, nodes, claims, nil)
-	if err != nil {
-		return nil, err
-	}
-	results, ok := fits[bestNode]
-	if !ok || len(w.refusals(bestNode, claims, results)) > 0 {
-		return nil, nil
-	}
-	return &Suggestion{Kind: "SmallerRequest", Claim: a.claimName(), Request: a.request, Node: bestNode, Device: bestDev, RequestBytes: best,
-		Message: fmt.Sprintf("a request of at most %s (capacity.requests.memory of request %s) fits now on %s %s", q(best), a.request, bestNode, bestDev)}, nil
+	return nil, nil
 }
 
 // withRequest is a's claim with a's memory request set to bytes.

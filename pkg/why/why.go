@@ -256,5 +256,9 @@ func commonReason(nodes []NodeResult) string {
 		return codes[i] < codes[j]
 	})
 	c := codes[0]
+	if c == NodeExcluded && len(codes) > 1 {
+		// The nodes the pod may use say more than the ones it may not.
+		c = codes[1]
+	}
 	return fmt.Sprintf("%s on %d of %d nodes (%s)", c, count[c], len(nodes), first[c])
 }
