@@ -1,0 +1,133 @@
+package kubectlcmd
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpufrac/gpufrac/pkg/gpusim"
+	"github.com/gpufrac/gpufrac/pkg/inventory"
+	"github.com/gpufrac/gpufrac/pkg/resourceslices"
+	"github.com/gpufrac/gpufrac/pkg/why"
+)
+
+// whyCluster is one node of two H200, a 100Gi share held on each GPU by a
+// pod in another namespace, and a Pending pod whose 80Gi claim (from a
+// template, not created yet) fits nowhere.
+func whyCluster(t *testing.T) []runtime.Object {
+	_, ctx := ktesting.NewTestContext(t)
+	srv, err := gpusim.New("h200x2", "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := inventory.Discover(ctx, srv, inventory.Options{ForceEnforcement: inventory.EnforcementDMem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := resourceslices.DriverResources("node-a", inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := []runtime.Object{&resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpufrac.dev"},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpufrac.dev"`}}}}}}
+	for _, s := range resourceslices.Objects("gpufrac.dev", res) {
+		objs = append(objs, s)
+	}
+	for i, dev := range []string{"gpu-0", "gpu-1"} {
+		name := "held-" + dev
+		objs = append(objs, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "other", UID: types.UID("uid-" + name)},
+			Status: resourceapi.ResourceClaimStatus{
+				Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+					Request: "gpu", Driver: "gpufrac.dev", Pool: "node-a", Device: dev, ShareID: ptr.To(types.UID("s" + dev)),
+					ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse([]string{"100Gi", "110Gi"}[i])}}}}},
+				ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "user-" + dev, UID: "p"}},
+			}})
+	}
+	objs = append(objs, &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: "team"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{
+			Requests: []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpufrac.dev",
+				AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+				Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("80Gi")}}}}}}}}})
+	objs = append(objs, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "too-big", Namespace: "team", UID: "pod-uid"},
+		Spec:   v1.PodSpec{ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("big")}}},
+		Status: v1.PodStatus{Phase: v1.PodPending}})
+	return objs
+}
+
+func runWhy(t *testing.T, client kubernetes.Interface, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := newWhyCommand(IOStreams{Out: &out, ErrOut: &out}, func(string, string) (kubernetes.Interface, error) { return client, nil })
+	cmd.SetArgs(args)
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("why %v: %v\n%s", args, err, out.String())
+	}
+	return out.String()
+}
+
+func TestWhyCommand(t *testing.T) {
+	client := fake.NewClientset(whyCluster(t)...)
+	got := runWhy(t, client, "too-big", "-n", "team")
+	for _, want := range []string{
+		"Pod team/too-big (Pending): the claims fit on no node: NotEnoughMemory",
+		"NotEnoughMemory: team/too-big-gpu (from template big) gpu: the request needs 80Gi free guaranteed memory on one GPU; the largest free share here is 41Gi (gpu-0)",
+		"a request of at most 41Gi (capacity.requests.memory of request gpu) fits now on node-a gpu-0",
+		"gpu-0 on node-a fits it once other/user-gpu-0 leave (100Gi freed)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "Not visible") {
+		t.Errorf("a user who may read everything was told something is not visible:\n%s", got)
+	}
+
+	var e why.Explanation
+	if err := json.Unmarshal([]byte(runWhy(t, client, "too-big", "-n", "team", "-o", "json")), &e); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Nodes) != 1 || e.Nodes[0].Reasons[0].Code != why.NotEnoughMemory || len(e.Suggestions) != 2 {
+		t.Errorf("json %+v", e)
+	}
+}
+
+// TestWhyCommandLimitedAccess: a user who may read only their namespace
+// still gets an answer, told what it could not see; the memory other
+// namespaces hold looks free to them, and the answer says that may be so.
+func TestWhyCommandLimitedAccess(t *testing.T) {
+	client := fake.NewClientset(whyCluster(t)...)
+	forbid := func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetNamespace() == "" {
+			return true, nil, apierrors.NewForbidden(action.GetResource().GroupResource(), "", nil)
+		}
+		return false, nil, nil
+	}
+	client.PrependReactor("list", "resourceclaims", forbid)
+	client.PrependReactor("list", "nodes", forbid)
+	got := runWhy(t, client, "too-big", "-n", "team")
+	for _, want := range []string{
+		"Not visible with your access",
+		"resourceclaims outside namespace team (cannot list them cluster-wide)",
+		"nodes (cannot list)",
+		// Without the other namespace's claims both GPUs look empty.
+		"the claims fit now on [node-a]",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+}
