@@ -261,6 +261,10 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		}
 	}
 
+	if err := explainTooLarge(ctx, cp.Client, root, cp.Kubeconfig, kubectl); err != nil {
+		return fail(err)
+	}
+
 	if waitErr != nil {
 		step("Not every pod reached Running")
 		for _, line := range notRunning {
