@@ -216,9 +216,10 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	if mpsManager != nil {
 		mpsDaemons = mpsManager.Users
 	}
+	usage := usageNVML(bgCtx, cfg.NVML)
 	p.metrics = fractionmetrics.New(fractionmetrics.Config{
 		NodeName: cfg.NodeName, Inventory: inv, Prepared: p.preparer.Prepared,
-		RecordDir: cfg.CDI.RecordDir, NVML: usageNVML(bgCtx, cfg.NVML), MPSDaemons: mpsDaemons,
+		RecordDir: cfg.CDI.RecordDir, NVML: usage, MPSDaemons: mpsDaemons,
 		CgroupRoot: cfg.InventoryOptions.CgroupRoot,
 	})
 	if cfg.Metrics != nil {
@@ -226,6 +227,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
 	}
+	p.watchIncidents(bgCtx, usage, cfg.CDI.RecordDir)
 	if mpsManager != nil {
 		// Reference counts come from the checkpoint; daemons of GPUs no
 		// claim uses any more go, missing ones come back.
