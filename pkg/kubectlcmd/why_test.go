@@ -86,7 +86,7 @@ func TestWhyCommand(t *testing.T) {
 		"Pod team/too-big (Pending): the claims fit on no node: NotEnoughMemory",
 		"NotEnoughMemory: team/too-big-gpu (from template big) gpu: the request needs 80Gi free guaranteed memory on one GPU; the largest free share here is 41Gi (gpu-0)",
 		"a request of at most 41Gi (capacity.requests.memory of request gpu) fits now on node-a gpu-0",
-		"gpu-0 on node-a fits it once other/user-gpu-0 leave (100Gi freed)",
+		"gpu-0 on node-a fits it once other/user-gpu-0 leaves (100Gi freed)",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("output lacks %q:\n%s", want, got)

@@ -352,9 +352,13 @@ func (w *world) afterLeaving(ctx context.Context, pending []*resourceapi.Resourc
 		if who == "" {
 			who = "the pods of " + strings.Join(claims, ", ")
 		}
+		verb := "leave"
+		if len(pods) == 1 {
+			verb = "leaves"
+		}
 		return &Suggestion{Kind: "AfterPodsLeave", Claim: a.claimName(), Request: a.request, Node: o.node, Device: o.device,
 			Pods: pods, Leaving: claims,
-			Message: fmt.Sprintf("%s on %s fits it once %s leave (%s freed)", o.device, o.node, who, q(o.freed))}, nil
+			Message: fmt.Sprintf("%s on %s fits it once %s %s (%s freed)", o.device, o.node, who, verb, q(o.freed))}, nil
 	}
 	return nil, nil
 }

@@ -79,6 +79,7 @@ func TestWhyNamesWhatTheSchedulerDoesNot(t *testing.T) {
 
 	// The text form says the same for people.
 	text := runWhyText(t, cp.Kubeconfig, "frag", "-n", e.ns)
+	t.Logf("the scheduler: %s\nkubectl gpufrac why frag:\n%s", schedulerSays, text)
 	for _, want := range []string{"Fragmented", "What would make it fit", leave.Message} {
 		if !strings.Contains(text, want) {
 			t.Errorf("why's text lacks %q:\n%s", want, text)
