@@ -155,7 +155,7 @@ func printWhy(out io.Writer, e *why.Explanation) error {
 		}
 	}
 	if len(e.Unseen) > 0 {
-		fmt.Fprintln(out, "\nNot visible with your access (the answer may be incomplete):")
+		fmt.Fprintln(out, "\nCould not see (your access, or unreachable; the answer may be incomplete):")
 		for _, u := range e.Unseen {
 			fmt.Fprintf(out, "  - %s\n", u)
 		}

@@ -92,7 +92,7 @@ func TestWhyCommand(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "Not visible") {
+	if strings.Contains(got, "Could not see") {
 		t.Errorf("a user who may read everything was told something is not visible:\n%s", got)
 	}
 
@@ -120,7 +120,7 @@ func TestWhyCommandLimitedAccess(t *testing.T) {
 	client.PrependReactor("list", "nodes", forbid)
 	got := runWhy(t, client, "too-big", "-n", "team")
 	for _, want := range []string{
-		"Not visible with your access",
+		"Could not see (your access, or unreachable",
 		"resourceclaims outside namespace team (cannot list them cluster-wide)",
 		"nodes (cannot list)",
 		// Without the other namespace's claims both GPUs look empty.
