@@ -30,9 +30,12 @@ type MPSEvent struct {
 	Time               time.Time
 }
 
-// MPSEventSource is what an MPS manager offers for incidents: it calls
-// report for every client its servers terminate until ctx ends. The MPS
-// manager implements it; nothing here depends on how it reads the logs.
+// MPSEventSource is what an MPS manager offers for incidents.
+// WatchTerminations registers report and returns at once; the manager
+// then calls report, from its own goroutine, for every client its servers
+// terminate, until it stops. The kubelet plugin connects any MPS manager
+// that has this method (pkg/nodeplugin/incidents.go); nothing here
+// depends on how the manager reads the daemon's logs.
 type MPSEventSource interface {
 	WatchTerminations(report func(MPSEvent))
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -97,4 +99,32 @@ func shareOnGPU(c plan.Claim, uuid string) (Share, bool) {
 		out, found = s, true
 	}
 	return out, found
+}
+
+// RecordsContainerOf finds a client PID's container among the hook's
+// records: the PID's cgroup (from /proc/<pid>/cgroup, as the hook found the
+// container's) is a recorded container's cgroup or below it, and the record
+// lists the GPU.
+func RecordsContainerOf(recordDir, procRoot, cgroupRoot string) ContainerOf {
+	return func(gpuUUID string, pid int) (Container, bool) {
+		cg, err := cdihook.FindCgroup(procRoot, cgroupRoot, pid)
+		if err != nil {
+			return Container{}, false
+		}
+		files, _ := filepath.Glob(filepath.Join(recordDir, "*", "*.json"))
+		for _, f := range files {
+			raw, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			var r cdihook.Record
+			if json.Unmarshal(raw, &r) != nil || r.Cgroup == "" || !slices.Contains(r.GPUs, gpuUUID) {
+				continue
+			}
+			if cg.Path == filepath.Clean(r.Cgroup) || strings.HasPrefix(cg.Path, filepath.Clean(r.Cgroup)+string(filepath.Separator)) {
+				return Container{Namespace: r.Namespace, Pod: r.Pod, Container: r.Container}, true
+			}
+		}
+		return Container{}, false
+	}
 }

@@ -73,3 +73,39 @@ func TestNVMLSource(t *testing.T) {
 		t.Errorf("above the request: %+v, want borrowing", got)
 	}
 }
+
+// TestRecordsContainerOf: a client PID whose cgroup is a recorded
+// container's (or below it) is that container, for the GPUs it records.
+func TestRecordsContainerOf(t *testing.T) {
+	dir, proc := t.TempDir(), t.TempDir()
+	raw, _ := json.Marshal(cdihook.Record{ClaimUID: "u", Namespace: "team", Pod: "llm-0", Container: "server",
+		Cgroup: "/sys/fs/cgroup/kubepods/pod1/c1", GPUs: []string{"GPU-0"}})
+	path := cdihook.RecordPath(dir, "u", "c1")
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, raw, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	for pid, cg := range map[string]string{"7": "0::/kubepods/pod1/c1/sub\n", "8": "0::/kubepods/pod2/c9\n"} {
+		if err := os.MkdirAll(filepath.Join(proc, pid), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proc, pid, "cgroup"), []byte(cg), 0o640); err != nil {
+			t.Fatal(err)
+		}
+	}
+	of := incident.RecordsContainerOf(dir, proc, "/sys/fs/cgroup")
+	if c, ok := of("GPU-0", 7); !ok || c.Pod != "llm-0" || c.Container != "server" {
+		t.Errorf("pid 7: %+v %v, want llm-0/server", c, ok)
+	}
+	if _, ok := of("GPU-1", 7); ok {
+		t.Error("pid 7 matched on a GPU its container does not record")
+	}
+	if _, ok := of("GPU-0", 8); ok {
+		t.Error("pid 8 of another pod matched")
+	}
+	if _, ok := of("GPU-0", 9); ok {
+		t.Error("a PID without /proc entry matched")
+	}
+}

@@ -22,11 +22,10 @@ const incidentInterval = 5 * time.Second
 // watchIncidents samples every recorded container's GPU memory and makes
 // borrowing and hard-limit incidents visible (Events on claim and pod, a
 // status.devices condition, gpufrac_incidents_total). lib must be
-// initialised (nil: nothing to sample).
-func (p *Plugin) watchIncidents(ctx context.Context, lib nvml.Interface, recordDir string) {
-	if lib == nil || recordDir == "" {
-		return
-	}
+// initialised (nil: nothing to sample). mpsManager, when it reports the
+// clients its servers terminate (incident.MPSEventSource), adds MPS
+// evictions and terminations.
+func (p *Plugin) watchIncidents(ctx context.Context, lib nvml.Interface, recordDir string, mpsManager any) {
 	counter := incident.NewCounter()
 	if p.cfg.Metrics != nil {
 		if err := p.cfg.Metrics.Register(counter); err != nil {
@@ -40,8 +39,19 @@ func (p *Plugin) watchIncidents(ctx context.Context, lib nvml.Interface, recordD
 			}
 		}
 	}
-	source := incident.NVMLSource{NVML: lib, RecordDir: recordDir, Prepared: p.preparer.Prepared}
 	emitter := &incident.Emitter{Recorder: p.events.recorder, Conditions: p.events.status, Counter: counter}
+	if src, ok := mpsManager.(incident.MPSEventSource); ok {
+		containerOf := incident.RecordsContainerOf(recordDir, "/proc", p.cfg.InventoryOptions.CgroupRoot)
+		src.WatchTerminations(func(ev incident.MPSEvent) {
+			if inc, ok := incident.FromMPS(p.cfg.NodeName, ev, p.preparer.Prepared(), containerOf); ok {
+				emitter.Emit(ctx, inc)
+			}
+		})
+	}
+	if lib == nil || recordDir == "" {
+		return
+	}
+	source := incident.NVMLSource{NVML: lib, RecordDir: recordDir, Prepared: p.preparer.Prepared}
 	detector := incident.NewDetector()
 	p.done.Add(1)
 	go func() {

@@ -227,7 +227,11 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 			return nil, fmt.Errorf("registering metrics: %w", err)
 		}
 	}
-	p.watchIncidents(bgCtx, usage, cfg.CDI.RecordDir)
+	var mpsSource any
+	if mpsManager != nil {
+		mpsSource = mpsManager
+	}
+	p.watchIncidents(bgCtx, usage, cfg.CDI.RecordDir, mpsSource)
 	if mpsManager != nil {
 		// Reference counts come from the checkpoint; daemons of GPUs no
 		// claim uses any more go, missing ones come back.
