@@ -264,6 +264,9 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 	if err := explainTooLarge(ctx, cp.Client, root, cp.Kubeconfig, kubectl); err != nil {
 		return fail(err)
 	}
+	if err := r.showBorrowing(ctx, metricsAddr); err != nil {
+		return fail(err)
+	}
 
 	if waitErr != nil {
 		step("Not every pod reached Running")
