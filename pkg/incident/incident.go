@@ -127,11 +127,18 @@ type Sample struct {
 	Time      time.Time
 }
 
-// atLimitFraction: a container within this fraction of its hard limit is
-// at it. NVML reports no "allocation refused" signal per cgroup, and the
-// driver refuses an allocation that would cross the limit, so use can stay
-// a little under it while every further allocation fails (inferred).
-const atLimitPercent = 99
+// A container is at its hard limit when less than atLimitBand, or 1% of
+// the limit if that is more, is left under it. NVML reports no per-cgroup
+// "allocation refused" signal, and the driver refuses an allocation that
+// would cross the limit, so use stays under it by up to one allocation
+// while every further one fails; 256 MiB covers the chunks CUDA
+// applications and caching allocators commonly request (inferred;
+// test/gpu/run.sh prints what NVML reports at the wall).
+const atLimitBand = 256 << 20
+
+func atHardLimit(used, hard int64) bool {
+	return hard > 0 && hard-used <= max(hard/100, atLimitBand)
+}
 
 // Detector remembers which incidents are active so that each starts and
 // ends once. It is owned by one goroutine.
@@ -158,7 +165,7 @@ func (d *Detector) Observe(node string, samples []Sample) []Incident {
 	for _, s := range samples {
 		state := map[Kind]bool{
 			Borrowing:   s.Share.SoftBytes > 0 && s.UsedBytes > s.Share.SoftBytes,
-			AtHardLimit: s.Share.HardBytes > 0 && s.UsedBytes*100 >= s.Share.HardBytes*atLimitPercent,
+			AtHardLimit: atHardLimit(s.UsedBytes, s.Share.HardBytes),
 		}
 		for _, kind := range []Kind{AtHardLimit, Borrowing} {
 			k := detectorKey{s.Container, s.Share.ClaimUID, s.Share.GPUUUID, kind}

@@ -39,7 +39,8 @@ func TestDetector(t *testing.T) {
 		{"within the request", []incident.Sample{sample(40 << 30)}, nil},
 		{"above the request", []incident.Sample{sample(41 << 30)}, []transition{{incident.Borrowing, true}}},
 		{"still above: nothing new", []incident.Sample{sample(50 << 30)}, nil},
-		{"within 1% of the hard limit", []incident.Sample{sample(60<<30 - 100<<20)}, []transition{{incident.AtHardLimit, true}}},
+		{"more than 1% (614Mi) under the hard limit", []incident.Sample{sample(60<<30 - 700<<20)}, nil},
+		{"within 1% of the hard limit", []incident.Sample{sample(60<<30 - 600<<20)}, []transition{{incident.AtHardLimit, true}}},
 		{"back under the limit, still borrowing", []incident.Sample{sample(55 << 30)}, []transition{{incident.AtHardLimit, false}}},
 		{"back within the request", []incident.Sample{sample(10 << 30)}, []transition{{incident.Borrowing, false}}},
 		{"borrowing again", []incident.Sample{sample(45 << 30)}, []transition{{incident.Borrowing, true}}},
@@ -63,6 +64,26 @@ func TestDetector(t *testing.T) {
 			if tr[i] != s.want[i] {
 				t.Errorf("%s: transitions %v, want %v", s.name, tr, s.want)
 			}
+		}
+	}
+}
+
+// TestAtHardLimitBand: under a small limit one 256Mi allocation is more
+// than 1% of it, and a container that cannot get one more is at its limit.
+func TestAtHardLimitBand(t *testing.T) {
+	small := share
+	small.SoftBytes, small.HardBytes = 4<<30, 6<<30
+	for _, tc := range []struct {
+		used int64
+		want bool
+	}{{6<<30 - 300<<20, false}, {6<<30 - 256<<20, true}} {
+		got := incident.NewDetector().Observe("n1", []incident.Sample{{Container: app, Share: small, UsedBytes: tc.used}})
+		at := false
+		for _, i := range got {
+			at = at || i.Kind == incident.AtHardLimit
+		}
+		if at != tc.want {
+			t.Errorf("%d MiB used of 6Gi: at the hard limit %v, want %v", tc.used>>20, at, tc.want)
 		}
 	}
 }

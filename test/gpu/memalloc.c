@@ -2,10 +2,12 @@
 // and print how much it got. Built with gcc alone: the CUDA driver API is
 // loaded at run time from libcuda.so.1, so no CUDA toolkit is needed.
 //
-//   memalloc [max-MiB]   exit 0 and print "allocated N MiB, stopped by: <error>"
+//   memalloc [max-MiB [hold-seconds]]   print "allocated N MiB, stopped by: <error>",
+//   keep the memory for hold-seconds (so its use can be read), exit 0
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -41,5 +43,7 @@ int main(int argc, char **argv) {
 	}
 	if (r) cuGetErrorName(r, &name); else name = "max reached";
 	printf("allocated %ld MiB, stopped by: %s\n", got, name);
+	fflush(stdout);
+	if (argc > 2) sleep((unsigned)atoi(argv[2]));
 	return 0;
 }
