@@ -333,7 +333,13 @@ func (w *world) afterLeaving(ctx context.Context, pending []*resourceapi.Resourc
 		}
 		return options[i].freed < options[j].freed
 	})
-	for _, o := range options {
+	// Each try is one replay; the best few options decide in practice, and
+	// a cap keeps why quick on large clusters.
+	const maxTries = 16
+	for i, o := range options {
+		if i == maxTries {
+			break
+		}
 		leaving := sets.New[types.UID]()
 		var pods, claims []string
 		for _, h := range o.leaving {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/pkg/kubectlcmd"
 	"github.com/gpufrac/gpufrac/pkg/why"
+	"github.com/gpufrac/gpufrac/test/harness"
 )
 
 // TestWhyNamesWhatTheSchedulerDoesNot: two pods of 100Gi take one H200
@@ -110,6 +111,47 @@ func TestWhyNamesWhatTheSchedulerDoesNot(t *testing.T) {
 	})
 	if d := claim.Status.Allocation.Devices.Results[0].Device; d != leave.Device {
 		t.Errorf("frag landed on %s, why said %s", d, leave.Device)
+	}
+}
+
+// TestWhyGivesTheNodesRefusal: on an older-driver node (memoryEnforcement
+// mps) the scheduler places a TimeSlicing claim with a limit above its
+// request, and the node's plugin refuses to prepare it. why, replaying the
+// plugin's planning over the node's published attributes, gives the same
+// reason the plugin put in its PrepareFailed Event.
+func TestWhyGivesTheNodesRefusal(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	node := e.nodeWith(harness.NodeOptions{GPUs: "h200x1", Enforcement: "mps"})
+	class := e.classFor("refuse", "")
+	e.createTemplate(claimTemplate("burst", class, "40Gi", 1, "apiVersion: gpufrac.dev/v1alpha1\nkind: FractionConfig\nmemoryLimit: 60Gi\ncomputeMode: TimeSlicing\n"))
+	e.createPod("burst", "burst", node.Name)
+	claim := e.claimOf(e.pod("burst"))
+	var plugin string
+	e.poll("the plugin's PrepareFailed Event on claim "+claim.Name, func() (bool, error) {
+		list, err := e.client.EventsV1().Events(e.ns).List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range list.Items {
+			if ev.Reason == "PrepareFailed" && ev.Regarding.Name == claim.Name {
+				plugin = ev.Note
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+
+	got := runWhy(t, cp.Kubeconfig, "burst", "-n", e.ns, "-o", "json")
+	if len(got.Problems) != 1 || got.Problems[0].Code != why.NodeRefuses {
+		t.Fatalf("why: problems %+v, want the node's refusal; summary %q", got.Problems, got.Summary)
+	}
+	msg := got.Problems[0].Message
+	if !strings.Contains(msg, "memoryEnforcement mps") || !strings.Contains(plugin, msg) {
+		t.Errorf("why says %q; the plugin said %q", msg, plugin)
+	}
+	if len(got.Shares) != 1 || got.Shares[0].Prepared || got.Shares[0].Node != node.Name {
+		t.Errorf("shares %+v, want one unprepared share on %s", got.Shares, node.Name)
 	}
 }
 
