@@ -131,3 +131,29 @@ func TestWhyCommandLimitedAccess(t *testing.T) {
 		}
 	}
 }
+
+// TestWhyCommandClaim: an allocated claim named directly shows its share;
+// the plugin pods that would give its usage are not found, and the output
+// says so.
+func TestWhyCommandClaim(t *testing.T) {
+	client := fake.NewClientset(whyCluster(t)...)
+	got := runWhy(t, client, "resourceclaim/held-gpu-1", "-n", "other")
+	for _, want := range []string{
+		"other/held-gpu-1: the claims are allocated; the node's plugin has not prepared every share yet",
+		"other/held-gpu-1", "node-a", "gpu-1", "110Gi", "(not prepared)",
+		"memory in use on node node-a (no running gpufrac-kubelet-plugin pod with a metrics port there)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("output lacks %q:\n%s", want, got)
+		}
+	}
+	cmd := newWhyCommand(IOStreams{Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}, func(string, string) (kubernetes.Interface, error) { return client, nil })
+	cmd.SetArgs([]string{})
+	if err := cmd.Execute(); err == nil {
+		t.Error("why without an argument succeeded")
+	}
+	cmd.SetArgs([]string{"deployment/x"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "want a pod name or resourceclaim/NAME") {
+		t.Errorf("why deployment/x: %v", err)
+	}
+}
