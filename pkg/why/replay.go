@@ -33,6 +33,8 @@ type world struct {
 	// allocated are the allocated claims other than the target's.
 	allocated []*resourceapi.ResourceClaim
 	devices   map[deviceKey]deviceInfo
+	// byNode are each node's gpufrac devices, in device order.
+	byNode map[string][]deviceKey
 	// poolNodes are the nodes that publish pools, in name order.
 	poolNodes []string
 	nodes     map[string]*v1.Node
@@ -73,6 +75,15 @@ func newWorld(snap Snapshot, target []*resourceapi.ResourceClaim) *world {
 		}
 	}
 	w.poolNodes = sets.List(seen)
+	w.byNode = map[string][]deviceKey{}
+	for k, info := range w.devices {
+		if info.driver == v1alpha1.DriverName {
+			w.byNode[info.node] = append(w.byNode[info.node], k)
+		}
+	}
+	for _, keys := range w.byNode {
+		sort.Slice(keys, func(i, j int) bool { return deviceLess(keys[i].device, keys[j].device) })
+	}
 	for _, n := range snap.Nodes {
 		w.nodes[n.Name] = n
 	}
@@ -211,16 +222,7 @@ func capacityOf(d resourceapi.Device) int64 {
 }
 
 // nodeDevices are the gpufrac devices of a node, in device order.
-func (w *world) nodeDevices(node string) []deviceKey {
-	var out []deviceKey
-	for k, info := range w.devices {
-		if info.node == node && info.driver == v1alpha1.DriverName {
-			out = append(out, k)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return deviceLess(out[i].device, out[j].device) })
-	return out
-}
+func (w *world) nodeDevices(node string) []deviceKey { return w.byNode[node] }
 
 type classLister map[string]*resourceapi.DeviceClass
 
