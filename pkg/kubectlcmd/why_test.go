@@ -2,7 +2,9 @@ package kubectlcmd
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"io"
 	"strings"
 	"testing"
 
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	restclient "k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
@@ -155,5 +158,51 @@ func TestWhyCommandClaim(t *testing.T) {
 	cmd.SetArgs([]string{"deployment/x"})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "want a pod name or resourceclaim/NAME") {
 		t.Errorf("why deployment/x: %v", err)
+	}
+}
+
+// metricsResponse answers a pod proxy GET with the plugin's metrics text.
+type metricsResponse string
+
+func (m metricsResponse) DoRaw(context.Context) ([]byte, error) { return []byte(m), nil }
+func (m metricsResponse) Stream(context.Context) (io.ReadCloser, error) {
+	return io.NopCloser(strings.NewReader(string(m))), nil
+}
+
+// TestWhyCommandUsage: for an allocated, prepared claim why reads the
+// memory in use from the /metrics of the gpufrac-kubelet-plugin pod on the
+// claim's node, through the pod proxy on the pod's metrics port, and shows
+// it against the request and the limit.
+func TestWhyCommandUsage(t *testing.T) {
+	objs := whyCluster(t)
+	for _, o := range objs {
+		c, ok := o.(*resourceapi.ResourceClaim)
+		if !ok || c.Name != "held-gpu-0" {
+			continue
+		}
+		data, _ := json.Marshal(map[string]string{"uuid": "GPU-X", "memoryRequest": "100Gi", "memoryLimit": "120Gi", "computeMode": "TimeSlicing", "enforcement": "dmem"})
+		r := c.Status.Allocation.Devices.Results[0]
+		c.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: r.Driver, Pool: r.Pool, Device: r.Device,
+			ShareID: ptr.To(string(*r.ShareID)), Data: &runtime.RawExtension{Raw: data}}}
+	}
+	objs = append(objs, &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpufrac-kubelet-plugin-abc", Namespace: "gpufrac",
+		Labels: map[string]string{"app.kubernetes.io/name": "gpufrac", "app.kubernetes.io/component": "kubelet-plugin"}},
+		Spec: v1.PodSpec{NodeName: "node-a", Containers: []v1.Container{{Name: "kubelet-plugin",
+			Ports: []v1.ContainerPort{{Name: "metrics", ContainerPort: 8080}}}}},
+		Status: v1.PodStatus{Phase: v1.PodRunning}})
+	client := fake.NewClientset(objs...)
+	var asked string
+	client.PrependProxyReactor("pods", func(action k8stesting.Action) (bool, restclient.ResponseWrapper, error) {
+		p := action.(k8stesting.ProxyGetAction)
+		asked = p.GetNamespace() + "/" + p.GetName() + ":" + p.GetPort() + p.GetPath()
+		return true, metricsResponse("# HELP x\n" + why.UsageMetric +
+			`{claim_uid="uid-held-gpu-0",container="app",gpu_uuid="GPU-X",namespace="other",node="node-a",pod="user-gpu-0"} 1.1274289152e+11` + "\n"), nil
+	})
+	got := runWhy(t, client, "resourceclaim/held-gpu-0", "-n", "other")
+	if asked != "gpufrac/gpufrac-kubelet-plugin-abc:8080/metrics" {
+		t.Errorf("proxied to %q", asked)
+	}
+	if !strings.Contains(got, "user-gpu-0/app 105Gi (105% of request, 87% of limit)") || strings.Contains(got, "Could not see") {
+		t.Errorf("output:\n%s", got)
 	}
 }
