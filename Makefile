@@ -68,6 +68,7 @@ bench:
 	$(GO) test -run '^$$' -bench WebhookTranslation -benchtime 2000x ./pkg/controller
 	$(GO) test -run '^$$' -bench ControllerCacheAtScale -benchtime 1x ./pkg/controller
 	$(GO) test -run '^$$' -bench AllocateAtScale -benchtime 100x -timeout 20m ./pkg/placement
+	$(GO) test -run '^$$' -bench WhyAtScale -benchtime 3x ./pkg/why
 	$(MAKE) bench-realsched
 
 # Packing in the real kube-scheduler (docs/packing-scheduler.md): the

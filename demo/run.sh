@@ -11,7 +11,10 @@
 #    containers print what they see) or a kubelet stand-in (otherwise; the
 #    demo says which and why), the manifests in demo/ applied with kubectl,
 #    pods Running on GPU shares, `kubectl gpufrac status`, the plugin's
-#    metrics for one pod and `kubectl describe resourceclaim`.
+#    metrics for one pod and `kubectl describe resourceclaim`, and a pod too
+#    large for any GPU (demo/too-large.yaml) explained by `kubectl gpufrac why`,
+#    and (on the real node) pod llm borrowing above its request: the Warning
+#    Events on its claim and pod and the plugin's incident counter.
 #
 # Arguments go to the demo driver, e.g. demo/run.sh -wait (keep the cluster
 # until Ctrl-C), -gpus h100x4,a100x4 or -node=standin.

@@ -192,6 +192,7 @@ func run(ctx context.Context, f *flags) error {
 		record := filepath.Join(f.pluginDataDir, gpusim.RecordFile)
 		cfg.CDI.HookArgs = []string{"--simulate-record=" + record}
 		gpusim.AnswerRecordedLimits(node.NVML, record)
+		gpusim.AnswerSimulatedUsage(node.NVML, filepath.Join(f.pluginDataDir, gpusim.UsageFile))
 		// Simulated GPUs fail when this file says so.
 		cfg.Health.SimulatedFile = filepath.Join(f.pluginDataDir, gpusim.HealthFile)
 	} else {

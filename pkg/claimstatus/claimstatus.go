@@ -164,6 +164,9 @@ type Writer struct {
 
 	mu      sync.Mutex
 	desired map[key]desired
+	// incidents are conditions set by SetShareCondition, kept through
+	// later rewrites of the claim's status (incidents.go).
+	incidents map[key]map[shareCondition]metav1.Condition
 
 	failpoint func(name string) error
 }
@@ -277,6 +280,7 @@ func (w *Writer) apply(ctx context.Context, namespace, name string, uid types.UI
 	if err != nil {
 		return err
 	}
+	want = w.withIncidents(key{namespace, name, uid}, d.claim, want)
 	claims := w.client.ResourceV1().ResourceClaims(namespace)
 	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		claim, err := claims.Get(ctx, name, metav1.GetOptions{})

@@ -56,7 +56,7 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(newValidateCommand(streams), newTranslateCommand(streams), newSimulateCommand(streams), newStatusCommand(streams, kubeconfigClient))
+	root.AddCommand(newValidateCommand(streams), newTranslateCommand(streams), newSimulateCommand(streams), newStatusCommand(streams, kubeconfigClient), newWhyCommand(streams, kubeconfigClient))
 	return root
 }
 

@@ -220,9 +220,10 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	if mpsManager != nil {
 		mpsDaemons = mpsManager.Users
 	}
+	usage := usageNVML(bgCtx, cfg.NVML)
 	p.metrics = fractionmetrics.New(fractionmetrics.Config{
 		NodeName: cfg.NodeName, Inventory: inv, Prepared: p.preparer.Prepared,
-		RecordDir: cfg.CDI.RecordDir, NVML: usageNVML(bgCtx, cfg.NVML), MPSDaemons: mpsDaemons,
+		RecordDir: cfg.CDI.RecordDir, NVML: usage, MPSDaemons: mpsDaemons,
 		CgroupRoot:  cfg.InventoryOptions.CgroupRoot,
 		Quarantined: func() int { return len(ckpt.Quarantined()) },
 	})
@@ -238,6 +239,11 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 			p.metrics.RunPruner(bgCtx, time.Minute)
 		}()
 	}
+	var mpsSource any
+	if mpsManager != nil {
+		mpsSource = mpsManager
+	}
+	p.watchIncidents(bgCtx, usage, cfg.CDI.RecordDir, mpsSource)
 	if mpsManager != nil {
 		// Reference counts come from the checkpoint; daemons of GPUs no
 		// claim uses any more go, missing ones come back.

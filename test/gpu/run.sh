@@ -19,7 +19,9 @@
 #    evict the over-soft client (CUDA_ERROR_MPS_CLIENT_TERMINATED).
 # 2. dmem (driver r615+, cgroup v2): puts a shell in a fresh cgroup, runs
 #    gpufrac-cdi-hook on it as a createRuntime hook would, and runs memalloc
-#    there: allocation must stop at the hard limit.
+#    there: allocation must stop at the hard limit; then, with memalloc
+#    holding its memory, NVML's per-cgroup current use must read as
+#    borrowing and at the hard limit (the signals of pkg/incident).
 # Prints PASS/FAIL per check and exits non-zero on any FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -198,7 +200,32 @@ dmem_check() {
 	else
 		fail "dmem hard limit $((hard >> 20)) MiB not enforced ($got MiB)"
 	fi
+	incident_check "$cg" "$soft" "$hard"
 	kill $holder; wait $holder 2>/dev/null; rmdir "$cg"
+}
+
+# incident_check CGROUP SOFT HARD: what gpufrac's incidents read (NVML's
+# per-cgroup current use, here through nvidia-smi memory-limits --get) for
+# a client that allocated until the driver refused: above the soft limit
+# (GPUMemoryBorrowing) and within max(256 MiB, 1%) of the hard limit
+# (GPUMemoryAtHardLimit, an inferred band: docs/incidents.md).
+incident_check() {
+	cg=$1; soft_mib=$(($2 >> 20)); hard_mib=$(($3 >> 20))
+	sh -c "echo \$\$ > $cg/cgroup.procs; exec $work/memalloc 4194304 20" >"$work/hold.out" &
+	client=$!
+	for _ in $(seq 1 100); do grep -q '^allocated ' "$work/hold.out" && break; sleep 0.2; done
+	limits=$(nvidia-smi memory-limits --get -n "$cg" -i "$uuid" 2>&1)
+	kill $client 2>/dev/null; wait $client 2>/dev/null
+	echo "incident signal at the wall: $(cat "$work/hold.out"); nvidia-smi: $(echo "$limits" | tr '\n' ' ')"
+	used=$(echo "$limits" | sed -n 's/.*current used: *\([0-9]*\) MiB.*/\1/p' | head -n1)
+	band=$((hard_mib / 100)); [ "$band" -lt 256 ] && band=256
+	if [ -z "$used" ]; then
+		fail "incidents: no current use read for $cg"
+	elif [ "$used" -gt "$soft_mib" ] && [ $((hard_mib - used)) -le "$band" ]; then
+		pass "incidents: $used MiB in use at the wall reads as borrowing (> $soft_mib MiB) and at the hard limit (within $band MiB of $hard_mib MiB)"
+	else
+		fail "incidents: $used MiB in use at the wall (soft $soft_mib, hard $hard_mib MiB): the at-hard-limit band ($band MiB) does not hold"
+	fi
 }
 
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)

@@ -270,6 +270,13 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		}
 	}
 
+	if err := explainTooLarge(ctx, cp.Client, root, cp.Kubeconfig, kubectl); err != nil {
+		return fail(err)
+	}
+	if err := r.showBorrowing(ctx, metricsAddr); err != nil {
+		return fail(err)
+	}
+
 	if waitErr == nil {
 		step("Two more kinds of node: an older driver (no per-cgroup limits) and a GPU Operator driver root")
 		if err := nodeKinds(ctx, o, cp, cluster, os.Stdout); err != nil {

@@ -1,0 +1,190 @@
+// Package incident turns what the node can observe about a share's GPU
+// memory into incidents a person can see: a Warning Event on the claim and
+// on the pod naming the GPU (and, for an MPS eviction, the neighbour whose
+// request caused it), a condition in the claim's status.devices, and a
+// Prometheus counter.
+//
+// The detection is a pure core: Detector turns per-container samples
+// (NVML's per-cgroup soft limit, hard limit and current use, as the plugin
+// reads them for its metrics) into transitions, and FromMPS turns an MPS
+// server's report of a terminated client into an incident. Emitter is the
+// edge that writes them. Sources and thresholds, and which of them NVIDIA
+// documents, are in docs/incidents.md.
+package incident
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Kind is what happened; it is the Event reason, the condition type and
+// the counter's kind label.
+type Kind string
+
+const (
+	// AtHardLimit: a container's GPU memory in use reached its hard limit;
+	// its next allocation fails with out-of-memory (NVIDIA's FAILURE zone).
+	AtHardLimit Kind = "GPUMemoryAtHardLimit"
+	// Borrowing: a container uses more than its guaranteed request
+	// (NVIDIA's PRESSURE zone): MPS may evict it when a neighbour within
+	// its own request needs the memory.
+	Borrowing Kind = "GPUMemoryBorrowing"
+	// MPSEvicted: the MPS server terminated a client that was above its
+	// request because a neighbour within its request needed the memory.
+	MPSEvicted Kind = "MPSClientEvicted"
+	// MPSTerminated: the MPS server terminated (or found wedged) a client
+	// for another reason.
+	MPSTerminated Kind = "MPSClientTerminated"
+)
+
+// Kinds are all kinds, for pre-creating counter series.
+var Kinds = []Kind{AtHardLimit, Borrowing, MPSEvicted, MPSTerminated}
+
+// Container names a container of a pod.
+type Container struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Container string `json:"container"`
+}
+
+// Share is one allocated share of a claim on a GPU.
+type Share struct {
+	ClaimNamespace string    `json:"claimNamespace"`
+	ClaimName      string    `json:"claimName"`
+	ClaimUID       types.UID `json:"claimUID"`
+	Pool           string    `json:"pool"`
+	Device         string    `json:"device"`
+	ShareID        string    `json:"shareID,omitempty"`
+	GPUUUID        string    `json:"gpuUUID"`
+	SoftBytes      int64     `json:"softBytes"`
+	HardBytes      int64     `json:"hardBytes"`
+}
+
+func (s Share) claim() string { return s.ClaimNamespace + "/" + s.ClaimName }
+
+// Incident is one transition: Active when it starts, !Active when it ends
+// (ends clear the condition; only starts make Events and count).
+type Incident struct {
+	Kind      Kind      `json:"kind"`
+	Active    bool      `json:"active"`
+	Node      string    `json:"node"`
+	Container Container `json:"container"`
+	Share     Share     `json:"share"`
+	UsedBytes int64     `json:"usedBytes,omitempty"`
+	// Neighbour is the share whose request caused an MPS eviction.
+	Neighbour *Share    `json:"neighbour,omitempty"`
+	Detail    string    `json:"detail,omitempty"`
+	Time      time.Time `json:"time"`
+}
+
+// Message is the one line for the Event and the condition.
+func (i Incident) Message() string {
+	c := i.Container
+	who := "a client"
+	if c.Pod != "" {
+		who = fmt.Sprintf("container %s of pod %s/%s", c.Container, c.Namespace, c.Pod)
+	}
+	gpu := fmt.Sprintf("GPU %s (%s/%s)", i.Share.GPUUUID, i.Share.Pool, i.Share.Device)
+	switch {
+	case i.Kind == AtHardLimit && i.Active:
+		return fmt.Sprintf("%s uses %s of its %s hard limit on %s (claim %s): its next allocation fails with out-of-memory",
+			who, q(i.UsedBytes), q(i.Share.HardBytes), gpu, i.Share.claim())
+	case i.Kind == Borrowing && i.Active:
+		return fmt.Sprintf("%s uses %s, above its %s request, on %s (claim %s): MPS may evict it when a neighbour within its request needs the memory",
+			who, q(i.UsedBytes), q(i.Share.SoftBytes), gpu, i.Share.claim())
+	case i.Kind == MPSEvicted:
+		msg := fmt.Sprintf("MPS terminated %s on %s (claim %s) for using more than its %s request", who, gpu, i.Share.claim(), q(i.Share.SoftBytes))
+		if n := i.Neighbour; n != nil {
+			msg += fmt.Sprintf(" when claim %s, within its %s request, needed the memory", n.claim(), q(n.SoftBytes))
+		}
+		return msg + detail(i.Detail)
+	case i.Kind == MPSTerminated:
+		return fmt.Sprintf("MPS terminated %s on %s (claim %s)", who, gpu, i.Share.claim()) + detail(i.Detail)
+	default:
+		return fmt.Sprintf("%s no longer %s on %s", who, map[Kind]string{AtHardLimit: "at its hard limit", Borrowing: "above its request"}[i.Kind], gpu)
+	}
+}
+
+func detail(s string) string {
+	if s == "" {
+		return ""
+	}
+	return ": " + s
+}
+
+func q(bytes int64) string { return resource.NewQuantity(bytes, resource.BinarySI).String() }
+
+// Sample is one container's GPU memory on one share at one time, as NVML
+// reports it for the container's cgroup (nvmlDeviceGetMemoryLimits_v1:
+// soft limit, hard limit, current use).
+type Sample struct {
+	Container Container
+	Share     Share
+	UsedBytes int64
+	Time      time.Time
+}
+
+// A container is at its hard limit when less than atLimitBand, or 1% of
+// the limit if that is more, is left under it. NVML reports no per-cgroup
+// "allocation refused" signal, and the driver refuses an allocation that
+// would cross the limit, so use stays under it by up to one allocation
+// while every further one fails; 256 MiB covers the chunks CUDA
+// applications and caching allocators commonly request (inferred;
+// test/gpu/run.sh prints what NVML reports at the wall).
+const atLimitBand = 256 << 20
+
+func atHardLimit(used, hard int64) bool {
+	return hard > 0 && hard-used <= max(hard/100, atLimitBand)
+}
+
+// Detector remembers which incidents are active so that each starts and
+// ends once. It is owned by one goroutine.
+type Detector struct {
+	active map[detectorKey]bool
+}
+
+type detectorKey struct {
+	container Container
+	claim     types.UID
+	gpu       string
+	kind      Kind
+}
+
+// NewDetector starts with nothing active.
+func NewDetector() *Detector { return &Detector{active: map[detectorKey]bool{}} }
+
+// Observe takes the samples of one scrape and returns the transitions.
+// A container absent from the samples (gone) ends its incidents silently:
+// there is nobody left to tell, and the claim's condition goes with it.
+func (d *Detector) Observe(node string, samples []Sample) []Incident {
+	var out []Incident
+	seen := map[detectorKey]bool{}
+	for _, s := range samples {
+		state := map[Kind]bool{
+			Borrowing:   s.Share.SoftBytes > 0 && s.UsedBytes > s.Share.SoftBytes,
+			AtHardLimit: atHardLimit(s.UsedBytes, s.Share.HardBytes),
+		}
+		for _, kind := range []Kind{AtHardLimit, Borrowing} {
+			k := detectorKey{s.Container, s.Share.ClaimUID, s.Share.GPUUUID, kind}
+			seen[k] = true
+			if state[kind] == d.active[k] {
+				continue
+			}
+			if state[kind] {
+				d.active[k] = true
+			} else {
+				delete(d.active, k)
+			}
+			out = append(out, Incident{Kind: kind, Active: state[kind], Node: node, Container: s.Container, Share: s.Share, UsedBytes: s.UsedBytes, Time: s.Time})
+		}
+	}
+	for k := range d.active {
+		if !seen[k] {
+			delete(d.active, k)
+		}
+	}
+	return out
+}
