@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/pkg/cdispec"
+	"github.com/gpufrac/gpufrac/pkg/buildinfo"
 	"github.com/gpufrac/gpufrac/pkg/checkpoint"
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
@@ -123,6 +124,7 @@ func run(ctx context.Context, f *flags) error {
 	// exit code must tell them apart.
 	fatal := make(chan error, 1)
 	logger := klog.FromContext(ctx)
+	logger.Info("Starting gpufrac-kubelet-plugin", "version", buildinfo.Version, "node", f.nodeName)
 
 	bootID, err := checkpoint.BootID()
 	if err != nil {
