@@ -1,66 +1,86 @@
 package helm
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"testing"
-	"time"
-
-	"helm.sh/helm/v3/pkg/action"
-	"helm.sh/helm/v3/pkg/chart"
-	"helm.sh/helm/v3/pkg/release"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
-// helmTimeout bounds each Helm action's wait for its pods.
-const helmTimeout = 4 * time.Minute
-
-// helmClient runs Helm's actions (what `helm install/upgrade/rollback/
-// uninstall --wait` run) against the harness's API server as its admin.
+// helmClient runs Helm SDK actions through internal/helmrun, a process of
+// its own (see there why).
 type helmClient struct {
-	cfg       *action.Configuration
+	bin, dir  string
 	namespace string
+}
+
+// helmRelease is what helmrun prints.
+type helmRelease struct {
+	Name        string `json:"name"`
+	Revision    int    `json:"revision"`
+	Status      string `json:"status"`
+	Description string `json:"description"`
 }
 
 func newHelmClient(t *testing.T, namespace string) *helmClient {
 	t.Helper()
-	flags := genericclioptions.NewConfigFlags(false)
-	flags.KubeConfig = &cp.Kubeconfig
-	flags.Namespace = &namespace
-	cfg := new(action.Configuration)
-	if err := cfg.Init(flags, namespace, "secret", func(string, ...any) {}); err != nil {
-		t.Fatalf("initialising Helm: %v", err)
+	dir := filepath.Join(cp.Dir, "helmrun")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	return &helmClient{cfg: cfg, namespace: namespace}
+	bin := filepath.Join(dir, "helmrun")
+	cmd := exec.Command("go", "build", "-o", bin, "./internal/helmrun")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building internal/helmrun: %v\n%s", err, out)
+	}
+	return &helmClient{bin: bin, dir: dir, namespace: namespace}
 }
 
-func (h *helmClient) install(ctx context.Context, name string, ch *chart.Chart, values map[string]any) (*release.Release, error) {
-	in := action.NewInstall(h.cfg)
-	in.ReleaseName, in.Namespace, in.CreateNamespace = name, h.namespace, true
-	in.Wait, in.Timeout = true, helmTimeout
-	return in.RunWithContext(ctx, ch, values)
+func (h *helmClient) run(ctx context.Context, action, name string, values map[string]any, extra ...string) (*helmRelease, error) {
+	args := []string{"-kubeconfig", cp.Kubeconfig, "-namespace", h.namespace, "-release", name, "-action", action,
+		"-timeout", helmTimeout.String()}
+	if values != nil {
+		raw, err := json.Marshal(values)
+		if err != nil {
+			return nil, err
+		}
+		file := filepath.Join(h.dir, action+"-values.json")
+		if err := os.WriteFile(file, raw, 0o644); err != nil {
+			return nil, err
+		}
+		args = append(args, "-chart", chartDir, "-values", file)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, h.bin, append(args, extra...)...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%v: %s", err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	var rel helmRelease
+	if err := json.Unmarshal(stdout.Bytes(), &rel); err != nil {
+		return nil, fmt.Errorf("helmrun printed %q: %w", stdout.String(), err)
+	}
+	return &rel, nil
 }
 
-func (h *helmClient) upgrade(ctx context.Context, name string, ch *chart.Chart, values map[string]any) (*release.Release, error) {
-	up := action.NewUpgrade(h.cfg)
-	up.Namespace = h.namespace
-	up.Wait, up.Timeout = true, helmTimeout
-	return up.RunWithContext(ctx, name, ch, values)
+func (h *helmClient) install(ctx context.Context, name string, values map[string]any) (*helmRelease, error) {
+	return h.run(ctx, "install", name, values)
 }
 
-func (h *helmClient) rollback(name string, revision int) error {
-	rb := action.NewRollback(h.cfg)
-	rb.Version = revision
-	rb.Wait, rb.Timeout = true, helmTimeout
-	return rb.Run(name)
+func (h *helmClient) upgrade(ctx context.Context, name string, values map[string]any) (*helmRelease, error) {
+	return h.run(ctx, "upgrade", name, values)
 }
 
-func (h *helmClient) uninstall(name string) error {
-	un := action.NewUninstall(h.cfg)
-	un.Wait, un.Timeout = true, helmTimeout
-	_, err := un.Run(name)
+func (h *helmClient) rollback(ctx context.Context, name string, revision int) (*helmRelease, error) {
+	return h.run(ctx, "rollback", name, nil, "-revision", strconv.Itoa(revision))
+}
+
+func (h *helmClient) uninstall(ctx context.Context, name string) error {
+	_, err := h.run(ctx, "uninstall", name, nil)
 	return err
-}
-
-func (h *helmClient) status(name string) (*release.Release, error) {
-	return action.NewStatus(h.cfg).Run(name)
 }

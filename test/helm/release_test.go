@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"helm.sh/helm/v3/pkg/chart"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,17 +40,18 @@ const (
 	kubeletRegistry = "/var/lib/kubelet/plugins_registry"
 	hookDir         = "/var/lib/gpufrac/bin"
 	releaseWait     = 2 * time.Minute
-	gib             = int64(1) << 30
+	// helmTimeout bounds each Helm action's wait for its pods.
+	helmTimeout = 4 * time.Minute
+	gib         = int64(1) << 30
 )
 
 // releaseEnv is the real node the chart is installed on, and what the test
 // remembers across install, upgrade, rollback and uninstall.
 type releaseEnv struct {
-	t     *testing.T
-	ctx   context.Context
-	node  *harness.RealNode
-	helm  *helmClient
-	chart *chart.Chart
+	t    *testing.T
+	ctx  context.Context
+	node *harness.RealNode
+	helm *helmClient
 	// values of each build's release.
 	values map[string]map[string]any
 	// workload is the namespace of the pods that use the release.
@@ -99,7 +99,7 @@ func TestHelmReleaseOnTheRealNode(t *testing.T) {
 	})
 	t.Logf("real node %s ready in %s (adjusted for this machine: %v)", node.Name, time.Since(start).Round(100*time.Millisecond), node.Quirks)
 
-	e := &releaseEnv{t: t, ctx: ctx, node: node, helm: newHelmClient(t, releaseNamespace), chart: loadChart(t), values: map[string]map[string]any{}}
+	e := &releaseEnv{t: t, ctx: ctx, node: node, helm: newHelmClient(t, releaseNamespace), values: map[string]map[string]any{}}
 	e.buildImages()
 	e.step("install "+version1, func() { e.install() })
 	e.step("workload", func() { e.workload = cp.TestNamespace(ctx, t, "helm-workload-", 30, releaseWait) })
@@ -169,11 +169,11 @@ func (e *releaseEnv) buildImages() {
 
 func (e *releaseEnv) install() {
 	e.t.Helper()
-	rel, err := e.helm.install(e.ctx, releaseName, e.chart, e.values[version1])
+	rel, err := e.helm.install(e.ctx, releaseName, e.values[version1])
 	if err != nil {
 		e.t.Fatalf("helm install: %v", err)
 	}
-	e.t.Logf("release %s revision %d: %s", rel.Name, rel.Version, rel.Info.Status)
+	e.t.Logf("release %s revision %d: %s", rel.Name, rel.Revision, rel.Status)
 	e.checkRelease(version1, nil)
 
 	// The hook the init container installed on the host, and the plugin's

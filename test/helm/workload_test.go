@@ -210,11 +210,11 @@ func (e *releaseEnv) newPodPrepares(name string) {
 func (e *releaseEnv) upgradeTo(version string, before []runningContainer) {
 	e.t.Helper()
 	old := e.podUIDs()
-	rel, err := e.helm.upgrade(e.ctx, releaseName, e.chart, e.values[version])
+	rel, err := e.helm.upgrade(e.ctx, releaseName, e.values[version])
 	if err != nil {
 		e.t.Fatalf("helm upgrade to %s: %v", version, err)
 	}
-	e.t.Logf("release %s revision %d: %s", rel.Name, rel.Version, rel.Info.Status)
+	e.t.Logf("release %s revision %d: %s", rel.Name, rel.Revision, rel.Status)
 	e.checkRelease(version, old)
 	e.checkUntouched("after the upgrade to "+version, before)
 	e.newPodPrepares("after-upgrade")
@@ -223,14 +223,11 @@ func (e *releaseEnv) upgradeTo(version string, before []runningContainer) {
 func (e *releaseEnv) rollbackTo(revision int, version string, before []runningContainer) {
 	e.t.Helper()
 	old := e.podUIDs()
-	if err := e.helm.rollback(releaseName, revision); err != nil {
+	rel, err := e.helm.rollback(e.ctx, releaseName, revision)
+	if err != nil {
 		e.t.Fatalf("helm rollback to revision %d: %v", revision, err)
 	}
-	rel, err := e.helm.status(releaseName)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Logf("release %s revision %d: %s (%s)", rel.Name, rel.Version, rel.Info.Status, rel.Info.Description)
+	e.t.Logf("release %s revision %d: %s (%s)", rel.Name, rel.Revision, rel.Status, rel.Description)
 	e.checkRelease(version, old)
 	e.checkUntouched("after the rollback to "+version, before)
 	e.newPodPrepares("after-rollback")
