@@ -177,3 +177,26 @@ func BuildChartImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir, 
 	}
 	return archive, img.Name, f.Close()
 }
+
+// LoadChartImage builds the chart's image of this checkout tagged tag (see
+// BuildChartImage) and imports it into the real node's containerd; it
+// returns the image reference and the archive's size.
+func (cp *ControlPlane) LoadChartImage(ctx context.Context, n *RealNode, tag string) (ref string, size int64, err error) {
+	root, err := kubebuild.RepoRoot()
+	if err != nil {
+		return "", 0, err
+	}
+	archive, ref, err := BuildChartImage(ctx, cp.progress, root, filepath.Join(cp.Dir, "chart-images"), tag)
+	if err != nil {
+		return "", 0, err
+	}
+	defer func() { _ = os.Remove(archive) }()
+	st, err := os.Stat(archive)
+	if err != nil {
+		return "", 0, err
+	}
+	if err := n.ImportImage(ctx, archive); err != nil {
+		return "", 0, fmt.Errorf("importing %s into node %s: %w", ref, n.Name, err)
+	}
+	return ref, st.Size(), nil
+}

@@ -23,7 +23,6 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
 	"github.com/gpufrac/gpufrac/test/harness"
-	"github.com/gpufrac/gpufrac/test/kubebuild"
 	"github.com/gpufrac/gpufrac/test/nodebuild"
 )
 
@@ -40,9 +39,7 @@ const (
 	kubeletRegistry = "/var/lib/kubelet/plugins_registry"
 	hookDir         = "/var/lib/gpufrac/bin"
 	releaseWait     = 2 * time.Minute
-	// helmTimeout bounds each Helm action's wait for its pods.
-	helmTimeout = 4 * time.Minute
-	gib         = int64(1) << 30
+	gib             = int64(1) << 30
 )
 
 // releaseEnv is the real node the chart is installed on, and what the test
@@ -51,7 +48,7 @@ type releaseEnv struct {
 	t    *testing.T
 	ctx  context.Context
 	node *harness.RealNode
-	helm *helmClient
+	helm *harness.Helm
 	// values of each build's release.
 	values map[string]map[string]any
 	// workload is the namespace of the pods that use the release.
@@ -99,7 +96,11 @@ func TestHelmReleaseOnTheRealNode(t *testing.T) {
 	})
 	t.Logf("real node %s ready in %s (adjusted for this machine: %v)", node.Name, time.Since(start).Round(100*time.Millisecond), node.Quirks)
 
-	e := &releaseEnv{t: t, ctx: ctx, node: node, helm: newHelmClient(t, releaseNamespace), values: map[string]map[string]any{}}
+	helm, err := cp.NewHelm(ctx, releaseNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &releaseEnv{t: t, ctx: ctx, node: node, helm: helm, values: map[string]map[string]any{}}
 	e.buildImages()
 	e.step("install "+version1, func() { e.install() })
 	e.step("workload", func() { e.workload = cp.TestNamespace(ctx, t, "helm-workload-", 30, releaseWait) })
@@ -130,46 +131,25 @@ func (e *releaseEnv) step(name string, f func()) {
 // containerd; the release's pods never pull (pullPolicy Never).
 func (e *releaseEnv) buildImages() {
 	e.t.Helper()
-	root, err := kubebuild.RepoRoot()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	host, port, err := cp.APIServerForPods()
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	dir := filepath.Join(cp.Dir, "chart-images")
 	for _, version := range []string{version1, version2} {
 		e.step("image "+version, func() {
-			archive, ref, err := harness.BuildChartImage(e.ctx, kubebuild.NewProgress(os.Stderr), root, dir, version)
+			ref, size, err := cp.LoadChartImage(e.ctx, e.node, version)
 			if err != nil {
-				e.t.Fatalf("building the chart's image %s: %v", version, err)
+				e.t.Fatalf("the chart's image %s: %v", version, err)
 			}
-			if err := e.node.ImportImage(e.ctx, archive); err != nil {
-				e.t.Fatalf("importing %s: %v", ref, err)
-			}
-			st, _ := os.Stat(archive)
-			e.t.Logf("image %s built without Docker (%d MiB) and imported into the node's containerd", ref, st.Size()>>20)
-			_ = os.Remove(archive)
+			e.t.Logf("image %s built without Docker (%d MiB) and imported into the node's containerd", ref, size>>20)
 		})
-		e.values[version] = map[string]any{
-			"image": map[string]any{"tag": version, "pullPolicy": "Never"},
-			"kubeletPlugin": map[string]any{
-				// containerd's cdi_spec_dirs on this node.
-				"cdiRoot":   e.node.CDIRoot,
-				"extraArgs": []any{"--simulate-gpus=" + nodeGPUs},
-			},
-			// The MPS double of the node image stands in for the driver's
-			// nvidia-cuda-mps-control.
-			"mps":           map[string]any{"image": harness.NodeImage},
-			"kubernetesAPI": map[string]any{"host": host, "port": fmt.Sprint(port)},
+		values, err := cp.ChartValues(e.node, nodeGPUs, version)
+		if err != nil {
+			e.t.Fatal(err)
 		}
+		e.values[version] = values
 	}
 }
 
 func (e *releaseEnv) install() {
 	e.t.Helper()
-	rel, err := e.helm.install(e.ctx, releaseName, e.values[version1])
+	rel, err := e.helm.Install(e.ctx, releaseName, e.values[version1])
 	if err != nil {
 		e.t.Fatalf("helm install: %v", err)
 	}

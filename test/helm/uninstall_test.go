@@ -31,7 +31,7 @@ func (e *releaseEnv) uninstall(before []runningContainer) {
 		return err == nil && len(list.Items) == 0, err
 	})
 
-	if err := e.helm.uninstall(e.ctx, releaseName); err != nil {
+	if err := e.helm.Uninstall(e.ctx, releaseName); err != nil {
 		e.t.Fatalf("helm uninstall: %v", err)
 	}
 	e.poll("the release's pods to be gone", func() (bool, error) {

@@ -210,7 +210,7 @@ func (e *releaseEnv) newPodPrepares(name string) {
 func (e *releaseEnv) upgradeTo(version string, before []runningContainer) {
 	e.t.Helper()
 	old := e.podUIDs()
-	rel, err := e.helm.upgrade(e.ctx, releaseName, e.values[version])
+	rel, err := e.helm.Upgrade(e.ctx, releaseName, e.values[version])
 	if err != nil {
 		e.t.Fatalf("helm upgrade to %s: %v", version, err)
 	}
@@ -223,7 +223,7 @@ func (e *releaseEnv) upgradeTo(version string, before []runningContainer) {
 func (e *releaseEnv) rollbackTo(revision int, version string, before []runningContainer) {
 	e.t.Helper()
 	old := e.podUIDs()
-	rel, err := e.helm.rollback(e.ctx, releaseName, revision)
+	rel, err := e.helm.Rollback(e.ctx, releaseName, revision)
 	if err != nil {
 		e.t.Fatalf("helm rollback to revision %d: %v", revision, err)
 	}
