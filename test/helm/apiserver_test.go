@@ -32,9 +32,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	start := time.Now()
 	var err error
-	// Workloads: TestHelmReleaseOnTheRealNode runs the chart's DaemonSet
-	// and Deployment; the other tests only send objects.
-	cp, err = harness.Start(context.Background(), harness.Options{Progress: os.Stderr, Workloads: true})
+	cp, err = harness.Start(context.Background(), harness.Options{Progress: os.Stderr})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "helm tests: starting the control plane: %v\n", err)
 		return 1

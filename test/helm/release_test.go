@@ -45,8 +45,12 @@ const (
 // releaseEnv is the real node the chart is installed on, and what the test
 // remembers across install, upgrade, rollback and uninstall.
 type releaseEnv struct {
-	t    *testing.T
-	ctx  context.Context
+	t   *testing.T
+	ctx context.Context
+	// cp is the test's own control plane: the package's other tests apply
+	// the chart's objects to theirs, whose cluster-scoped names (roles,
+	// DeviceClasses) and DaemonSet a real node would meet.
+	cp   *harness.ControlPlane
 	node *harness.RealNode
 	helm *harness.Helm
 	// values of each build's release.
@@ -73,7 +77,16 @@ func TestHelmReleaseOnTheRealNode(t *testing.T) {
 	}
 	_, ctx := ktesting.NewTestContext(t)
 	start := time.Now()
-	node, err := cp.AddRealNode(ctx, harness.RealNodeOptions{Name: nodeName, GPUs: nodeGPUs, ChartPlugin: true,
+	rcp, err := harness.Start(ctx, harness.Options{Progress: os.Stderr, Workloads: true})
+	if err != nil {
+		t.Fatalf("starting a control plane for workloads: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := rcp.Close(); err != nil {
+			t.Errorf("stopping the control plane: %v", err)
+		}
+	})
+	node, err := rcp.AddRealNode(ctx, harness.RealNodeOptions{Name: nodeName, GPUs: nodeGPUs, ChartPlugin: true,
 		// What NVIDIA's GPU feature discovery labels GPU nodes with: the
 		// chart's default nodeSelector.
 		Labels: map[string]string{"nvidia.com/gpu.present": "true"}})
@@ -87,7 +100,7 @@ func TestHelmReleaseOnTheRealNode(t *testing.T) {
 	t.Cleanup(func() {
 		if t.Failed() {
 			var b strings.Builder
-			cp.LogTails(&b, 40)
+			rcp.LogTails(&b, 40)
 			t.Logf("component logs:\n%s", b.String())
 		}
 		if err := node.Stop(); err != nil {
@@ -96,14 +109,14 @@ func TestHelmReleaseOnTheRealNode(t *testing.T) {
 	})
 	t.Logf("real node %s ready in %s (adjusted for this machine: %v)", node.Name, time.Since(start).Round(100*time.Millisecond), node.Quirks)
 
-	helm, err := cp.NewHelm(ctx, releaseNamespace)
+	helm, err := rcp.NewHelm(ctx, releaseNamespace)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &releaseEnv{t: t, ctx: ctx, node: node, helm: helm, values: map[string]map[string]any{}}
+	e := &releaseEnv{t: t, ctx: ctx, cp: rcp, node: node, helm: helm, values: map[string]map[string]any{}}
 	e.buildImages()
 	e.step("install "+version1, func() { e.install() })
-	e.step("workload", func() { e.workload = cp.TestNamespace(ctx, t, "helm-workload-", 30, releaseWait) })
+	e.step("workload", func() { e.workload = e.cp.TestNamespace(ctx, t, "helm-workload-", 30, releaseWait) })
 	var before []runningContainer
 	e.step("workload", func() { before = e.runWorkload() })
 	e.step("upgrade to "+version2, func() { e.upgradeTo(version2, before) })
@@ -133,13 +146,13 @@ func (e *releaseEnv) buildImages() {
 	e.t.Helper()
 	for _, version := range []string{version1, version2} {
 		e.step("image "+version, func() {
-			ref, size, err := cp.LoadChartImage(e.ctx, e.node, version)
+			ref, size, err := e.cp.LoadChartImage(e.ctx, e.node, version)
 			if err != nil {
 				e.t.Fatalf("the chart's image %s: %v", version, err)
 			}
 			e.t.Logf("image %s built without Docker (%d MiB) and imported into the node's containerd", ref, size>>20)
 		})
-		values, err := cp.ChartValues(e.node, nodeGPUs, version)
+		values, err := e.cp.ChartValues(e.node, nodeGPUs, version)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -167,7 +180,7 @@ func (e *releaseEnv) install() {
 	})
 	var slices_ []resourceapi.ResourceSlice
 	e.poll("the plugin pod's ResourceSlices", func() (bool, error) {
-		list, err := cp.Client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName})
+		list, err := e.cp.Client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName})
 		if err != nil {
 			return false, err
 		}
@@ -184,7 +197,7 @@ func (e *releaseEnv) install() {
 	// its Service: a template with a bad gpufrac config is refused by it.
 	ns := e.mustNamespace("helm-webhook-")
 	bad := template("bad", "gpufrac.dev", "10Gi", "computeMode: Sometimes\n")
-	_, err = cp.Client.ResourceV1().ResourceClaimTemplates(ns).Create(e.ctx, bad, metav1.CreateOptions{})
+	_, err = e.cp.Client.ResourceV1().ResourceClaimTemplates(ns).Create(e.ctx, bad, metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), `admission webhook "templates.gpufrac.dev" denied the request`) {
 		e.t.Errorf("a template with computeMode Sometimes: got %v, want the controller's webhook to refuse it", err)
 	} else {
@@ -193,7 +206,7 @@ func (e *releaseEnv) install() {
 }
 
 func (e *releaseEnv) mustNamespace(prefix string) string {
-	return cp.TestNamespace(e.ctx, e.t, prefix, 30, releaseWait)
+	return e.cp.TestNamespace(e.ctx, e.t, prefix, 30, releaseWait)
 }
 
 func (e *releaseEnv) poll(what string, cond func() (bool, error)) {
@@ -205,7 +218,7 @@ func (e *releaseEnv) poll(what string, cond func() (bool, error)) {
 // controller) that are not being deleted.
 func (e *releaseEnv) releasePods(component string) []v1.Pod {
 	e.t.Helper()
-	list, err := cp.Client.CoreV1().Pods(releaseNamespace).List(e.ctx, metav1.ListOptions{
+	list, err := e.cp.Client.CoreV1().Pods(releaseNamespace).List(e.ctx, metav1.ListOptions{
 		LabelSelector: "app.kubernetes.io/instance=" + releaseName + ",app.kubernetes.io/component=" + component})
 	if err != nil {
 		e.t.Fatal(err)

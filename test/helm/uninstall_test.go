@@ -20,14 +20,14 @@ func (e *releaseEnv) uninstall(before []runningContainer) {
 		if c.spec == "" {
 			continue
 		}
-		cp.DeletePod(e.ctx, e.t, releaseWait, c.namespace, c.pod)
+		e.cp.DeletePod(e.ctx, e.t, releaseWait, c.namespace, c.pod)
 		e.poll("the CDI spec of "+c.pod+"'s claim to be removed by Unprepare", func() (bool, error) {
 			_, err := statNotExist(c.spec)
 			return err == nil, nil
 		})
 	}
 	e.poll("the MPS daemon Pods to be stopped", func() (bool, error) {
-		list, err := cp.Client.CoreV1().Pods(releaseNamespace).List(e.ctx, metav1.ListOptions{LabelSelector: "gpufrac.dev/gpu"})
+		list, err := e.cp.Client.CoreV1().Pods(releaseNamespace).List(e.ctx, metav1.ListOptions{LabelSelector: "gpufrac.dev/gpu"})
 		return err == nil && len(list.Items) == 0, err
 	})
 
@@ -35,17 +35,17 @@ func (e *releaseEnv) uninstall(before []runningContainer) {
 		e.t.Fatalf("helm uninstall: %v", err)
 	}
 	e.poll("the release's pods to be gone", func() (bool, error) {
-		list, err := cp.Client.CoreV1().Pods(releaseNamespace).List(e.ctx, metav1.ListOptions{})
+		list, err := e.cp.Client.CoreV1().Pods(releaseNamespace).List(e.ctx, metav1.ListOptions{})
 		return err == nil && len(list.Items) == 0, err
 	})
 	for _, class := range []string{"gpufrac.dev", "sm-sharing.gpufrac.dev"} {
-		_, err := cp.Client.ResourceV1().DeviceClasses().Get(e.ctx, class, metav1.GetOptions{})
+		_, err := e.cp.Client.ResourceV1().DeviceClasses().Get(e.ctx, class, metav1.GetOptions{})
 		if apiErrIgnoringNotFound(err) != nil || err == nil {
 			e.t.Errorf("DeviceClass %s after uninstall: %v", class, err)
 		}
 	}
 	sel := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + releaseName}
-	adm := cp.Client.AdmissionregistrationV1()
+	adm := e.cp.Client.AdmissionregistrationV1()
 	mw, err1 := adm.MutatingWebhookConfigurations().List(e.ctx, sel)
 	vw, err2 := adm.ValidatingWebhookConfigurations().List(e.ctx, sel)
 	vap, err3 := adm.ValidatingAdmissionPolicies().List(e.ctx, sel)
@@ -76,7 +76,7 @@ func (e *releaseEnv) uninstall(before []runningContainer) {
 	// The kubelet deletes a driver's slices of its node once the plugin
 	// has unregistered and not come back (its wiping delay, 30 s).
 	e.poll("the node's gpufrac.dev ResourceSlices to be gone", func() (bool, error) {
-		list, err := cp.Client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName})
+		list, err := e.cp.Client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName})
 		return err == nil && len(list.Items) == 0, err
 	})
 	hook, _ := e.node.ReadDir(hookDir)
@@ -87,7 +87,7 @@ func (e *releaseEnv) uninstall(before []runningContainer) {
 		e.t.Errorf("CDI specs left after the workloads and the release are gone: %v", specs)
 	}
 	var stray []v1.Pod
-	if list, err := cp.Client.CoreV1().Pods(releaseNamespace).List(e.ctx, metav1.ListOptions{}); err == nil {
+	if list, err := e.cp.Client.CoreV1().Pods(releaseNamespace).List(e.ctx, metav1.ListOptions{}); err == nil {
 		stray = list.Items
 	}
 	if len(stray) != 0 {

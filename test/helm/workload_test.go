@@ -31,7 +31,7 @@ type runningContainer struct {
 
 func (e *releaseEnv) createPod(ns string, pod *v1.Pod) *v1.Pod {
 	e.t.Helper()
-	created, err := cp.Client.CoreV1().Pods(ns).Create(e.ctx, pod, metav1.CreateOptions{})
+	created, err := e.cp.Client.CoreV1().Pods(ns).Create(e.ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		e.t.Fatalf("creating pod %s: %v", pod.Name, err)
 	}
@@ -42,7 +42,7 @@ func (e *releaseEnv) waitRunning(ns, name string) *v1.Pod {
 	e.t.Helper()
 	var pod *v1.Pod
 	e.poll("pod "+ns+"/"+name+" Running on the real node", func() (bool, error) {
-		p, err := cp.Client.CoreV1().Pods(ns).Get(e.ctx, name, metav1.GetOptions{})
+		p, err := e.cp.Client.CoreV1().Pods(ns).Get(e.ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
@@ -60,12 +60,12 @@ func (e *releaseEnv) checkShare(role string, pod *v1.Pod, softGiB, hardGiB int64
 	if len(pod.Status.ResourceClaimStatuses) != 1 || pod.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
 		e.t.Fatalf("pod %s has no generated claim: %+v", pod.Name, pod.Status.ResourceClaimStatuses)
 	}
-	claim, err := cp.Client.ResourceV1().ResourceClaims(pod.Namespace).Get(e.ctx, *pod.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+	claim, err := e.cp.Client.ResourceV1().ResourceClaims(pod.Namespace).Get(e.ctx, *pod.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	device := claim.Status.Allocation.Devices.Results[0].Device
-	slices, err := cp.Client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName})
+	slices, err := e.cp.Client.ResourceV1().ResourceSlices().List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + nodeName})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func (e *releaseEnv) checkShare(role string, pod *v1.Pod, softGiB, hardGiB int64
 func (e *releaseEnv) runWorkload() []runningContainer {
 	e.t.Helper()
 	ns := e.workload
-	if _, err := cp.Client.ResourceV1().ResourceClaimTemplates(ns).Create(e.ctx,
+	if _, err := e.cp.Client.ResourceV1().ResourceClaimTemplates(ns).Create(e.ctx,
 		template("mps-20g", "sm-sharing.gpufrac.dev", "20Gi", "memoryLimit: 30Gi\n"), metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func (e *releaseEnv) runWorkload() []runningContainer {
 	}
 	var daemon v1.Pod
 	e.poll("the MPS daemon Pod of GPU "+out[0].gpu, func() (bool, error) {
-		list, err := cp.Client.CoreV1().Pods(releaseNamespace).List(e.ctx, metav1.ListOptions{LabelSelector: "gpufrac.dev/gpu=" + out[0].gpu})
+		list, err := e.cp.Client.CoreV1().Pods(releaseNamespace).List(e.ctx, metav1.ListOptions{LabelSelector: "gpufrac.dev/gpu=" + out[0].gpu})
 		if err != nil || len(list.Items) != 1 {
 			return false, err
 		}
@@ -153,7 +153,7 @@ func (e *releaseEnv) runWorkload() []runningContainer {
 func (e *releaseEnv) checkUntouched(when string, before []runningContainer) {
 	e.t.Helper()
 	for _, c := range before {
-		pod, err := cp.Client.CoreV1().Pods(c.namespace).Get(e.ctx, c.pod, metav1.GetOptions{})
+		pod, err := e.cp.Client.CoreV1().Pods(c.namespace).Get(e.ctx, c.pod, metav1.GetOptions{})
 		if err != nil {
 			e.t.Errorf("%s: %s pod %s: %v", when, c.role, c.pod, err)
 			continue
@@ -192,7 +192,7 @@ func (e *releaseEnv) newPodPrepares(name string) {
 	e.t.Helper()
 	ns := e.workload
 	tmpl := template(name, "gpufrac.dev", "8Gi", "memoryLimit: 12Gi\n")
-	if _, err := cp.Client.ResourceV1().ResourceClaimTemplates(ns).Create(e.ctx, tmpl, metav1.CreateOptions{}); err != nil {
+	if _, err := e.cp.Client.ResourceV1().ResourceClaimTemplates(ns).Create(e.ctx, tmpl, metav1.CreateOptions{}); err != nil {
 		e.t.Fatal(err)
 	}
 	pod := probePod(name)
@@ -200,7 +200,7 @@ func (e *releaseEnv) newPodPrepares(name string) {
 	pod.Spec.Containers[0].Resources.Claims = []v1.ResourceClaim{{Name: "gpu"}}
 	e.createPod(ns, pod)
 	c := e.checkShare("new", e.waitRunning(ns, name), 8, 12)
-	cp.DeletePod(e.ctx, e.t, releaseWait, ns, name)
+	e.cp.DeletePod(e.ctx, e.t, releaseWait, ns, name)
 	e.poll("the CDI spec of pod "+name+" to be removed by Unprepare", func() (bool, error) {
 		_, err := os.Stat(c.spec)
 		return os.IsNotExist(err), nil
