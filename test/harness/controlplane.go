@@ -202,16 +202,16 @@ func (cp *ControlPlane) startComponents(ctx context.Context, bins kubebuild.Bina
 	}
 
 	apiserver, err := cp.start("kube-apiserver", bins[kubebuild.KubeAPIServer], append([]string{
-		"--etcd-servers="+etcdURL,
-		"--bind-address="+bindAddress, "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[2]),
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=" + bindAddress, "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[2]),
 		// No kubernetes Service endpoints to maintain: nothing runs in pods.
 		"--endpoint-reconciler-type=none",
-		"--cert-dir="+filepath.Join(cp.Dir, "kube-apiserver"),
-		"--tls-cert-file="+p.ServingCert, "--tls-private-key-file="+p.ServingKey,
-		"--client-ca-file="+p.CAFile,
+		"--cert-dir=" + filepath.Join(cp.Dir, "kube-apiserver"),
+		"--tls-cert-file=" + p.ServingCert, "--tls-private-key-file=" + p.ServingKey,
+		"--client-ca-file=" + p.CAFile,
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+p.SAPublic, "--service-account-signing-key-file="+p.SAPrivate,
-		"--service-cluster-ip-range="+serviceCIDR,
+		"--service-account-key-file=" + p.SAPublic, "--service-account-signing-key-file=" + p.SAPrivate,
+		"--service-cluster-ip-range=" + serviceCIDR,
 		"--authorization-mode=RBAC",
 		// As kubeadm and every real cluster: the plugin's MPS daemon Pods
 		// run privileged.
