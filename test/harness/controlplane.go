@@ -151,7 +151,6 @@ func (cp *ControlPlane) startComponents(ctx context.Context, bins kubebuild.Bina
 	bindAddress := "127.0.0.1"
 	var podIPs []net.IP
 	controllers := []string{"serviceaccount-controller", "resourceclaim-controller", "garbage-collector-controller"}
-	var routing []string
 	if cp.opts.Workloads {
 		if cp.PodNetwork, err = newPodNetwork(); err != nil {
 			return err
@@ -159,7 +158,6 @@ func (cp *ControlPlane) startComponents(ctx context.Context, bins kubebuild.Bina
 		bindAddress = "0.0.0.0"
 		podIPs = append(podIPs, net.ParseIP(cp.PodNetwork.Gateway))
 		controllers = append(controllers, workloadControllers...)
-		routing = append(routing, "--enable-aggregator-routing=true")
 	}
 	if cp.pki, err = newPKI(filepath.Join(cp.Dir, "pki"), podIPs...); err != nil {
 		return err
@@ -201,22 +199,24 @@ func (cp *ControlPlane) startComponents(ctx context.Context, bins kubebuild.Bina
 		return err
 	}
 
-	apiserver, err := cp.start("kube-apiserver", bins[kubebuild.KubeAPIServer], append([]string{
-		"--etcd-servers=" + etcdURL,
-		"--bind-address=" + bindAddress, "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[2]),
+	apiserver, err := cp.start("kube-apiserver", bins[kubebuild.KubeAPIServer],
+		"--etcd-servers="+etcdURL,
+		"--bind-address="+bindAddress, "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[2]),
 		// No kubernetes Service endpoints to maintain: nothing runs in pods.
 		"--endpoint-reconciler-type=none",
-		"--cert-dir=" + filepath.Join(cp.Dir, "kube-apiserver"),
-		"--tls-cert-file=" + p.ServingCert, "--tls-private-key-file=" + p.ServingKey,
-		"--client-ca-file=" + p.CAFile,
+		"--cert-dir="+filepath.Join(cp.Dir, "kube-apiserver"),
+		"--tls-cert-file="+p.ServingCert, "--tls-private-key-file="+p.ServingKey,
+		"--client-ca-file="+p.CAFile,
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file=" + p.SAPublic, "--service-account-signing-key-file=" + p.SAPrivate,
-		"--service-cluster-ip-range=" + serviceCIDR,
+		"--service-account-key-file="+p.SAPublic, "--service-account-signing-key-file="+p.SAPrivate,
+		"--service-cluster-ip-range="+serviceCIDR,
 		"--authorization-mode=RBAC",
 		// As kubeadm and every real cluster: the plugin's MPS daemon Pods
 		// run privileged.
 		"--allow-privileged=true",
-		"--profiling=false"}, routing...)...)
+		"--profiling=false",
+		// Workloads: Services are reached at their endpoints (no kube-proxy).
+		"--enable-aggregator-routing="+strconv.FormatBool(cp.opts.Workloads))
 	if err != nil {
 		return err
 	}
