@@ -77,7 +77,7 @@ func TestHelmReleaseOnTheRealNode(t *testing.T) {
 	}
 	_, ctx := ktesting.NewTestContext(t)
 	start := time.Now()
-	rcp, err := harness.Start(ctx, harness.Options{Progress: os.Stderr, Workloads: true})
+	rcp, err := harness.Start(ctx, harness.Options{Progress: os.Stderr, Workloads: true, PluginBinary: cp.PluginBinary})
 	if err != nil {
 		t.Fatalf("starting a control plane for workloads: %v", err)
 	}
