@@ -32,15 +32,19 @@ test: kube-binaries
 # The Helm chart's tests live in their own module (test/helm, so the Helm SDK
 # stays out of gpufrac's go.mod), which `go test ./...` from the root does
 # not enter. No race detector: the code under test is the chart; the harness
-# and plugin it runs are raced in the suite above.
+# and plugin it runs are raced in the suite above. As root it includes
+# TestHelmReleaseOnTheRealNode (install, workload, upgrade, rollback and
+# uninstall on a real node: about 3 minutes).
 test-helm:
-	cd test/helm && $(GO) test -count=1 ./...
+	cd test/helm && $(GO) test -count=1 -timeout 30m ./...
 
 # The end-to-end tests alone: the control plane plus a real node (kubelet,
-# containerd, runc) running pods with the plugin's CDI specs. Root only.
+# containerd, runc) running pods with the plugin's CDI specs, and the Helm
+# chart's release on a real node (test/helm). Root only.
 e2e:
 	@$(GO) run ./test/cmd/kube-binaries -q -node
 	$(GO) test -count=1 -v ./test/e2e/
+	cd test/helm && $(GO) test -count=1 -timeout 30m -v -run TestHelmReleaseOnTheRealNode .
 
 # Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time);
 # `make test` runs their seed corpora already.

@@ -17,7 +17,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/cli"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/pkg/buildinfo"
 	"github.com/gpufrac/gpufrac/pkg/controller"
 	"github.com/gpufrac/gpufrac/pkg/webhookcert"
 )
@@ -47,6 +49,7 @@ func newCommand() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			klog.FromContext(ctx).Info("Starting gpufrac-controller", "version", buildinfo.Version)
 			restConfig, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 			if err != nil {
 				return fmt.Errorf("loading kubeconfig %q: %w", kubeconfig, err)

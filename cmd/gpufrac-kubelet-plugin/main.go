@@ -26,6 +26,7 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpufrac/gpufrac/pkg/buildinfo"
 	"github.com/gpufrac/gpufrac/pkg/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/checkpoint"
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
@@ -130,6 +131,7 @@ func run(ctx context.Context, f *flags) error {
 	// exit code must tell them apart.
 	fatal := make(chan error, 1)
 	logger := klog.FromContext(ctx)
+	logger.Info("Starting gpufrac-kubelet-plugin", "version", buildinfo.Version, "node", f.nodeName)
 
 	bootID, err := checkpoint.BootID()
 	if err != nil {

@@ -33,7 +33,9 @@ type pki struct {
 	SAPublic, SAPrivate     string
 }
 
-func newPKI(dir string) (*pki, error) {
+// newPKI makes the CA and the API server's serving certificate, which also
+// names extraIPs (where pods reach it).
+func newPKI(dir string, extraIPs ...net.IP) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -66,7 +68,7 @@ func newPKI(dir string) (*pki, error) {
 
 	p.ServingCert, p.ServingKey, err = p.issue("kube-apiserver", "kube-apiserver", nil,
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		[]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(serviceIP)}, x509.ExtKeyUsageServerAuth)
+		append([]net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(serviceIP)}, extraIPs...), x509.ExtKeyUsageServerAuth)
 	if err != nil {
 		return nil, err
 	}

@@ -53,6 +53,10 @@ type Options struct {
 	// kube-scheduler and kube-controller-manager (benchmarks lift their
 	// client QPS with --kube-api-qps and --kube-api-burst).
 	SchedulerArgs, ControllerManagerArgs []string
+	// Workloads makes the control plane run a chart's DaemonSets and
+	// Deployments on real nodes: their controllers, a pod network the API
+	// server routes to, and an API server pods reach (workloads.go).
+	Workloads bool
 }
 
 // ControlPlane is a running etcd, kube-apiserver, kube-scheduler and
@@ -68,6 +72,9 @@ type ControlPlane struct {
 	Client     kubernetes.Interface
 	// PluginBinary is the gpufrac-kubelet-plugin the nodes run.
 	PluginBinary string
+	// PodNetwork is the real nodes' pod network; nil without
+	// Options.Workloads.
+	PodNetwork *PodNetwork
 
 	opts     Options
 	runDir   string // short path for sockets, etcd's data and an owned Dir
@@ -145,7 +152,18 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, finalErr error) 
 
 func (cp *ControlPlane) startComponents(ctx context.Context, bins kubebuild.Binaries) error {
 	var err error
-	if cp.pki, err = newPKI(filepath.Join(cp.Dir, "pki")); err != nil {
+	bindAddress := "127.0.0.1"
+	var podIPs []net.IP
+	controllers := []string{"serviceaccount-controller", "resourceclaim-controller", "garbage-collector-controller"}
+	if cp.opts.Workloads {
+		if cp.PodNetwork, err = newPodNetwork(); err != nil {
+			return err
+		}
+		bindAddress = "0.0.0.0"
+		podIPs = append(podIPs, net.ParseIP(cp.PodNetwork.Gateway))
+		controllers = append(controllers, workloadControllers...)
+	}
+	if cp.pki, err = newPKI(filepath.Join(cp.Dir, "pki"), podIPs...); err != nil {
 		return err
 	}
 	ports, err := freePorts(5)
@@ -187,7 +205,7 @@ func (cp *ControlPlane) startComponents(ctx context.Context, bins kubebuild.Bina
 
 	apiserver, err := cp.start("kube-apiserver", bins[kubebuild.KubeAPIServer],
 		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[2]),
+		"--bind-address="+bindAddress, "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[2]),
 		// No kubernetes Service endpoints to maintain: nothing runs in pods.
 		"--endpoint-reconciler-type=none",
 		"--cert-dir="+filepath.Join(cp.Dir, "kube-apiserver"),
@@ -200,7 +218,9 @@ func (cp *ControlPlane) startComponents(ctx context.Context, bins kubebuild.Bina
 		// As kubeadm and every real cluster: the plugin's MPS daemon Pods
 		// run privileged.
 		"--allow-privileged=true",
-		"--profiling=false")
+		"--profiling=false",
+		// Workloads: Services are reached at their endpoints (no kube-proxy).
+		"--enable-aggregator-routing="+strconv.FormatBool(cp.opts.Workloads))
 	if err != nil {
 		return err
 	}
@@ -231,8 +251,9 @@ func (cp *ControlPlane) startComponents(ctx context.Context, bins kubebuild.Bina
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + p.SAPrivate, "--root-ca-file=" + p.CAFile,
 		// Without a kubelet there is no node lifecycle to manage; these are
-		// what pods with claims need, and they start fastest.
-		"--controllers=serviceaccount-controller,resourceclaim-controller,garbage-collector-controller",
+		// what pods with claims need, and they start fastest (Workloads
+		// adds what a chart's objects need).
+		"--controllers=" + strings.Join(controllers, ","),
 	}, cp.opts.ControllerManagerArgs...)...)
 	if err != nil {
 		return err

@@ -5,7 +5,10 @@
 // their published modules by package kubebuild. Nodes are simulated: a Ready
 // Node object, gpufrac-kubelet-plugin with --simulate-gpus, and a kubelet
 // stand-in (package kubeletstandin) that prepares claims through the
-// plugin's real DRA socket.
+// plugin's real DRA socket. Real nodes (realnode.go) run the upstream
+// kubelet, containerd and runc; with Options.Workloads and
+// RealNodeOptions.ChartPlugin they run the Helm chart's pods instead of a
+// plugin process (workloads.go, chartimage.go, helm.go).
 //
 // Everything a control plane starts is a child process stopped by its own
 // PID on Close, and killed by the kernel if the harness dies first; its files

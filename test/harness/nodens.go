@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,7 +85,7 @@ func setupNodeMounts(stateDir string) error {
 		return fmt.Errorf("bind-mounting %s on /var/log: %w", logDir, err)
 	}
 	sysDir := filepath.Join(stateDir, "sysctl")
-	for _, key := range sysctlsKubeletSets {
+	for _, key := range append(slices.Clone(sysctlsKubeletSets), podNetworkSysctls...) {
 		target := filepath.Join("/proc/sys", key)
 		value, err := os.ReadFile(target)
 		if err != nil {

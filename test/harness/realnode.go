@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,7 +37,18 @@ type RealNodeOptions struct {
 	GPUs, Enforcement string
 	// PluginArgs are extra flags for gpufrac-kubelet-plugin.
 	PluginArgs []string
+	// ChartPlugin leaves the plugin to a chart's DaemonSet: the harness
+	// starts no plugin process and waits for no ResourceSlice. Needs a
+	// control plane with Options.Workloads; the node's pods then get the
+	// pod network of workloads.go.
+	ChartPlugin bool
+	// Labels are the Node's labels besides gpufrac.dev/real-node=true.
+	Labels map[string]string
 }
+
+// ChartPluginDataDir is the chart's plugin data directory (its default
+// kubeletDir), inside the real node's mount namespace.
+const ChartPluginDataDir = kubeletRootDir + "/plugins/gpufrac.dev"
 
 // RealNode is a kubelet v1.37 with containerd and runc, in a private mount
 // namespace, and the plugin registered with it. SMSharing is on: the plugin
@@ -46,7 +58,8 @@ type RealNode struct {
 	// CDIRoot is the plugin's --cdi-root and containerd's cdi_spec_dirs.
 	CDIRoot string
 	// PluginDataDir holds the DRA socket, the checkpoint and, on this
-	// simulated node, LimitRecord.
+	// simulated node, LimitRecord. A path in the node's mount namespace
+	// (ReadFile reads it): ChartPluginDataDir with ChartPlugin.
 	PluginDataDir string
 	// LimitRecord is where gpufrac-cdi-hook records the limits it set, one
 	// gpusim.LimitRecord per line.
@@ -109,6 +122,9 @@ func (cp *ControlPlane) AddRealNode(ctx context.Context, opts RealNodeOptions) (
 	if err := RealNodeSupport(); err != nil {
 		return nil, &nodebuild.UnavailableError{Reason: err.Error()}
 	}
+	if opts.ChartPlugin && cp.PodNetwork == nil {
+		return nil, errors.New("a real node for a chart's plugin needs a control plane started with Options.Workloads")
+	}
 	bins, err := nodebuild.Ensure(ctx, nodebuild.Options{Progress: cp.opts.Progress})
 	if err != nil {
 		return nil, err
@@ -136,8 +152,11 @@ func (cp *ControlPlane) AddRealNode(ctx context.Context, opts RealNodeOptions) (
 		PluginDataDir: filepath.Join(cp.runDir, "n", opts.Name, "plugin"),
 		LogDir:        filepath.Join(dir, "var-log"),
 	}
+	if opts.ChartPlugin {
+		n.PluginDataDir = ChartPluginDataDir
+	}
 	n.LimitRecord = filepath.Join(n.PluginDataDir, gpusim.RecordFile)
-	for _, d := range []string{n.CDIRoot, n.PluginDataDir, filepath.Join(dir, "cni", "net.d")} {
+	for _, d := range []string{n.CDIRoot, filepath.Join(dir, "cni", "net.d")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
@@ -173,8 +192,16 @@ func (cp *ControlPlane) AddRealNode(ctx context.Context, opts RealNodeOptions) (
 	if err := n.startContainerd(ctx, bins, q, image); err != nil {
 		return nil, err
 	}
-	if err := n.startKubelet(ctx, bins, q); err != nil {
+	if !opts.ChartPlugin {
+		if err := os.MkdirAll(n.PluginDataDir, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.startKubelet(ctx, bins, q, opts.Labels); err != nil {
 		return nil, err
+	}
+	if opts.ChartPlugin {
+		return n, nil
 	}
 	n.pluginArgs = []string{
 		"--node-name=" + opts.Name, "--simulate-gpus=" + opts.GPUs,
@@ -234,7 +261,11 @@ func (n *RealNode) start(name, bin string, args, env []string) (*process, error)
 
 func (n *RealNode) startContainerd(ctx context.Context, bins *nodebuild.Binaries, q nodeQuirks, image string) error {
 	confDir := filepath.Join(n.dir, "cni", "net.d")
-	if err := os.WriteFile(filepath.Join(confDir, "10-gpufrac-e2e.conflist"), []byte(cniConfig(filepath.Join(n.dir, "cni", "ipam"))), 0o644); err != nil {
+	cni := cniConfig(filepath.Join(n.dir, "cni", "ipam"))
+	if n.cp.PodNetwork != nil {
+		cni = ptpCNIConfig(n.cp.PodNetwork, filepath.Join(n.dir, "cni", "ipam"))
+	}
+	if err := os.WriteFile(filepath.Join(confDir, "10-gpufrac-e2e.conflist"), []byte(cni), 0o644); err != nil {
 		return err
 	}
 	config := filepath.Join(n.dir, "containerd.toml")
@@ -280,7 +311,7 @@ func (n *RealNode) run(ctx context.Context, name, bin string, args ...string) er
 	return nil
 }
 
-func (n *RealNode) startKubelet(ctx context.Context, bins *nodebuild.Binaries, q nodeQuirks) error {
+func (n *RealNode) startKubelet(ctx context.Context, bins *nodebuild.Binaries, q nodeQuirks, extraLabels map[string]string) error {
 	cp := n.cp
 	if err := cp.bindNodeRole(ctx); err != nil {
 		return err
@@ -300,7 +331,7 @@ func (n *RealNode) startKubelet(ctx context.Context, bins *nodebuild.Binaries, q
 	n.kubelet, err = n.start("kubelet", bins.Paths[nodebuild.Kubelet], []string{
 		"--config=" + config, "--kubeconfig=" + kubeconfig, "--root-dir=" + kubeletRootDir,
 		"--hostname-override=" + n.Name,
-		"--node-labels=gpufrac.dev/real-node=true", "--v=2",
+		"--node-labels=" + nodeLabels(extraLabels), "--v=2",
 	}, nil)
 	if err != nil {
 		return err
@@ -401,8 +432,13 @@ func (n *RealNode) RestartPlugin(ctx context.Context) error {
 	return n.waitForSlices(ctx)
 }
 
-// PluginLog is the path of the plugin's log.
-func (n *RealNode) PluginLog() string { return n.currentPlugin().logPath }
+// PluginLog is the path of the plugin's log; empty with ChartPlugin.
+func (n *RealNode) PluginLog() string {
+	if p := n.currentPlugin(); p != nil {
+		return p.logPath
+	}
+	return ""
+}
 
 // ContainerLog returns what a container of a pod printed, from the log file
 // the kubelet keeps under the node's /var/log/pods.
@@ -499,7 +535,7 @@ func poll(ctx context.Context, timeout time.Duration, proc *process, what string
 // LimitRecords are the limits gpufrac-cdi-hook set on this simulated node,
 // in the order it set them.
 func (n *RealNode) LimitRecords() ([]gpusim.LimitRecord, error) {
-	data, err := os.ReadFile(n.LimitRecord)
+	data, err := n.ReadFile(n.LimitRecord)
 	if os.IsNotExist(err) {
 		return nil, nil
 	}
@@ -518,4 +554,54 @@ func (n *RealNode) LimitRecords() ([]gpusim.LimitRecord, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// nodeLabels is the kubelet's --node-labels value.
+func nodeLabels(extra map[string]string) string {
+	labels := []string{"gpufrac.dev/real-node=true"}
+	for _, k := range slices.Sorted(maps.Keys(extra)) {
+		labels = append(labels, k+"="+extra[k])
+	}
+	return strings.Join(labels, ",")
+}
+
+// ReadFile reads a file as the node's processes see it (its /run and
+// /var/lib are its own).
+func (n *RealNode) ReadFile(path string) ([]byte, error) {
+	var data []byte
+	err := n.ns.do(func() error {
+		var err error
+		data, err = os.ReadFile(path)
+		return err
+	})
+	return data, err
+}
+
+// ReadDir lists a directory as the node's processes see it; a missing
+// directory is empty.
+func (n *RealNode) ReadDir(path string) ([]string, error) {
+	var names []string
+	err := n.ns.do(func() error {
+		entries, err := os.ReadDir(path)
+		if os.IsNotExist(err) {
+			return nil
+		}
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return err
+	})
+	return names, err
+}
+
+// ImportImage imports an OCI archive into the node's containerd, as the
+// node image is at start: the node never pulls.
+func (n *RealNode) ImportImage(ctx context.Context, archive string) error {
+	bins, err := nodebuild.Ensure(ctx, nodebuild.Options{})
+	if err != nil {
+		return err
+	}
+	q := detectQuirks(n.cg.v2)
+	return n.run(ctx, "ctr-import", bins.Paths[nodebuild.Ctr], "--address="+containerdSocket, "--namespace=k8s.io",
+		"images", "import", "--local", "--snapshotter="+q.snapshotter, archive)
 }

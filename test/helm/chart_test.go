@@ -171,7 +171,7 @@ func TestImageHasWhatTheChartRuns(t *testing.T) {
 		}
 		inImage[m[2]] = true
 	}
-	if !strings.Contains(string(raw), "go build -trimpath -ldflags \"-s -w\" -o /out/ ./cmd/...") {
+	if !strings.Contains(string(raw), "go build -trimpath -ldflags \"-s -w -X github.com/gpufrac/gpufrac/pkg/buildinfo.Version=${VERSION}\" -o /out/ ./cmd/...") {
 		t.Error("the Dockerfile no longer builds ./cmd/... as `make build` does")
 	}
 	cmds, err := os.ReadDir(filepath.Join("..", "..", "cmd"))
@@ -209,5 +209,42 @@ func fromUnstructured(t *testing.T, u *unstructured.Unstructured, into any) {
 	t.Helper()
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, into, true); err != nil {
 		t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+}
+
+// TestKubernetesAPIReachesBothContainers: kubernetesAPI overrides the
+// kubelet's KUBERNETES_SERVICE_HOST/PORT in the plugin and the controller,
+// and only when set.
+func TestKubernetesAPIReachesBothContainers(t *testing.T) {
+	ch := loadChart(t)
+	for _, vs := range valueSets() {
+		objs, _, err := render(ch, vs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, set := vs.values["kubernetesAPI"]
+		for _, o := range objs {
+			if o.GetKind() != "DaemonSet" && o.GetKind() != "Deployment" {
+				continue
+			}
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			env, _, _ := unstructured.NestedSlice(containers[0].(map[string]any), "env")
+			got := map[string]string{}
+			for _, e := range env {
+				m := e.(map[string]any)
+				if v, ok := m["value"].(string); ok {
+					got[m["name"].(string)] = v
+				}
+			}
+			want := map[string]string{}
+			if set {
+				want = map[string]string{"KUBERNETES_SERVICE_HOST": "10.20.30.40", "KUBERNETES_SERVICE_PORT": "6443"}
+			}
+			for _, k := range []string{"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"} {
+				if got[k] != want[k] {
+					t.Errorf("%s: %s %s has %s=%q, want %q", vs.name, o.GetKind(), o.GetName(), k, got[k], want[k])
+				}
+			}
+		}
 	}
 }

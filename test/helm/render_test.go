@@ -55,6 +55,7 @@ func valueSets() []valueSet {
 				}}}},
 			}}},
 			"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
+			"kubernetesAPI":  map[string]any{"host": "10.20.30.40", "port": 6443},
 		}},
 		{name: "bare", release: "gpu", namespace: "kube-gpu", values: map[string]any{
 			"fullnameOverride": "gf",

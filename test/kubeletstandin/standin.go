@@ -68,16 +68,16 @@ type Config struct {
 
 // StandIn is a running kubelet stand-in.
 type StandIn struct {
-	cfg         Config
-	pluginMu    sync.Mutex // guards plugin, replaced by Reregister
-	plugin      *pluginClient
-	factory     informers.SharedInformerFactory
-	pods        corelisters.PodLister
-	queue       workqueue.TypedRateLimitingInterface[string]
+	cfg      Config
+	pluginMu sync.Mutex // guards plugin, replaced by Reregister
+	plugin   *pluginClient
+	factory  informers.SharedInformerFactory
+	pods     corelisters.PodLister
+	queue    workqueue.TypedRateLimitingInterface[string]
 	// daemons is the MPS daemon Pods' own queue: a kubelet runs every pod
 	// on its own worker, and a Prepare that waits for a GPU's daemon must
 	// never keep that daemon's Pod from starting.
-	daemons workqueue.TypedRateLimitingInterface[string]
+	daemons     workqueue.TypedRateLimitingInterface[string]
 	broadcaster record.EventBroadcaster
 	recorder    record.EventRecorder
 	cancel      context.CancelFunc

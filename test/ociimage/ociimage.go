@@ -35,6 +35,8 @@ type Image struct {
 	Dirs       []string // extra empty directories, e.g. /tmp
 	Entrypoint []string
 	Env        []string
+	// User is the image's default user ("uid:gid"); empty is root.
+	User string
 }
 
 // Media types of the OCI image spec.
@@ -80,6 +82,7 @@ type config struct {
 	Config       struct {
 		Entrypoint []string `json:"Entrypoint,omitempty"`
 		Env        []string `json:"Env,omitempty"`
+		User       string   `json:"User,omitempty"`
 	} `json:"config"`
 	RootFS struct {
 		Type    string   `json:"type"`
@@ -96,7 +99,7 @@ func Write(w io.Writer, img Image, arch string) error {
 	layerDesc := describe(MediaTypeLayer, layer)
 	var cfg config
 	cfg.Architecture, cfg.OS = arch, "linux"
-	cfg.Config.Entrypoint, cfg.Config.Env = img.Entrypoint, img.Env
+	cfg.Config.Entrypoint, cfg.Config.Env, cfg.Config.User = img.Entrypoint, img.Env, img.User
 	cfg.RootFS.Type = "layers"
 	// Uncompressed: the layer's digest is its diff ID.
 	cfg.RootFS.DiffIDs = []string{layerDesc.Digest}

@@ -46,6 +46,7 @@ type options struct {
 	gpus    string
 	timeout time.Duration
 	wait    bool
+	helm    bool
 	smGPUs  string
 	node    string
 	// real is decided at start: real nodes or kubelet stand-ins.
@@ -60,6 +61,7 @@ func main() {
 	flag.StringVar(&o.smGPUs, "sm-sharing-gpus", "6,7", "GPUs of each node reserved for SMSharing (the plugin's --sm-sharing-gpus); the rest serve TimeSlicing")
 	flag.DurationVar(&o.timeout, "timeout", 3*time.Minute, "how long pods may take to reach Running")
 	flag.StringVar(&o.node, "node", nodeAuto, "real: kubelet, containerd and runc run the pods (root, Linux, writable cgroups); standin: kubelet stand-ins; auto: real where possible")
+	flag.BoolVar(&o.helm, "helm", false, "install the Helm chart with the Helm SDK on one real node (root): the image built without Docker, the plugin as the chart's DaemonSet, the controller as its Deployment")
 	flag.BoolVar(&o.wait, "wait", false, "keep the cluster running after the report until Ctrl-C, to explore it with kubectl")
 	flag.Parse()
 	os.Exit(run(o))
@@ -69,6 +71,9 @@ func step(format string, args ...any) { fmt.Printf("\n\033[1m==> "+format+"\033[
 
 func run(o options) int {
 	start := time.Now()
+	if o.helm {
+		o.node, o.nodes = nodeReal, 1
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
@@ -119,11 +124,16 @@ func run(o options) int {
 		plugin = "" // the harness builds it
 	}
 
-	cp, err := harness.Start(ctx, harness.Options{Dir: cluster, KeepDir: true, Progress: os.Stdout, Binaries: bins, PluginBinary: plugin})
+	cp, err := harness.Start(ctx, harness.Options{Dir: cluster, KeepDir: true, Progress: os.Stdout, Binaries: bins, PluginBinary: plugin, Workloads: o.helm})
 	if err != nil {
 		return fail(err)
 	}
-	code := demo(ctx, o, root, cluster, cp, bins[kubebuild.Kubectl])
+	var code int
+	if o.helm {
+		code = helmDemo(ctx, o, cp, bins[kubebuild.Kubectl])
+	} else {
+		code = demo(ctx, o, root, cluster, cp, bins[kubebuild.Kubectl])
+	}
 
 	step("Stopping every process the demo started")
 	peaks := cp.PeakRSS()

@@ -45,3 +45,15 @@ app.kubernetes.io/component: controller
 the kubelet by path, so the container sees them at the same paths. */}}
 {{- define "gpufrac.pluginDataDir" -}}{{ .Values.kubeletPlugin.kubeletDir }}/plugins/gpufrac.dev{{- end -}}
 {{- define "gpufrac.registrarDir" -}}{{ .Values.kubeletPlugin.kubeletDir }}/plugins_registry{{- end -}}
+
+{{/* KUBERNETES_SERVICE_HOST/PORT from kubernetesAPI, overriding the kubelet's. */}}
+{{- define "gpufrac.kubernetesAPIEnv" -}}
+{{- with .Values.kubernetesAPI.host }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.kubernetesAPI.port }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ . | toString | quote }}
+{{- end }}
+{{- end -}}
