@@ -85,9 +85,12 @@ func TestPrepareRefusesAMultipliedGuarantee(t *testing.T) {
 				claim.Status.ReservedFor = append(claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: p.Name, UID: p.UID})
 			}
 			events := &eventLog{}
+			mps := &fakeMPS{users: map[string]map[types.UID]bool{}}
 			p := preparer.New(preparer.Config{
 				Inventory: inv, PlanOptions: plan.Options{NodeName: node, MPSRoot: filepath.Join(dir, "mps")},
 				Checkpoint: ckpt, CDI: cdi, Status: &statusLog{prepared: map[types.UID]*plan.Claim{}}, Events: events,
+				// Every share on an r615 node is an MPS client (issue 15).
+				MPS: mps,
 				Pods: func(_ context.Context, namespace, name string) (*corev1.Pod, error) {
 					if pod, ok := byName[name]; ok && namespace == "ns" {
 						return pod, nil
@@ -106,7 +109,7 @@ func TestPrepareRefusesAMultipliedGuarantee(t *testing.T) {
 			if !errors.As(err, &invalid) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Give each container its own claim") {
 				t.Fatalf("got %v, want an InvalidError containing %q", err, tc.want)
 			}
-			if len(ckpt.Entries()) != 0 || len(events.events) != 1 {
+			if len(ckpt.Entries()) != 0 || len(events.events) != 1 || len(mps.users) != 0 {
 				t.Errorf("a refused claim left checkpoint entries %v, events %v", ckpt.Entries(), events.events)
 			}
 		})

@@ -22,7 +22,6 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/checkpoint"
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
-	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/mps"
 	"github.com/gpufrac/gpufrac/pkg/plan"
 	"github.com/gpufrac/gpufrac/pkg/preparer"
@@ -59,11 +58,24 @@ func TestCheckpointUnknownEntryIsQuarantinedNotDeleted(t *testing.T) {
 	}
 	ckptPath := filepath.Join(e.dataDir, "checkpoint.json")
 	rawEntry := addLaterReleaseEntry(t, ckptPath, future, "Unpreparing")
-	client := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-		Name: mps.PodName(node, binding.GPUUUID), Namespace: "gpufrac-system",
-		CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour)),
-		Labels:            map[string]string{mps.LabelComponent: mps.ComponentValue, mps.LabelNode: node, mps.LabelGPU: binding.GPUUUID},
-	}, Status: corev1.PodStatus{Phase: corev1.PodRunning}})
+	// The known TimeSlicing claim is an MPS client too (every share on an
+	// r615 node is), so its GPU's daemon runs, ready, beside the
+	// quarantined claim's.
+	knownPlan, err := plan.Compute(known, e.inv, plan.Options{NodeName: node, MPSRoot: filepath.Join(e.dataDir, "mps")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if knownPlan.MPS() == nil {
+		t.Fatal("the TimeSlicing plan on an r615 node has no MPS binding")
+	}
+	daemonPod := func(gpu string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
+			Name: mps.PodName(node, gpu), Namespace: "gpufrac-system",
+			CreationTimestamp: metav1.NewTime(time.Now().Add(-time.Hour)),
+			Labels:            map[string]string{mps.LabelComponent: mps.ComponentValue, mps.LabelNode: node, mps.LabelGPU: gpu},
+		}, Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	}
+	client := fake.NewClientset(daemonPod(binding.GPUUUID), daemonPod(knownPlan.MPS().GPUUUID))
 
 	// The rolled-back plugin starts: checkpoint, Recover, MPS restore.
 	ckpt, err := checkpoint.Open(ctx, ckptPath, "boot-1")
@@ -72,7 +84,7 @@ func TestCheckpointUnknownEntryIsQuarantinedNotDeleted(t *testing.T) {
 	}
 	var p *preparer.Preparer
 	manager, err := mps.NewManager(mps.Config{Client: client, Namespace: "gpufrac-system", NodeName: node,
-		Template: templates.MPSControlDaemon, Image: "gpufrac/mps:test", Version: inventory.MPSVersionLegacy,
+		Template: templates.MPSControlDaemon, Image: "gpufrac/mps:test", Version: e.inv.MPSVersion, DriverVersion: e.inv.DriverVersion,
 		ReadyTimeout: time.Second, KeepUnused: func() string { return p.Uncertain() }})
 	if err != nil {
 		t.Fatal(err)
@@ -92,8 +104,8 @@ func TestCheckpointUnknownEntryIsQuarantinedNotDeleted(t *testing.T) {
 	if ok, _ := cdi.Exists(known.UID); !ok {
 		t.Error("the CDI spec of the understood claim was deleted")
 	}
-	if n := len(daemons(t, client)); n != 1 {
-		t.Errorf("%d MPS daemons after the restart, want the quarantined claim's kept", n)
+	if n := len(daemons(t, client)); n != 2 {
+		t.Errorf("%d MPS daemons after the restart, want the quarantined claim's kept beside the known claim's", n)
 	}
 	q := ckpt.Quarantined()
 	if len(q) != 1 || q[0].UID != future.UID || !strings.Contains(q[0].Reason, `state "Unpreparing" is not one of Started, Completed`) {
@@ -125,11 +137,13 @@ func TestCheckpointUnknownEntryIsQuarantinedNotDeleted(t *testing.T) {
 	if len(ckpt.Quarantined()) != 0 || p.Uncertain() != "" {
 		t.Errorf("after Unprepare: quarantined %v, uncertain %q", ckpt.Quarantined(), p.Uncertain())
 	}
-	if err := manager.Restore(ctx, nil); err != nil {
+	if err := manager.Restore(ctx, p.Prepared()); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(daemons(t, client)); n != 0 {
-		t.Errorf("%d MPS daemons once nothing uses them, want 0", n)
+	// The quarantined claim's daemon is collected; the one the known
+	// claims use stays.
+	if left := daemons(t, client); len(left) != 1 || left[0].Labels[mps.LabelGPU] != knownPlan.MPS().GPUUUID {
+		t.Errorf("MPS daemons once the quarantined claim is gone: %d, want only the known claims' on %s", len(left), knownPlan.MPS().GPUUUID)
 	}
 }
 
