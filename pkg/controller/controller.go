@@ -94,7 +94,7 @@ func Run(ctx context.Context, cfg Config) error {
 		f.Start(ctx.Done())
 		defer f.Shutdown()
 	}
-	go loop.run(ctx, 2)
+	wg.Go(func() { loop.run(ctx, 2) })
 
 	srv := &webhook.Server{Cluster: cluster, Reader: cfg.Client, KAI: cfg.KAI, Claims: claims}
 	lis, err := net.Listen("tcp", cfg.WebhookAddress)

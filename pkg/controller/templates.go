@@ -39,7 +39,9 @@ type templateLoop struct {
 	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
 	opts      kai.Options
 	recorder  events.EventRecorder
-	synced    []cache.InformerSynced
+	// broadcaster sends recorder's Events; run shuts it down on return.
+	broadcaster events.EventBroadcaster
+	synced      []cache.InformerSynced
 }
 
 // newTemplateLoop registers its informers: translated pods only (by label)
@@ -57,8 +59,8 @@ func newTemplateLoop(ctx context.Context, client kubernetes.Interface, opts kai.
 		client: client, pods: pods.Lister(), templates: tmpls.Lister(), opts: opts,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
 			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "kai-templates"}),
-		recorder: b.NewRecorder(scheme.Scheme, "gpufrac-controller"),
-		synced:   []cache.InformerSynced{pods.Informer().HasSynced, tmpls.Informer().HasSynced},
+		recorder: b.NewRecorder(scheme.Scheme, "gpufrac-controller"), broadcaster: b,
+		synced: []cache.InformerSynced{pods.Informer().HasSynced, tmpls.Informer().HasSynced},
 	}
 	enqueue := func(obj any) {
 		if key, err := cache.ObjectToName(obj); err == nil {
@@ -91,6 +93,7 @@ func newTemplateLoop(ctx context.Context, client kubernetes.Interface, opts kai.
 // run works the queue until ctx ends.
 func (l *templateLoop) run(ctx context.Context, workers int) {
 	defer utilruntime.HandleCrash()
+	defer l.broadcaster.Shutdown()
 	defer l.queue.ShutDown()
 	if !cache.WaitForCacheSync(ctx.Done(), l.synced...) {
 		return
