@@ -83,8 +83,10 @@ func New(cfg Config) *Preparer {
 	return &Preparer{cfg: cfg, locks: keymutex.NewHashed(0)}
 }
 
-// ErrNoMPS fails SMSharing claims where no MPS manager runs.
-var ErrNoMPS = errors.New("SMSharing needs the managed MPS server, which this plugin does not run")
+// ErrNoMPS fails claims whose plan binds them to an MPS server (SMSharing
+// shares, and every share on a node with per-cgroup limits and MPS v3)
+// where this plugin runs no MPS manager.
+var ErrNoMPS = errors.New("the plan makes this claim a client of the managed MPS server (SMSharing, or any share on a node with per-cgroup limits), which this plugin does not run")
 
 func (p *Preparer) failpoint(name string) error {
 	if p.cfg.Failpoint == nil {
