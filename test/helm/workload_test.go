@@ -86,8 +86,8 @@ func (e *releaseEnv) checkShare(role string, pod *v1.Pod, softGiB, hardGiB int64
 	if got := report.Env["NVIDIA_VISIBLE_DEVICES"]; got != uuid || uuid == "" {
 		e.t.Errorf("pod %s sees NVIDIA_VISIBLE_DEVICES=%q, want its device %s's uuid %q", pod.Name, got, device, uuid)
 	}
-	if got, want := report.Env["NVIDIA_GPU_MEMORY_LIMITS"], fmt.Sprint(hardGiB*1024); got != want {
-		e.t.Errorf("pod %s sees NVIDIA_GPU_MEMORY_LIMITS=%q, want %s", pod.Name, got, want)
+	if got, want := report.Env["NVIDIA_GPU_MEMORY_LIMIT"], fmt.Sprint(hardGiB*1024); got != want {
+		e.t.Errorf("pod %s sees NVIDIA_GPU_MEMORY_LIMIT=%q, want %s", pod.Name, got, want)
 	}
 	id := strings.TrimPrefix(pod.Status.ContainerStatuses[0].ContainerID, "containerd://")
 	r, err := e.hookRecord(id)
