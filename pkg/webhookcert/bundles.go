@@ -3,6 +3,7 @@ package webhookcert
 import (
 	"context"
 	"fmt"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,16 +41,15 @@ func (r *Rotator) keepBundles(ctx context.Context, bundle []byte, add bool) (boo
 			if err != nil {
 				return err
 			}
-			changed := false
+			configs := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
 			for i := range c.Webhooks {
-				want, grew, err := desired(c.Webhooks[i].ClientConfig.CABundle)
-				if err != nil {
-					return err
-				}
-				if string(want) != string(c.Webhooks[i].ClientConfig.CABundle) {
-					c.Webhooks[i].ClientConfig.CABundle, changed, added = want, true, added || grew
-				}
+				configs[i] = &c.Webhooks[i].ClientConfig
 			}
+			changed, grew, err := setBundles(configs, desired)
+			if err != nil {
+				return err
+			}
+			added = added || grew
 			if !changed {
 				return nil
 			}
@@ -67,16 +67,15 @@ func (r *Rotator) keepBundles(ctx context.Context, bundle []byte, add bool) (boo
 			if err != nil {
 				return err
 			}
-			changed := false
+			configs := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
 			for i := range c.Webhooks {
-				want, grew, err := desired(c.Webhooks[i].ClientConfig.CABundle)
-				if err != nil {
-					return err
-				}
-				if string(want) != string(c.Webhooks[i].ClientConfig.CABundle) {
-					c.Webhooks[i].ClientConfig.CABundle, changed, added = want, true, added || grew
-				}
+				configs[i] = &c.Webhooks[i].ClientConfig
 			}
+			changed, grew, err := setBundles(configs, desired)
+			if err != nil {
+				return err
+			}
+			added = added || grew
 			if !changed {
 				return nil
 			}
@@ -119,4 +118,20 @@ func skipMissing(ctx context.Context, kind, name string, err error) error {
 	default:
 		return fmt.Errorf("keeping the caBundle of %s %s: %w", kind, name, err)
 	}
+}
+
+// setBundles gives each webhook client config the CA bundle desired makes of
+// its current one; changed says whether any differs now, grew whether any
+// gained a CA it did not trust before.
+func setBundles(configs []*admissionregistrationv1.WebhookClientConfig, desired func([]byte) ([]byte, bool, error)) (changed, grew bool, err error) {
+	for _, cc := range configs {
+		want, g, err := desired(cc.CABundle)
+		if err != nil {
+			return changed, grew, err
+		}
+		if string(want) != string(cc.CABundle) {
+			cc.CABundle, changed, grew = want, true, grew || g
+		}
+	}
+	return changed, grew, nil
 }
