@@ -120,7 +120,10 @@ func TestHelmReleaseOnTheRealNode(t *testing.T) {
 	var before []runningContainer
 	e.step("workload", func() { before = e.runWorkload() })
 	e.step("upgrade to "+version2, func() { e.upgradeTo(version2, before) })
+	var later []string
+	e.step("a checkpoint in a later schema", func() { later = e.writeLaterSchema() })
 	e.step("rollback to revision 1 ("+version1+")", func() { e.rollbackTo(1, version1, before) })
+	e.step("the later schema survives the rollback", func() { e.checkLaterSchemaKept("after the rollback and a new pod's Prepare", later) })
 	e.step("uninstall", func() { e.uninstall(before) })
 	t.Logf("install, workload, upgrade, rollback and uninstall in %s", time.Since(start).Round(100*time.Millisecond))
 }
