@@ -24,7 +24,7 @@ import (
 type Cluster struct {
 	nodes     []*v1.Node
 	slices    []*resourceapi.ResourceSlice
-	classes   classLister
+	classes   ClassLister
 	cache     *cel.Cache
 	allocated []resourceapi.AllocationResult
 }
@@ -32,7 +32,7 @@ type Cluster struct {
 // New builds a cluster from its slices and classes; the nodes are the pools'
 // node names, in order of first appearance.
 func New(slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass) *Cluster {
-	c := &Cluster{slices: slices, classes: classLister{}, cache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true})}
+	c := &Cluster{slices: slices, classes: ClassLister{}, cache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true})}
 	seen := map[string]bool{}
 	for _, s := range slices {
 		if s.Spec.NodeName != nil && !seen[*s.Spec.NodeName] {
@@ -46,9 +46,12 @@ func New(slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass
 	return c
 }
 
-type classLister map[string]*resourceapi.DeviceClass
+// ClassLister serves DeviceClasses from a map by name, as the scheduler's
+// allocator reads them from its informer (pkg/why replays with it too).
+type ClassLister map[string]*resourceapi.DeviceClass
 
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
+// List implements the allocator's DeviceClassLister.
+func (l ClassLister) List() ([]*resourceapi.DeviceClass, error) {
 	out := make([]*resourceapi.DeviceClass, 0, len(l))
 	for _, c := range l {
 		out = append(out, c)
@@ -56,7 +59,8 @@ func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
 	return out, nil
 }
 
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+// Get implements the allocator's DeviceClassLister.
+func (l ClassLister) Get(name string) (*resourceapi.DeviceClass, error) {
 	if c, ok := l[name]; ok {
 		return c, nil
 	}

@@ -7,7 +7,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -16,6 +15,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/pkg/placement"
 	"github.com/gpufrac/gpufrac/pkg/resourceslices"
 )
 
@@ -28,7 +28,7 @@ var features = structured.Features{ConsumableCapacity: true, PrioritizedList: tr
 // world is a snapshot prepared for replays.
 type world struct {
 	snap    Snapshot
-	classes classLister
+	classes placement.ClassLister
 	cache   *cel.Cache
 	// allocated are the allocated claims other than the target's.
 	allocated []*resourceapi.ResourceClaim
@@ -49,7 +49,7 @@ type deviceInfo struct {
 }
 
 func newWorld(snap Snapshot, target []*resourceapi.ResourceClaim) *world {
-	w := &world{snap: snap, classes: classLister{}, cache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true}),
+	w := &world{snap: snap, classes: placement.ClassLister{}, cache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true}),
 		devices: map[deviceKey]deviceInfo{}, nodes: map[string]*v1.Node{}}
 	for _, c := range snap.Classes {
 		w.classes[c.Name] = c
@@ -223,20 +223,3 @@ func capacityOf(d resourceapi.Device) int64 {
 
 // nodeDevices are the gpufrac devices of a node, in device order.
 func (w *world) nodeDevices(node string) []deviceKey { return w.byNode[node] }
-
-type classLister map[string]*resourceapi.DeviceClass
-
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
-	out := make([]*resourceapi.DeviceClass, 0, len(l))
-	for _, c := range l {
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
-	if c, ok := l[name]; ok {
-		return c, nil
-	}
-	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
-}
