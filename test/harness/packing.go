@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +20,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/util/cert"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -166,18 +164,9 @@ func (cp *ControlPlane) StartPacking(ctx context.Context, namespace string) (_ *
 	if err != nil {
 		return nil, err
 	}
-	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("making the webhook certificate: %w", err)
-	}
-	dir, err := os.MkdirTemp(cp.Dir, "packing-")
+	dir, certPEM, err := loopbackCertDir(cp.Dir, "packing-")
 	if err != nil {
 		return nil, err
-	}
-	for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			return nil, err
-		}
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ready := make(chan string, 1)

@@ -34,18 +34,9 @@ func (w *Webhook) Stop() error { return w.stop() }
 // namespace alone, failing closed, as the reference configuration does for
 // migrated namespaces. It returns once the API server calls the webhook.
 func (cp *ControlPlane) StartWebhook(ctx context.Context, namespace string, opts kai.Options) (_ *Webhook, finalErr error) {
-	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
-	if err != nil {
-		return nil, fmt.Errorf("making the webhook certificate: %w", err)
-	}
-	dir, err := os.MkdirTemp(cp.Dir, "webhook-")
+	dir, certPEM, err := loopbackCertDir(cp.Dir, "webhook-")
 	if err != nil {
 		return nil, err
-	}
-	for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
-			return nil, err
-		}
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ready := make(chan string, 1)
@@ -107,4 +98,25 @@ func (cp *ControlPlane) StartWebhook(ctx context.Context, namespace string, opts
 		return nil, fmt.Errorf("waiting for the API server to call the webhook: %w", err)
 	}
 	return w, nil
+}
+
+// loopbackCertDir writes a self-signed serving certificate for 127.0.0.1
+// into a new directory under parent (tls.crt, tls.key, as --cert-dir
+// reads them) and returns the directory and the certificate, which is its
+// own CA bundle.
+func loopbackCertDir(parent, prefix string) (string, []byte, error) {
+	certPEM, keyPEM, err := cert.GenerateSelfSignedCertKey("127.0.0.1", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	if err != nil {
+		return "", nil, fmt.Errorf("making the webhook certificate: %w", err)
+	}
+	dir, err := os.MkdirTemp(parent, prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	for name, data := range map[string][]byte{"tls.crt": certPEM, "tls.key": keyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			return "", nil, err
+		}
+	}
+	return dir, certPEM, nil
 }
