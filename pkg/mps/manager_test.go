@@ -394,6 +394,19 @@ func TestRunWatchesInsteadOfPolling(t *testing.T) {
 	if len(pods) != 1 {
 		t.Fatalf("%d daemons", len(pods))
 	}
+	// The fake clientset's watch sees only what happens after it starts
+	// (no resourceVersion replay, unlike an API server): delete once the
+	// manager watches, or the deletion can fall between its list and watch.
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		for _, a := range client.Actions() {
+			if w, ok := a.(k8stesting.WatchAction); ok && a.GetResource().Resource == "pods" && !w.GetWatchRestrictions().Labels.Empty() {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("the manager never started its watch: %v", err)
+	}
 	if err := client.CoreV1().Pods(ns).Delete(ctx, pods[0].Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
