@@ -100,9 +100,13 @@ func (i Incident) Message() string {
 		if n := i.Neighbour; n != nil {
 			msg += fmt.Sprintf(" when claim %s, within its %s request, needed the memory", n.claim(), q(n.SoftBytes))
 		}
-		return msg + detail(i.Detail)
+		return msg + "; its next CUDA call returns CUDA_ERROR_MPS_CLIENT_TERMINATED" + detail(i.Detail)
 	case i.Kind == MPSTerminated:
-		return fmt.Sprintf("MPS terminated %s on %s (claim %s)", who, gpu, i.Share.claim()) + detail(i.Detail)
+		msg := fmt.Sprintf("MPS terminated %s on %s (claim %s)", who, gpu, i.Share.claim())
+		if n := i.Neighbour; n != nil {
+			msg += fmt.Sprintf(" because of claim %s", n.claim())
+		}
+		return msg + detail(i.Detail)
 	default:
 		return fmt.Sprintf("%s no longer %s on %s", who, map[Kind]string{AtHardLimit: "at its hard limit", Borrowing: "above its request"}[i.Kind], gpu)
 	}

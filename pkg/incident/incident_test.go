@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	v1alpha1 "github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/pkg/incident"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/plan"
@@ -100,9 +101,11 @@ func TestMessages(t *testing.T) {
 		{incident.Incident{Kind: incident.Borrowing, Active: true, Container: app, Share: share, UsedBytes: 50 << 30},
 			[]string{"uses 50Gi, above its 40Gi request", "MPS may evict it"}},
 		{incident.Incident{Kind: incident.MPSEvicted, Active: true, Container: app, Share: share, Neighbour: &neighbour, Detail: "pid 42"},
-			[]string{"MPS terminated container server of pod team/llm-0", "more than its 40Gi request", "when claim team/batch, within its 80Gi request, needed the memory: pid 42"}},
+			[]string{"MPS terminated container server of pod team/llm-0", "more than its 40Gi request", "when claim team/batch, within its 80Gi request, needed the memory; its next CUDA call returns CUDA_ERROR_MPS_CLIENT_TERMINATED: pid 42"}},
 		{incident.Incident{Kind: incident.MPSTerminated, Active: true, Share: share},
 			[]string{"MPS terminated a client on GPU GPU-0"}},
+		{incident.Incident{Kind: incident.MPSTerminated, Active: true, Container: app, Share: share, Neighbour: &neighbour, Detail: "fatal GPU exception raised by pid 11"},
+			[]string{"MPS terminated container server of pod team/llm-0 on GPU GPU-0 (n1/gpu-0) (claim team/llm) because of claim team/batch: fatal GPU exception raised by pid 11"}},
 		{incident.Incident{Kind: incident.Borrowing, Container: app, Share: share}, []string{"no longer above its request"}},
 	} {
 		msg := tc.inc.Message()
@@ -114,33 +117,76 @@ func TestMessages(t *testing.T) {
 	}
 }
 
-// TestFromMPS: the MPS namespace of a termination names the claim
-// (plan.MPSNamespaceFor), and the requester's names the neighbour.
+// TestFromMPS: an MPS termination names its victim's claim by claim UID
+// (every client, TimeSlicing ones included, which have no MPS namespace)
+// or by MPS namespace (plan.MPSNamespaceFor), and the neighbour the same
+// way; the container comes from the event or from ContainerOf.
 func TestFromMPS(t *testing.T) {
 	gpu := inventory.GPU{UUID: "GPU-0", Index: 0}
-	mk := func(name string, soft, hard int64) plan.Claim {
+	mk := func(name string, mode v1alpha1.ComputeMode, soft, hard int64) plan.Claim {
 		uid := types.UID("uid-" + name)
 		b := plan.MPSBindingFor("/run/mps", gpu.UUID)
-		b.Version, b.Namespace = inventory.MPSVersionV3, plan.MPSNamespaceFor(uid)
+		b.Version = inventory.MPSVersionV3
+		if mode == "SMSharing" {
+			b.Namespace = plan.MPSNamespaceFor(uid)
+		}
 		return plan.Claim{UID: uid, Namespace: "team", Name: name, Devices: []plan.Device{{Pool: "n1", Device: "gpu-0", GPU: gpu,
-			SoftLimitBytes: soft, HardLimitBytes: hard, ComputeMode: "SMSharing", MPS: b}}}
+			SoftLimitBytes: soft, HardLimitBytes: hard, ComputeMode: mode, MPS: b}}}
 	}
-	prepared := []plan.Claim{mk("borrower", 20<<30, 60<<30), mk("owner", 80<<30, 80<<30)}
-	ev := incident.MPSEvent{GPUUUID: "GPU-0", Namespace: plan.MPSNamespaceFor("uid-borrower"), PID: 7, Evicted: true,
-		RequesterNamespace: plan.MPSNamespaceFor("uid-owner"), RequesterPID: 8, Time: time.Unix(5, 0)}
-	inc, ok := incident.FromMPS("n1", ev, prepared, func(gpu string, pid int) (incident.Container, bool) {
+	prepared := []plan.Claim{mk("borrower", "SMSharing", 20<<30, 60<<30), mk("owner", "SMSharing", 80<<30, 80<<30),
+		mk("ts-borrower", "TimeSlicing", 40<<30, 100<<30), mk("ts-owner", "TimeSlicing", 60<<30, 60<<30)}
+	fromPID := func(gpu string, pid int) (incident.Container, bool) {
 		return incident.Container{Namespace: "team", Pod: "borrower-0", Container: "c"}, gpu == "GPU-0" && pid == 7
-	})
-	if !ok || inc.Kind != incident.MPSEvicted || inc.Share.ClaimName != "borrower" || inc.Neighbour == nil || inc.Neighbour.ClaimName != "owner" ||
-		inc.Container.Pod != "borrower-0" || !inc.Active {
-		t.Errorf("incident %+v (ok %v), want borrower evicted for owner", inc, ok)
 	}
-	ev.Evicted, ev.RequesterNamespace = false, ""
-	if inc, ok := incident.FromMPS("n1", ev, prepared, nil); !ok || inc.Kind != incident.MPSTerminated || inc.Neighbour != nil || inc.Container.Pod != "" {
-		t.Errorf("plain termination %+v", inc)
-	}
-	ev.Namespace = "cunknown"
-	if _, ok := incident.FromMPS("n1", ev, prepared, nil); ok {
-		t.Error("a namespace of no prepared claim became an incident")
+	for _, tc := range []struct {
+		name          string
+		ev            incident.MPSEvent
+		wantOK        bool
+		kind          incident.Kind
+		claim, nb     string
+		pod           string
+		containerOfOK bool
+	}{
+		{"SMSharing eviction by namespace", incident.MPSEvent{Namespace: plan.MPSNamespaceFor("uid-borrower"), PID: 7, Evicted: true,
+			RequesterNamespace: plan.MPSNamespaceFor("uid-owner")}, true, incident.MPSEvicted, "borrower", "owner", "borrower-0", true},
+		{"TimeSlicing eviction by claim UID, container from the event", incident.MPSEvent{ClaimUID: "uid-ts-borrower", PID: 70, Evicted: true,
+			RequesterClaimUID: "uid-ts-owner", Container: incident.Container{Namespace: "team", Pod: "a", Container: "main"}},
+			true, incident.MPSEvicted, "ts-borrower", "ts-owner", "a", true},
+		{"the claim UID wins over a namespace", incident.MPSEvent{ClaimUID: "uid-ts-borrower", Namespace: plan.MPSNamespaceFor("uid-borrower"), PID: 7},
+			true, incident.MPSTerminated, "ts-borrower", "", "borrower-0", true},
+		{"termination caused by a neighbour's fault", incident.MPSEvent{ClaimUID: "uid-ts-owner", PID: 71, RequesterClaimUID: "uid-borrower"},
+			true, incident.MPSTerminated, "ts-owner", "borrower", "", true},
+		{"plain termination, no container known", incident.MPSEvent{Namespace: plan.MPSNamespaceFor("uid-borrower"), PID: 7},
+			true, incident.MPSTerminated, "borrower", "", "", false},
+		{"a neighbour that is the victim itself is no neighbour", incident.MPSEvent{ClaimUID: "uid-owner", PID: 9, RequesterClaimUID: "uid-owner"},
+			true, incident.MPSTerminated, "owner", "", "", true},
+		{"a namespace of no prepared claim", incident.MPSEvent{Namespace: "cunknown", PID: 7}, false, "", "", "", "", true},
+		{"a claim UID not prepared", incident.MPSEvent{ClaimUID: "uid-gone", PID: 7}, false, "", "", "", "", true},
+		{"another GPU", incident.MPSEvent{GPUUUID: "GPU-1", ClaimUID: "uid-ts-borrower", PID: 7}, false, "", "", "", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.ev.GPUUUID == "" {
+				tc.ev.GPUUUID = "GPU-0"
+			}
+			var co incident.ContainerOf
+			if tc.containerOfOK {
+				co = fromPID
+			}
+			inc, ok := incident.FromMPS("n1", tc.ev, prepared, co)
+			if ok != tc.wantOK {
+				t.Fatalf("ok %v, want %v (%+v)", ok, tc.wantOK, inc)
+			}
+			if !ok {
+				return
+			}
+			nb := ""
+			if inc.Neighbour != nil {
+				nb = inc.Neighbour.ClaimName
+			}
+			if inc.Kind != tc.kind || inc.Share.ClaimName != tc.claim || nb != tc.nb || inc.Container.Pod != tc.pod || !inc.Active ||
+				inc.Node != "n1" || inc.Share.GPUUUID != "GPU-0" {
+				t.Errorf("incident %+v (neighbour %q), want %s of %s for %q in pod %q", inc, nb, tc.kind, tc.claim, tc.nb, tc.pod)
+			}
+		})
 	}
 }

@@ -3,6 +3,8 @@ package incident
 import (
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/gpufrac/gpufrac/pkg/plan"
 )
 
@@ -15,15 +17,28 @@ import (
 // is marked inferred there (docs/incidents.md).
 type MPSEvent struct {
 	GPUUUID string
+	// ClaimUID is the victim's claim, when the reader could tell it (from
+	// the victim's cgroup and the hook's record of the container). It is
+	// the only way to name a TimeSlicing client's claim: those connect to
+	// the GPU's main socket and have no MPS namespace of their own.
+	ClaimUID types.UID
 	// Namespace is the victim's MPS v3 namespace: gpufrac names each
-	// claim's namespace after its UID (plan.MPSNamespaceFor), so it
-	// identifies the claim without asking the kernel about PIDs.
+	// SMSharing claim's namespace after its UID (plan.MPSNamespaceFor),
+	// so it identifies the claim without asking the kernel about PIDs.
+	// Used when ClaimUID is empty.
 	Namespace string
 	PID       int
+	// Container is the victim's container, when the reader found the
+	// hook's record of it (the victim may be gone by the time anyone looks
+	// at /proc); otherwise ContainerOf is asked.
+	Container Container
 	// Evicted: terminated for borrowing, to make room for the requester.
 	Evicted bool
-	// RequesterNamespace is the within-request neighbour whose
-	// allocation caused the eviction, when the server says.
+	// RequesterClaimUID and RequesterNamespace name the neighbour whose
+	// action caused the termination (the within-request allocation of an
+	// eviction, the fatal fault that took the GPU's clients down), when
+	// the server says; the UID wins.
+	RequesterClaimUID  types.UID
 	RequesterNamespace string
 	RequesterPID       int
 	Detail             string
@@ -45,21 +60,23 @@ type MPSEventSource interface {
 type ContainerOf func(gpuUUID string, pid int) (Container, bool)
 
 // FromMPS turns an MPS termination into an incident against the prepared
-// claim whose namespace it names; false when no prepared claim has that
-// namespace (a client gpufrac did not route, or a claim already gone).
+// claim it names (by claim UID, else by MPS namespace); false when no
+// prepared claim has a share on the GPU under that name (a client gpufrac
+// did not route, or a claim already gone).
 func FromMPS(node string, ev MPSEvent, prepared []plan.Claim, containerOf ContainerOf) (Incident, bool) {
-	victim, ok := shareByNamespace(prepared, ev.GPUUUID, ev.Namespace)
+	victim, ok := shareFor(prepared, ev.GPUUUID, ev.ClaimUID, ev.Namespace)
 	if !ok {
 		return Incident{}, false
 	}
 	inc := Incident{Kind: MPSTerminated, Active: true, Node: node, Share: victim, Detail: ev.Detail, Time: ev.Time}
 	if ev.Evicted {
 		inc.Kind = MPSEvicted
-		if n, ok := shareByNamespace(prepared, ev.GPUUUID, ev.RequesterNamespace); ok {
-			inc.Neighbour = &n
-		}
 	}
-	if containerOf != nil {
+	if n, ok := shareFor(prepared, ev.GPUUUID, ev.RequesterClaimUID, ev.RequesterNamespace); ok && n.ClaimUID != victim.ClaimUID {
+		inc.Neighbour = &n
+	}
+	inc.Container = ev.Container
+	if inc.Container.Pod == "" && containerOf != nil {
 		if c, ok := containerOf(ev.GPUUUID, ev.PID); ok {
 			inc.Container = c
 		}
@@ -67,14 +84,22 @@ func FromMPS(node string, ev MPSEvent, prepared []plan.Claim, containerOf Contai
 	return inc, true
 }
 
-func shareByNamespace(prepared []plan.Claim, gpu, namespace string) (Share, bool) {
+func shareFor(prepared []plan.Claim, gpu string, uid types.UID, namespace string) (Share, bool) {
+	if uid != "" {
+		for _, c := range prepared {
+			if c.UID == uid {
+				return shareOnGPU(c, gpu)
+			}
+		}
+		return Share{}, false
+	}
 	if namespace == "" {
 		return Share{}, false
 	}
 	for _, c := range prepared {
 		for _, d := range c.Devices {
 			if d.MPS != nil && d.MPS.Namespace == namespace && d.GPU.UUID == gpu {
-				return ShareOf(c, d), true
+				return shareOnGPU(c, gpu)
 			}
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/keymutex"
 
+	"github.com/gpufrac/gpufrac/pkg/incident"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/plan"
 )
@@ -40,7 +41,8 @@ type Config struct {
 	// ReadyTimeout bounds how long Prepare waits for a new daemon.
 	ReadyTimeout time.Duration
 	// Events reports daemon trouble on the claims that use it; optional.
-	// When it also implements EvictionEvents, evictions are reported too.
+	// Clients the daemon terminates are reported through
+	// WatchTerminations (evictions.go).
 	Events Events
 	// RecordDir is where gpufrac-cdi-hook records containers; it maps an
 	// evicted client's cgroup to its claim.
@@ -84,9 +86,11 @@ type Manager struct {
 	// seen ready since; only the reconcile loop touches it.
 	restarted map[string]bool
 	// logOffsets: how far each daemon's control.log was scanned for
-	// evictions, under scanMu.
+	// terminated clients, and report (WatchTerminations) who hears of
+	// them, under scanMu.
 	scanMu     sync.Mutex
 	logOffsets map[string]int64
+	report     func(incident.MPSEvent)
 	// lister is the watch's cache while Run watches.
 	lister atomic.Pointer[podLister]
 	// beforeCollect, in tests, runs between reconcile's decision that a

@@ -49,12 +49,6 @@ func (r *eventReporter) DaemonRestarted(c *plan.Claim, reason string) {
 	r.status.MPSServerState(c, claimstatus.MPSServer{Reason: "DaemonRestarted", Message: reason, Since: time.Now()})
 }
 
-// Evicted: the GPU's MPS daemon terminated one of the claim's processes,
-// which was above its request, to give another client its request.
-func (r *eventReporter) Evicted(c *plan.Claim, reason string) {
-	r.recorder.Eventf(claimRef(c), nil, v1.EventTypeWarning, "MPSClientEvicted", "Evict", "%s", reason)
-}
-
 // DaemonRecovered: the recreated server accepts clients again.
 func (r *eventReporter) DaemonRecovered(c *plan.Claim) {
 	r.recorder.Eventf(claimRef(c), nil, v1.EventTypeNormal, "MPSDaemonReady", "RestartMPSDaemon", "the recreated MPS daemon is ready; restart the claim's containers to reconnect")
