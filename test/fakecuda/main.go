@@ -137,8 +137,14 @@ func run(args []string) int {
 				time.Sleep(100 * time.Millisecond)
 			}
 			fmt.Printf("held for %s\n", d)
+		case "fault":
+			// A kernel with a fatal GPU exception (an illegal address),
+			// named by arg: the server ends every client of the GPU.
+			r := call(request{Op: "fault"})
+			fmt.Printf("kernel %s: fatal GPU exception: %s%s\n", arg, r.Result, why(r))
+			return exitFor(r)
 		default:
-			fmt.Printf("unknown step %q (alloc, hold)\n", verb)
+			fmt.Printf("unknown step %q (alloc, hold, fault)\n", verb)
 			return 1
 		}
 	}

@@ -215,8 +215,8 @@ func (s *v3State) alloc(c *client, n int64) string {
 			return cudaOutOfMemory
 		}
 		s.ledger.performed[c.device]++
-		logLine("memacct: evicted client pid=%d cgroup=%s device=%s for pid %d: used %dMiB, soft limit %dMiB",
-			victim.pid, victim.cgroup, c.device, c.pid, victim.used>>20, victim.soft>>20)
+		logLine("memacct: evicted client pid=%d cgroup=%s device=%s for pid %d cgroup=%s: used %dMiB, soft limit %dMiB",
+			victim.pid, victim.cgroup, c.device, c.pid, c.cgroup, victim.used>>20, victim.soft>>20)
 		s.terminate(victim, fmt.Sprintf("evicted: it used %dMiB above its soft limit of %dMiB on %s, and pid %d (%s/%s) within its soft limit needed the memory",
 			(victim.used-victim.soft)>>20, victim.soft>>20, c.device, c.pid, c.server, c.namespace))
 		logLine("memacct: device %s eviction requested=%d performed=%d no-victim=%d",
@@ -257,7 +257,35 @@ func (s *v3State) free(c *client, n int64) string {
 // returns CUDA_ERROR_MPS_CLIENT_TERMINATED.
 func (s *v3State) terminate(c *client, why string) {
 	c.terminated, c.whyTerm, c.used = cudaTerminated, why, 0
-	logLine("client terminated: pid=%d route=%s/%s: %s", c.pid, c.server, c.namespace, why)
+	logLine("client terminated: pid=%d cgroup=%s device=%s route=%s/%s: %s", c.pid, c.cgroup, c.device, c.server, c.namespace, why)
+}
+
+// fault is a fatal GPU exception raised by c (an illegal address, say).
+// NVIDIA ("Memory Protection and Error Containment", Volta MPS): the
+// exception is reported to every client sharing the faulting GPU, which
+// must exit; clients of other GPUs go on. The double terminates them all,
+// the faulting client first, each with a line naming the fault (the
+// lines' format is the double's: NVIDIA documents none). A real server
+// then refuses new clients on the GPU until the affected ones have
+// exited, which the double does not model.
+func (s *v3State) fault(c *client) string {
+	if c.terminated != "" {
+		return cudaTerminated
+	}
+	logLine("server: fatal GPU exception on device=%s raised by pid=%d cgroup=%s", c.device, c.pid, c.cgroup)
+	why := fmt.Sprintf("fatal GPU exception raised by pid %d on %s", c.pid, c.device)
+	s.terminate(c, why)
+	pids := make([]int, 0, len(s.clients))
+	for pid, o := range s.clients {
+		if o != c && o.terminated == "" && o.device == c.device {
+			pids = append(pids, pid)
+		}
+	}
+	slices.Sort(pids)
+	for _, pid := range pids {
+		s.terminate(s.clients[pid], why)
+	}
+	return cudaTerminated
 }
 
 // disconnect is the client process exiting.

@@ -458,6 +458,8 @@ func (d *daemonProc) serveClient(conn *net.UnixConn, dec *json.Decoder, enc *jso
 			res = d.v3.alloc(c, op.Bytes)
 		case "free":
 			res = d.v3.free(c, op.Bytes)
+		case "fault":
+			res = d.v3.fault(c)
 		case "sync":
 			res = cudaSuccess
 			if c.terminated != "" {
