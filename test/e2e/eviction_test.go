@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpufrac/gpufrac/pkg/incident"
 	"github.com/gpufrac/gpufrac/pkg/plan"
 )
 
@@ -27,8 +30,9 @@ func fakeCUDAPod(name, template string, args ...string) *v1.Pod {
 // clients of the GPU's daemon (the double, with NVIDIA's documented
 // eviction), so B, within its request, succeeds after the daemon evicts A,
 // which is over its request: A's next CUDA call returns
-// CUDA_ERROR_MPS_CLIENT_TERMINATED, its container fails, and an Event on
-// A's claim names the reason.
+// CUDA_ERROR_MPS_CLIENT_TERMINATED, its container fails, and the plugin
+// reports the incident (issue 22): a Warning Event on A's claim and on pod
+// a naming the GPU and B's claim, and gpufrac_incidents_total.
 func TestEvictionUpholdsTheRequest(t *testing.T) {
 	e := newEnv(t)
 	class := e.classFor(7)
@@ -59,8 +63,8 @@ func TestEvictionUpholdsTheRequest(t *testing.T) {
 	if _, term := phase("a"); term == nil || term.ExitCode != 4 {
 		t.Errorf("pod a terminated with %+v, want exit 4 (CUDA_ERROR_MPS_CLIENT_TERMINATED)", term)
 	}
-	// The plugin reads the eviction from the daemon's log and tells A's
-	// claim why its process died.
+	// What the daemon logged and the hook recorded, for a failure's
+	// diagnosis.
 	records, _ := filepath.Glob(filepath.Join(node.PluginDataDir, "containers", "*", "*.json"))
 	for _, l := range strings.Split(read(), "\n") {
 		if strings.Contains(l, "memacct") || strings.Contains(l, "client connected") {
@@ -68,20 +72,62 @@ func TestEvictionUpholdsTheRequest(t *testing.T) {
 		}
 	}
 	t.Logf("container records: %v", records)
-	var reason string
-	e.poll("an MPSClientEvicted Event on pod a's claim "+g.Claim.Name, func() (bool, error) {
-		evs, err := e.client.CoreV1().Events(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + g.Claim.Name + ",reason=MPSClientEvicted"})
-		if err != nil || len(evs.Items) == 0 {
+	// The plugin reads the eviction from the daemon's log and makes it an
+	// incident: a Warning Event on A's claim and on pod a naming the GPU
+	// and B's claim, whose request caused it, and a count.
+	pb, err := e.client.CoreV1().Pods(e.ns).Get(e.ctx, "b", metav1.GetOptions{})
+	if err != nil || len(pb.Status.ResourceClaimStatuses) != 1 || pb.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+		t.Fatalf("pod b's claim: %v %+v", err, pb)
+	}
+	neighbour := "claim " + e.ns + "/" + *pb.Status.ResourceClaimStatuses[0].ResourceClaimName + ", within its 60Gi request"
+	var notes []string
+	e.poll("MPSClientEvicted Warning Events on pod a and its claim "+g.Claim.Name+" naming "+g.UUID+" and "+neighbour, func() (bool, error) {
+		list, err := e.client.EventsV1().Events(e.ns).List(e.ctx, metav1.ListOptions{})
+		if err != nil {
 			return false, err
 		}
-		reason = evs.Items[0].Message
-		return true, nil
+		onClaim, onPod := false, false
+		notes = nil
+		for _, ev := range list.Items {
+			if ev.Reason != string(incident.MPSEvicted) {
+				continue
+			}
+			notes = append(notes, ev.Regarding.Kind+"/"+ev.Regarding.Name+" "+ev.Type+": "+ev.Note)
+			if ev.Type != v1.EventTypeWarning || !strings.Contains(ev.Note, g.UUID) || !strings.Contains(ev.Note, neighbour) {
+				continue
+			}
+			onClaim = onClaim || (ev.Regarding.Kind == "ResourceClaim" && ev.Regarding.Name == g.Claim.Name)
+			onPod = onPod || (ev.Regarding.Kind == "Pod" && ev.Regarding.Name == "a")
+		}
+		return onClaim && onPod, nil
 	})
-	for _, want := range []string{"MPS evicted this claim's process", "above its request", "CUDA_ERROR_MPS_CLIENT_TERMINATED"} {
-		if !strings.Contains(reason, want) {
-			t.Errorf("the eviction Event %q does not say %q", reason, want)
+	for _, n := range notes {
+		t.Logf("event: %s", n)
+	}
+	for _, want := range []string{"MPS terminated container", "of pod " + e.ns + "/a", "for using more than its 40Gi request", "CUDA_ERROR_MPS_CLIENT_TERMINATED"} {
+		if !strings.Contains(strings.Join(notes, "\n"), want) {
+			t.Errorf("the eviction Events %q do not say %q", notes, want)
 		}
 	}
+	if n := len(notes); n != 2 {
+		t.Errorf("%d MPSClientEvicted Events, want 2 (one on the claim, one on the pod; the eviction is reported once): %q", n, notes)
+	}
+	e.poll("gpufrac_incidents_total{kind=MPSClientEvicted} for "+g.UUID, func() (bool, error) {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return false, nil
+		}
+		defer func() { _ = resp.Body.Close() }()
+		raw, _ := io.ReadAll(resp.Body)
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.HasPrefix(line, "gpufrac_incidents_total{") && strings.Contains(line, `kind="`+string(incident.MPSEvicted)+`"`) &&
+				strings.Contains(line, `gpu_uuid="`+g.UUID+`"`) && strings.HasSuffix(line, " 1") {
+				t.Logf("metric: %s", line)
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 	daemonLog := read()
 	for _, want := range []string{
 		"evicted: it used 51200MiB above its soft limit of 40960MiB",
