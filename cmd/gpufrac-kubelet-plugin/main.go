@@ -30,6 +30,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/checkpoint"
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
+	"github.com/gpufrac/gpufrac/pkg/incident"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/metricsserver"
 	"github.com/gpufrac/gpufrac/pkg/nodeplugin"
@@ -59,6 +60,7 @@ type flags struct {
 	smSharingGPUs       string
 	ignoredXIDs         []uint
 	podUID              string
+	hardLimitBand       string
 	logging             *logsapi.LoggingConfiguration
 }
 
@@ -118,6 +120,8 @@ func newCommand() *cobra.Command {
 		"XIDs caused by applications, which do not make a GPU unhealthy")
 	fs.StringVar(&f.podUID, "pod-uid", envOr("POD_UID", ""),
 		"this pod's UID (env POD_UID, from the downward API): lets a new plugin pod register beside the old one during a DaemonSet rolling update and take over when it exits (kubelet 1.33 or later); empty turns rolling updates off")
+	fs.StringVar(&f.hardLimitBand, "hard-limit-band", envOr("HARD_LIMIT_BAND", incident.DefaultBand.String()),
+		"how close to its GPU-memory hard limit a container counts as at it (GPUMemoryAtHardLimit): <quantity>,<percent>%, whichever is more; at least the allocation your workloads make at the wall (docs/incidents.md)")
 	fs.BoolVar(&f.printSlices, "print-slices", false, "print the ResourceSlices this node would publish as YAML and exit; needs no API server")
 	logsapi.AddFlags(f.logging, fs)
 	addFailpointFlags(cmd)
@@ -137,7 +141,12 @@ func run(ctx context.Context, f *flags) error {
 	if err != nil {
 		return err
 	}
+	band, err := incident.ParseBand(f.hardLimitBand)
+	if err != nil {
+		return fmt.Errorf("--hard-limit-band: %w", err)
+	}
 	cfg := nodeplugin.Config{
+		HardLimitBand: band,
 		NodeName:      f.nodeName,
 		PluginDataDir: f.pluginDataDir,
 		RegistrarDir:  f.registrarDir,

@@ -14,6 +14,8 @@ package incident
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -131,22 +133,58 @@ type Sample struct {
 	Time      time.Time
 }
 
-// A container is at its hard limit when less than atLimitBand, or 1% of
-// the limit if that is more, is left under it. NVML reports no per-cgroup
-// "allocation refused" signal, and the driver refuses an allocation that
-// would cross the limit, so use stays under it by up to one allocation
-// while every further one fails; 256 MiB covers the chunks CUDA
-// applications and caching allocators commonly request (inferred;
-// test/gpu/run.sh prints what NVML reports at the wall).
-const atLimitBand = 256 << 20
+// Band is how close to its hard limit a container's use must be to count
+// as at the limit: within Bytes, or Percent of the limit if that is more.
+// NVML reports no per-cgroup "allocation refused" signal, and the driver
+// refuses an allocation that would cross the limit, so a container at the
+// wall stays under it by up to one allocation while every further one
+// fails. The band must be at least the allocation the workloads make at
+// the wall (docs/incidents.md says how the default was chosen and when to
+// change it); the plugin's --hard-limit-band sets it.
+type Band struct {
+	Bytes   int64
+	Percent int64
+}
 
-func atHardLimit(used, hard int64) bool {
-	return hard > 0 && hard-used <= max(hard/100, atLimitBand)
+// DefaultBand is 256 MiB or 1% (inferred; test/gpu/run.sh prints what
+// NVML reports at the wall).
+var DefaultBand = Band{Bytes: 256 << 20, Percent: 1}
+
+func (b Band) String() string {
+	return q(b.Bytes) + "," + fmt.Sprint(b.Percent) + "%"
+}
+
+// ParseBand reads "<quantity>,<percent>%" ("256Mi,1%"); either part may
+// be 0, not both.
+func ParseBand(s string) (Band, error) {
+	bytesPart, pctPart, ok := strings.Cut(s, ",")
+	pctNum, isPct := strings.CutSuffix(strings.TrimSpace(pctPart), "%")
+	if !ok || !isPct {
+		return Band{}, fmt.Errorf("hard-limit band %q: want <quantity>,<percent>%% (e.g. 256Mi,1%%)", s)
+	}
+	qty, err := resource.ParseQuantity(strings.TrimSpace(bytesPart))
+	if err != nil || qty.Sign() < 0 {
+		return Band{}, fmt.Errorf("hard-limit band %q: bytes %q must be a non-negative quantity (e.g. 256Mi)", s, bytesPart)
+	}
+	pct, err := strconv.ParseInt(pctNum, 10, 64)
+	if err != nil || pct < 0 || pct > 50 {
+		return Band{}, fmt.Errorf("hard-limit band %q: percent %q must be an integer from 0 to 50", s, pctNum)
+	}
+	b := Band{Bytes: qty.Value(), Percent: pct}
+	if b.Bytes == 0 && b.Percent == 0 {
+		return Band{}, fmt.Errorf("hard-limit band %q: bytes and percent are both 0; a container could never be seen at its limit", s)
+	}
+	return b, nil
+}
+
+func (b Band) atHardLimit(used, hard int64) bool {
+	return hard > 0 && hard-used <= max(hard/100*b.Percent, b.Bytes)
 }
 
 // Detector remembers which incidents are active so that each starts and
 // ends once. It is owned by one goroutine.
 type Detector struct {
+	band   Band
 	active map[detectorKey]bool
 }
 
@@ -157,8 +195,17 @@ type detectorKey struct {
 	kind      Kind
 }
 
-// NewDetector starts with nothing active.
-func NewDetector() *Detector { return &Detector{active: map[detectorKey]bool{}} }
+// NewDetector starts with nothing active, with the default band.
+func NewDetector() *Detector { return NewDetectorWithBand(DefaultBand) }
+
+// NewDetectorWithBand uses band for the hard limit; the zero Band is the
+// default.
+func NewDetectorWithBand(band Band) *Detector {
+	if band == (Band{}) {
+		band = DefaultBand
+	}
+	return &Detector{band: band, active: map[detectorKey]bool{}}
+}
 
 // Observe takes the samples of one scrape and returns the transitions.
 // A container absent from the samples (gone) ends its incidents silently:
@@ -169,7 +216,7 @@ func (d *Detector) Observe(node string, samples []Sample) []Incident {
 	for _, s := range samples {
 		state := map[Kind]bool{
 			Borrowing:   s.Share.SoftBytes > 0 && s.UsedBytes > s.Share.SoftBytes,
-			AtHardLimit: atHardLimit(s.UsedBytes, s.Share.HardBytes),
+			AtHardLimit: d.band.atHardLimit(s.UsedBytes, s.Share.HardBytes),
 		}
 		for _, kind := range []Kind{AtHardLimit, Borrowing} {
 			k := detectorKey{s.Container, s.Share.ClaimUID, s.Share.GPUUUID, kind}

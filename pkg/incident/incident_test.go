@@ -70,22 +70,66 @@ func TestDetector(t *testing.T) {
 }
 
 // TestAtHardLimitBand: under a small limit one 256Mi allocation is more
-// than 1% of it, and a container that cannot get one more is at its limit.
+// than 1% of it, and a container that cannot get one more is at its limit;
+// a configured band moves the line.
 func TestAtHardLimitBand(t *testing.T) {
 	small := share
 	small.SoftBytes, small.HardBytes = 4<<30, 6<<30
+	big := share // 60Gi hard
 	for _, tc := range []struct {
+		name string
+		band incident.Band
+		sh   incident.Share
 		used int64
 		want bool
-	}{{6<<30 - 300<<20, false}, {6<<30 - 256<<20, true}} {
-		got := incident.NewDetector().Observe("n1", []incident.Sample{{Container: app, Share: small, UsedBytes: tc.used}})
+	}{
+		{"default, 300Mi left of 6Gi", incident.Band{}, small, 6<<30 - 300<<20, false},
+		{"default, 256Mi left of 6Gi", incident.Band{}, small, 6<<30 - 256<<20, true},
+		{"1Gi band, 1000Mi left of 6Gi", incident.Band{Bytes: 1 << 30}, small, 6<<30 - 1000<<20, true},
+		{"5% of 60Gi is 3Gi: 2Gi left", incident.Band{Percent: 5}, big, 58 << 30, true},
+		{"5% of 60Gi is 3Gi: 4Gi left", incident.Band{Percent: 5}, big, 56 << 30, false},
+		{"no hard limit", incident.Band{}, incident.Share{SoftBytes: 1 << 30}, 80 << 30, false},
+	} {
+		got := incident.NewDetectorWithBand(tc.band).Observe("n1", []incident.Sample{{Container: app, Share: tc.sh, UsedBytes: tc.used}})
 		at := false
 		for _, i := range got {
 			at = at || i.Kind == incident.AtHardLimit
 		}
 		if at != tc.want {
-			t.Errorf("%d MiB used of 6Gi: at the hard limit %v, want %v", tc.used>>20, at, tc.want)
+			t.Errorf("%s: at the hard limit %v, want %v", tc.name, at, tc.want)
 		}
+	}
+}
+
+func TestParseBand(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    incident.Band
+		wantErr string
+	}{
+		{"256Mi,1%", incident.DefaultBand, ""},
+		{" 1Gi , 0% ", incident.Band{Bytes: 1 << 30}, ""},
+		{"0,2%", incident.Band{Percent: 2}, ""},
+		{"256Mi", incident.Band{}, "want <quantity>,<percent>%"},
+		{"256Mi,1", incident.Band{}, "want <quantity>,<percent>%"},
+		{"lots,1%", incident.Band{}, `bytes "lots" must be a non-negative quantity`},
+		{"-1Mi,1%", incident.Band{}, "must be a non-negative quantity"},
+		{"256Mi,80%", incident.Band{}, `percent "80" must be an integer from 0 to 50`},
+		{"0,0%", incident.Band{}, "both 0"},
+	} {
+		got, err := incident.ParseBand(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "hard-limit band") {
+				t.Errorf("%q: error %v, want %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%q: %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+	if s := incident.DefaultBand.String(); s != "256Mi,1%" {
+		t.Errorf("DefaultBand prints %q", s)
 	}
 }
 

@@ -52,7 +52,7 @@ func (p *Plugin) watchIncidents(ctx context.Context, lib nvml.Interface, recordD
 		return
 	}
 	source := incident.NVMLSource{NVML: lib, RecordDir: recordDir, Prepared: p.preparer.Prepared}
-	detector := incident.NewDetector()
+	detector := incident.NewDetectorWithBand(p.cfg.HardLimitBand)
 	p.done.Add(1)
 	go func() {
 		defer p.done.Done()

@@ -24,6 +24,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/claimstatus"
 	"github.com/gpufrac/gpufrac/pkg/fractionmetrics"
 	"github.com/gpufrac/gpufrac/pkg/health"
+	"github.com/gpufrac/gpufrac/pkg/incident"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/mps"
 	"github.com/gpufrac/gpufrac/pkg/plan"
@@ -60,6 +61,9 @@ type Config struct {
 	Health HealthConfig
 	// Metrics, when set, gets the per-fraction and driver metrics.
 	Metrics prometheus.Registerer
+	// HardLimitBand is how close to its hard limit a container counts as
+	// at it (incident.Band); zero is incident.DefaultBand.
+	HardLimitBand incident.Band
 	// Failpoint is for crash tests only; see preparer.Config.
 	Failpoint func(name string) error
 	// OnFatal is called for background errors that retrying cannot fix,
