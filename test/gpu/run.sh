@@ -17,6 +17,10 @@
 # 3. Eviction (r615+, cgroup v2 with dmem): two MPS clients in two cgroups
 #    with soft/hard limits; a within-soft allocation that does not fit must
 #    evict the over-soft client (CUDA_ERROR_MPS_CLIENT_TERMINATED).
+#    The daemon's logs must have the lines the MPSClientEvicted and
+#    MPSClientTerminated incidents read (inferred formats); a client that
+#    raises a fatal GPU exception (test/gpu/fault.c) must end its GPU's
+#    other clients (NVIDIA's error containment).
 # 2. dmem (driver r615+, cgroup v2): puts a shell in a fresh cgroup, runs
 #    gpufrac-cdi-hook on it as a createRuntime hook would, and runs memalloc
 #    there: allocation must stop at the hard limit; then, with memalloc
@@ -175,8 +179,55 @@ eviction_check() {
 		fail "eviction did not uphold B's soft limit (see above)"
 	fi
 	grep -i evict "$work/log/control.log" "$work/log"/*/server.log 2>/dev/null | tail -n 5 | sed 's/^/FACT: daemon log: /'
+	# The MPSClientEvicted incident (pkg/mps/evictions.go) reads a line
+	# naming victim and requester by pid and cgroup (item 23, inferred).
+	log_files "eviction"
+	if grep -rqE 'memacct: evicted client pid=[0-9]+ cgroup=[^ ]+ device=[^ ]+ for pid [0-9]+' "$work/log" 2>/dev/null; then
+		pass "eviction: the daemon's log has the line gpufrac's MPSClientEvicted incident reads"
+	else
+		fail "eviction: no 'memacct: evicted client pid=... cgroup=... device=... for pid ...' line in the daemon's logs: MPSClientEvicted cannot fire on this driver until pkg/mps reads the real line (printed above)"
+	fi
+	fault_check
 	kill -TERM $daemon; wait $daemon
 	for cg in "$a" "$b"; do kill $(cat "$cg/cgroup.procs") 2>/dev/null; sleep 0.2; rmdir "$cg"; done
+}
+
+# log_files WHAT: every file the daemon wrote under its log directory (the
+# memacct audit log's name and place are not documented), last lines each.
+log_files() {
+	find "$work/log" -type f 2>/dev/null | while read -r f; do
+		fact "$1: daemon log file ${f#"$work"/} ($(wc -l <"$f") lines); last: $(tail -n 3 "$f" | tr '\n' '|')"
+	done
+}
+
+# fault_check (inside eviction_check, with its daemon running): C holds
+# memory as an MPS client; F, another client of the GPU, raises a fatal GPU
+# exception. NVIDIA (MPS "Memory Protection and Error Containment"): the
+# exception reaches every client sharing the GPU, so C's next call fails,
+# and the server takes no new client until they have exited. The
+# MPSClientTerminated incident reads the daemon's line for each ended
+# client (item 29, inferred).
+fault_check() {
+	gcc -O2 -o "$work/fault" test/gpu/fault.c -ldl || { fail "fault: cannot build test/gpu/fault.c"; return; }
+	: >"$work/log/mark"
+	sh -c "CUDA_MPS_PIPE_DIRECTORY=$work/pipe exec $work/memalloc 1024 30" >"$work/c.out" 2>&1 &
+	pc=$!
+	for _ in $(seq 1 50); do grep -q '^allocated ' "$work/c.out" && break; sleep 0.2; done
+	outf=$(CUDA_MPS_PIPE_DIRECTORY=$work/pipe "$work/fault" 2>&1); rcf=$?
+	wait $pc; rcc=$?
+	echo "fault: F: $outf (exit $rcf); C: $(tr '\n' ' ' <"$work/c.out") (exit $rcc)"
+	[ $rcf -eq 0 ] || { fail "fault: the kernel storing to address 0 did not fault ($outf)"; return; }
+	if [ $rcc -eq 4 ]; then
+		pass "fault: C, another client of the GPU, got F's fatal exception ($(grep '^held: ' "$work/c.out"))"
+	else
+		fail "fault: C, another client of the GPU, went on after F's fatal exception (error containment not as documented)"
+	fi
+	find "$work/log" -type f -newer "$work/log/mark" -exec grep -HiE 'fault|exception|terminat|client' {} + 2>/dev/null | tail -n 10 | sed 's/^/FACT: fault: daemon log: /'
+	if grep -rqE 'client terminated: pid=[0-9]+ cgroup=[^ ]+ device=[^ ]+ route=[^ ]+: ' "$work/log" 2>/dev/null; then
+		pass "fault: the daemon's log has the line gpufrac's MPSClientTerminated incident reads"
+	else
+		fail "fault: no 'client terminated: pid=... cgroup=... device=... route=...: why' line in the daemon's logs: MPSClientTerminated cannot fire on this driver until pkg/mps reads the real line (printed above)"
+	fi
 }
 
 dmem_check() {
