@@ -14,7 +14,9 @@
 #    metrics for one pod and `kubectl describe resourceclaim`, and a pod too
 #    large for any GPU (demo/too-large.yaml) explained by `kubectl gpufrac why`,
 #    and (on the real node) pod llm borrowing above its request: the Warning
-#    Events on its claim and pod and the plugin's incident counter.
+#    Events on its claim and pod and the plugin's incident counter; then a
+#    borrowing pod evicted by the GPU's MPS daemon (the double) when another
+#    pod needs its request: the MPSClientEvicted Events and the counter.
 #
 # Arguments go to the demo driver, e.g. demo/run.sh -wait (keep the cluster
 # until Ctrl-C), -gpus h100x4,a100x4 or -node=standin.

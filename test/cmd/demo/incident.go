@@ -4,15 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/incident"
@@ -54,49 +50,9 @@ func (r *reporter) showBorrowing(ctx context.Context, metricsAddr map[string]str
 				return err
 			}
 			fmt.Printf("    simulated NVML now reports 50Gi in use for cgroup %s on %s\n", rec.Cgroup, rec.UUID)
-			return r.printIncident(ctx, pod.Name, metricsAddr[n.Name])
+			return r.printIncidents(ctx, incident.Borrowing, metricsAddr[n.Name])
 		}
 	}
 	fmt.Println("    (no hook record for pod llm's container: nothing to report on)")
-	return nil
-}
-
-func (r *reporter) printIncident(ctx context.Context, pod, addr string) error {
-	var notes []string
-	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := r.client.EventsV1().Events(r.namespace).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err
-		}
-		notes = nil
-		for _, ev := range list.Items {
-			if ev.Reason == string(incident.Borrowing) {
-				notes = append(notes, fmt.Sprintf("%s %s/%s %s: %s", ev.Type, ev.Regarding.Kind, ev.Regarding.Name, ev.Reason, ev.Note))
-			}
-		}
-		return len(notes) >= 2, nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for the borrowing Events of pod %s: %w", pod, err)
-	}
-	fmt.Println("    Events:")
-	for _, n := range notes {
-		fmt.Println("      " + n)
-	}
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return fmt.Errorf("scraping the plugin's metrics: %w", err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	fmt.Println("    the plugin's counter:")
-	for _, line := range strings.Split(string(raw), "\n") {
-		if strings.HasPrefix(line, "gpufrac_incidents_total{") {
-			fmt.Println("      " + line)
-		}
-	}
 	return nil
 }

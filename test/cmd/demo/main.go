@@ -286,6 +286,9 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 	if err := r.showBorrowing(ctx, metricsAddr); err != nil {
 		return fail(err)
 	}
+	if err := r.showEviction(ctx, metricsAddr); err != nil {
+		return fail(err)
+	}
 
 	if waitErr == nil {
 		step("Two more kinds of node: an older driver (no per-cgroup limits) and a GPU Operator driver root")
