@@ -41,12 +41,37 @@ func (p *Plugin) watchIncidents(ctx context.Context, lib nvml.Interface, recordD
 	}
 	emitter := &incident.Emitter{Recorder: p.events.recorder, Conditions: p.events.status, Counter: counter}
 	if src, ok := mpsManager.(incident.MPSEventSource); ok {
+		// The manager reports while it reads a daemon's log, which it also
+		// does inside a claim's Unprepare (so that the victim's claim is
+		// still known): the claim is resolved there, and the API writes are
+		// left to a goroutine so that Unprepare does not wait on them. The
+		// buffer holds far more than one GPU's clients; a report beyond it
+		// is logged and dropped rather than block the manager.
+		queue := make(chan incident.Incident, 1024)
 		containerOf := incident.RecordsContainerOf(recordDir, "/proc", p.cfg.InventoryOptions.CgroupRoot)
 		src.WatchTerminations(func(ev incident.MPSEvent) {
-			if inc, ok := incident.FromMPS(p.cfg.NodeName, ev, p.preparer.Prepared(), containerOf); ok {
-				emitter.Emit(ctx, inc)
+			inc, ok := incident.FromMPS(p.cfg.NodeName, ev, p.preparer.Prepared(), containerOf)
+			if !ok {
+				return
+			}
+			select {
+			case queue <- inc:
+			default:
+				klog.FromContext(ctx).Error(nil, "Dropping an MPS incident: too many at once", "kind", inc.Kind, "claimUID", inc.Share.ClaimUID, "gpu", inc.Share.GPUUUID)
 			}
 		})
+		p.done.Add(1)
+		go func() {
+			defer p.done.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case inc := <-queue:
+					emitter.Emit(ctx, inc)
+				}
+			}
+		}()
 	}
 	if lib == nil || recordDir == "" {
 		return
