@@ -31,7 +31,7 @@ type Emitter struct {
 func NewCounter() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpufrac_incidents_total",
-		Help: "GPU memory incidents by kind: containers at their hard limit, borrowing above their request, MPS clients evicted or terminated.",
+		Help: "GPU memory incidents by kind: containers at their hard limit, borrowing above their request, MPS clients evicted, terminated or refused while the GPU waits for clients a fatal exception ended.",
 	}, []string{"node", "kind", "gpu_uuid"})
 }
 
@@ -69,8 +69,11 @@ func (e *Emitter) Emit(ctx context.Context, inc Incident) {
 	if inc.Active {
 		status, reason = metav1.ConditionTrue, "Observed"
 	}
-	if inc.Kind == MPSEvicted || inc.Kind == MPSTerminated {
+	switch inc.Kind {
+	case MPSEvicted, MPSTerminated:
 		reason = "Terminated"
+	case MPSWedged:
+		reason = "Refused"
 	}
 	cond := metav1.Condition{Type: string(inc.Kind), Status: status, Reason: reason, Message: truncate(msg), LastTransitionTime: metav1.NewTime(inc.Time)}
 	if err := e.Conditions.SetShareCondition(ctx, inc.Share.ClaimNamespace, inc.Share.ClaimName, string(inc.Share.ClaimUID),

@@ -133,6 +133,8 @@ func TestEmitterKinds(t *testing.T) {
 			[]string{"ResourceClaim/llm", "Pod/llm-0"}, "Terminated", []string{"GPU GPU-0", "when claim team/batch, within its 80Gi request"}},
 		{incident.Incident{Kind: incident.MPSTerminated, Active: true, Container: app, Share: share, Neighbour: &neighbour, Detail: "fatal GPU exception"},
 			[]string{"ResourceClaim/llm", "Pod/llm-0"}, "Terminated", []string{"GPU GPU-0", "because of claim team/batch"}},
+		{incident.Incident{Kind: incident.MPSWedged, Active: true, Container: app, Share: share, Neighbour: &neighbour},
+			[]string{"ResourceClaim/llm", "Pod/llm-0"}, "Refused", []string{"GPU GPU-0", "a client of claim team/batch has not"}},
 		{incident.Incident{Kind: incident.MPSTerminated, Active: true, Share: share},
 			[]string{"ResourceClaim/llm"}, "Terminated", []string{"MPS terminated a client on GPU GPU-0"}},
 	} {

@@ -37,13 +37,17 @@ const (
 	// MPSEvicted: the MPS server terminated a client that was above its
 	// request because a neighbour within its request needed the memory.
 	MPSEvicted Kind = "MPSClientEvicted"
-	// MPSTerminated: the MPS server terminated (or found wedged) a client
-	// for another reason.
+	// MPSTerminated: the MPS server terminated a client for another
+	// reason (a fatal GPU exception of a client of the same GPU).
 	MPSTerminated Kind = "MPSClientTerminated"
+	// MPSWedged: the MPS server refused a new client because the GPU
+	// waits for clients a fatal GPU exception ended to exit, and one of
+	// them (the neighbour) has not: the GPU is wedged for newcomers.
+	MPSWedged Kind = "MPSClientWedged"
 )
 
 // Kinds are all kinds, for pre-creating counter series.
-var Kinds = []Kind{AtHardLimit, Borrowing, MPSEvicted, MPSTerminated}
+var Kinds = []Kind{AtHardLimit, Borrowing, MPSEvicted, MPSTerminated, MPSWedged}
 
 // Container names a container of a pod.
 type Container struct {
@@ -103,6 +107,13 @@ func (i Incident) Message() string {
 			msg += fmt.Sprintf(" when claim %s, within its %s request, needed the memory", n.claim(), q(n.SoftBytes))
 		}
 		return msg + "; its next CUDA call returns CUDA_ERROR_MPS_CLIENT_TERMINATED" + detail(i.Detail)
+	case i.Kind == MPSWedged:
+		msg := fmt.Sprintf("MPS refused %s on %s (claim %s) with CUDA_ERROR_MPS_SERVER_NOT_READY: the GPU takes no new client until the clients a fatal GPU exception ended have exited",
+			who, gpu, i.Share.claim())
+		if n := i.Neighbour; n != nil {
+			msg += fmt.Sprintf("; a client of claim %s has not", n.claim())
+		}
+		return msg + detail(i.Detail)
 	case i.Kind == MPSTerminated:
 		msg := fmt.Sprintf("MPS terminated %s on %s (claim %s)", who, gpu, i.Share.claim())
 		if n := i.Neighbour; n != nil {

@@ -150,6 +150,8 @@ func TestMessages(t *testing.T) {
 			[]string{"MPS terminated a client on GPU GPU-0"}},
 		{incident.Incident{Kind: incident.MPSTerminated, Active: true, Container: app, Share: share, Neighbour: &neighbour, Detail: "fatal GPU exception raised by pid 11"},
 			[]string{"MPS terminated container server of pod team/llm-0 on GPU GPU-0 (n1/gpu-0) (claim team/llm) because of claim team/batch: fatal GPU exception raised by pid 11"}},
+		{incident.Incident{Kind: incident.MPSWedged, Active: true, Container: app, Share: share, Neighbour: &neighbour},
+			[]string{"MPS refused container server of pod team/llm-0 on GPU GPU-0 (n1/gpu-0) (claim team/llm) with CUDA_ERROR_MPS_SERVER_NOT_READY", "a client of claim team/batch has not"}},
 		{incident.Incident{Kind: incident.Borrowing, Container: app, Share: share}, []string{"no longer above its request"}},
 	} {
 		msg := tc.inc.Message()
@@ -204,6 +206,8 @@ func TestFromMPS(t *testing.T) {
 			true, incident.MPSTerminated, "borrower", "", "", false},
 		{"a neighbour that is the victim itself is no neighbour", incident.MPSEvent{ClaimUID: "uid-owner", PID: 9, RequesterClaimUID: "uid-owner"},
 			true, incident.MPSTerminated, "owner", "", "", true},
+		{"refused while the neighbour's client lingers", incident.MPSEvent{ClaimUID: "uid-ts-owner", PID: 72, Refused: true, RequesterClaimUID: "uid-ts-borrower"},
+			true, incident.MPSWedged, "ts-owner", "ts-borrower", "", true},
 		{"a namespace of no prepared claim", incident.MPSEvent{Namespace: "cunknown", PID: 7}, false, "", "", "", "", true},
 		{"a claim UID not prepared", incident.MPSEvent{ClaimUID: "uid-gone", PID: 7}, false, "", "", "", "", true},
 		{"another GPU", incident.MPSEvent{GPUUUID: "GPU-1", ClaimUID: "uid-ts-borrower", PID: 7}, false, "", "", "", "", true},

@@ -34,6 +34,10 @@ type MPSEvent struct {
 	Container Container
 	// Evicted: terminated for borrowing, to make room for the requester.
 	Evicted bool
+	// Refused: not terminated but refused at connection, because the GPU
+	// waits for clients a fatal GPU exception ended to exit; the
+	// requester fields name a client that has not.
+	Refused bool
 	// RequesterClaimUID and RequesterNamespace name the neighbour whose
 	// action caused the termination (the within-request allocation of an
 	// eviction, the fatal fault that took the GPU's clients down), when
@@ -69,8 +73,11 @@ func FromMPS(node string, ev MPSEvent, prepared []plan.Claim, containerOf Contai
 		return Incident{}, false
 	}
 	inc := Incident{Kind: MPSTerminated, Active: true, Node: node, Share: victim, Detail: ev.Detail, Time: ev.Time}
-	if ev.Evicted {
+	switch {
+	case ev.Evicted:
 		inc.Kind = MPSEvicted
+	case ev.Refused:
+		inc.Kind = MPSWedged
 	}
 	if n, ok := shareFor(prepared, ev.GPUUUID, ev.RequesterClaimUID, ev.RequesterNamespace); ok && n.ClaimUID != victim.ClaimUID {
 		inc.Neighbour = &n

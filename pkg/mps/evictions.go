@@ -24,9 +24,10 @@ import (
 // that the daemon logs per-device eviction counts, and that a fatal GPU
 // exception of one client reaches every client sharing the GPU ("Memory
 // Protection and Error Containment"); it documents the format of none of
-// these lines. The formats below are the MPS double's (test/mpsdouble),
-// marked inferred in docs/nvidia-contract.md (items 23 and 29) until
-// test/gpu/run.sh shows the real daemon's lines.
+// these lines, nor of the refusal of new clients while the GPU waits for
+// the clients a fault reached to exit. The formats below are the MPS
+// double's (test/mpsdouble), marked inferred in docs/nvidia-contract.md
+// (items 23 and 29) until test/gpu/run.sh shows the real daemon's lines.
 var (
 	// memacct: evicted client pid=7 cgroup=/kubepods/.../<id> device=GPU-a for pid 9 cgroup=/kubepods/.../<id>: used ...
 	evictedLine = regexp.MustCompile(`memacct: evicted client pid=(\d+) cgroup=(\S+) device=(\S+) for pid (\d+)(?: cgroup=(\S+))?: (.*)$`)
@@ -34,6 +35,10 @@ var (
 	faultLine = regexp.MustCompile(`server: fatal GPU exception on device=(\S+) raised by pid=(\d+) cgroup=(\S+)`)
 	// client terminated: pid=7 cgroup=/kubepods/.../<id> device=GPU-a route=gpufrac/c0123: <why>
 	terminatedLine = regexp.MustCompile(`client terminated: pid=(\d+) cgroup=(\S+) device=(\S+) route=(\S+): (.*)$`)
+	// client refused: pid=12 cgroup=/kubepods/.../<id> device=GPU-a: server not ready: ...: pid=8 cgroup=/kubepods/.../<id>, ...
+	refusedLine = regexp.MustCompile(`client refused: pid=(\d+) cgroup=(\S+) device=(\S+): (.*)$`)
+	// The first client the refusal waits for.
+	lingeringClient = regexp.MustCompile(`pid=(\d+) cgroup=([^\s,]+)`)
 )
 
 // ownTerminations are the reasons for which gpufrac itself ends clients
@@ -42,7 +47,7 @@ var (
 var ownTerminations = []string{"client terminate", "namespace deleted", "server deleted", "evicted:"}
 
 // WatchTerminations implements incident.MPSEventSource: report hears of
-// every client the GPUs' daemons evicted or terminated, from the scans of
+// every client the GPUs' daemons evicted, terminated or refused, from the scans of
 // their control logs (at each reconcile and before a claim's release, so
 // that a victim whose pod ends at once is still a known user). Log lines
 // read before report is registered wait for it.
@@ -117,6 +122,15 @@ func (m *Manager) parseLine(line string, fault **faulter) (incident.MPSEvent, bo
 		*fault = &faulter{gpu: mm[1], pid: pid, cgroup: mm[3]}
 		return incident.MPSEvent{}, false
 	}
+	if mm := refusedLine.FindStringSubmatch(line); mm != nil {
+		pid, _ := strconv.Atoi(mm[1])
+		ev := incident.MPSEvent{GPUUUID: mm[3], PID: pid, Namespace: mm[2], Refused: true, Detail: "pid " + mm[1] + ": " + strings.TrimSpace(mm[4]), Time: now}
+		if l := lingeringClient.FindStringSubmatch(mm[4]); l != nil {
+			ev.RequesterPID, _ = strconv.Atoi(l[1])
+			ev.RequesterNamespace = l[2]
+		}
+		return ev, true
+	}
 	mm := terminatedLine.FindStringSubmatch(line)
 	if mm == nil {
 		return incident.MPSEvent{}, false
@@ -150,8 +164,8 @@ func (m *Manager) deliver(ctx context.Context, ev incident.MPSEvent) {
 		ev.RequesterClaimUID = req
 	}
 	ev.RequesterNamespace = ""
-	klog.FromContext(ctx).Info("MPS terminated a client", "claimUID", ev.ClaimUID, "pod", klog.KRef(rec.Namespace, rec.Pod),
-		"gpu", ev.GPUUUID, "cgroup", cgroup, "evicted", ev.Evicted, "requesterClaimUID", ev.RequesterClaimUID)
+	klog.FromContext(ctx).Info("MPS ended or refused a client", "claimUID", ev.ClaimUID, "pod", klog.KRef(rec.Namespace, rec.Pod),
+		"gpu", ev.GPUUUID, "cgroup", cgroup, "evicted", ev.Evicted, "refused", ev.Refused, "requesterClaimUID", ev.RequesterClaimUID)
 	m.report(ev)
 }
 

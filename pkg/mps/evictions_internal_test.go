@@ -16,7 +16,8 @@ import (
 )
 
 // The daemon's log, in the double's (inferred) format, becomes one
-// incident.MPSEvent per evicted or terminated client of a known claim: the
+// incident.MPSEvent per evicted, terminated or refused client of a known
+// claim: the
 // victim by the container ID that ends its cgroup (cgroupfs and systemd
 // spellings) and the hook's record of it, the neighbour by its own cgroup;
 // each line once, nothing for gpufrac's own terminations, a client of no
@@ -86,8 +87,28 @@ func TestTerminationsReachTheVictimsClaim(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("events %+v, want one termination (on claim b, for the fault of claim c)", got)
 	}
-	if ev := got[0]; ev.Evicted || ev.ClaimUID != "uid-b" || ev.RequesterClaimUID != "uid-c" || ev.Container.Pod != "pod-b" ||
+	if ev := got[0]; ev.Evicted || ev.Refused || ev.ClaimUID != "uid-b" || ev.RequesterClaimUID != "uid-c" || ev.Container.Pod != "pod-b" ||
 		!strings.Contains(ev.Detail, "pid 8 on MPS route gpufrac/c01: fatal GPU exception raised by pid 11") {
 		t.Errorf("termination %+v", ev)
+	}
+
+	// The partial line, once complete, is read.
+	got = nil
+	appendLog("ly written\n")
+	scan()
+	if len(got) != 1 || !got[0].Evicted || got[0].ClaimUID != "uid-b" || !strings.Contains(got[0].Detail, "partially written") {
+		t.Fatalf("events %+v, want the completed eviction line on claim b", got)
+	}
+
+	// A newcomer refused while a client the fault reached lingers.
+	got = nil
+	appendLog("[t] client refused: pid=14 cgroup=/kubepods/podx/aaaa1111 device=GPU-a: server not ready: waiting for the clients a fatal GPU exception ended to exit: pid=8 cgroup=/kubepods/podx/bbbb2222, pid=11 cgroup=/kubepods/podz/cccc3333\n")
+	scan()
+	if len(got) != 1 {
+		t.Fatalf("events %+v, want one refusal", got)
+	}
+	if ev := got[0]; !ev.Refused || ev.Evicted || ev.ClaimUID != "uid-a" || ev.RequesterClaimUID != "uid-b" || ev.RequesterPID != 8 || ev.PID != 14 ||
+		!strings.Contains(ev.Detail, "pid 14: server not ready") {
+		t.Errorf("refusal %+v: want claim uid-a refused while claim uid-b's client lingers", ev)
 	}
 }

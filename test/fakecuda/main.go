@@ -3,8 +3,10 @@
 // as the CUDA driver does, and allocates device memory against the
 // double's per-GPU ledger. It runs a script of steps:
 //
-//	fakecuda [-soft MiB] [-hard MiB] [-device GPU-uuid] alloc <MiB> ... hold <duration> ...
+//	fakecuda [-soft MiB] [-hard MiB] [-device GPU-uuid] [-linger duration] alloc <MiB> ... hold <duration> ... fault <name>
 //
+// fault runs a kernel that raises a fatal GPU exception; -linger keeps a
+// failed process connected for a while, as one that ignores the error.
 // alloc is cuMemAlloc; hold keeps the memory for the duration (0: until
 // killed), synchronising every 100 ms, which is when an evicted client
 // learns it was terminated. Each step prints its CUDA result. Exit status:
@@ -63,12 +65,13 @@ func envMiB(name string) int64 {
 	return n
 }
 
-func run(args []string) int {
+func run(args []string) (rc int) {
 	fs := flag.NewFlagSet("fakecuda", flag.ContinueOnError)
 	soft := fs.Int64("soft", envMiB("NVIDIA_GPU_MEMORY_REQUEST"), "soft limit (guaranteed) in MiB")
 	hard := fs.Int64("hard", envMiB("NVIDIA_GPU_MEMORY_LIMIT"), "hard limit in MiB; 0 none")
 	device := fs.String("device", os.Getenv("NVIDIA_VISIBLE_DEVICES"), "GPU UUID")
 	name := fs.String("name", "fakecuda", "command name the daemon lists")
+	linger := fs.Duration("linger", 0, "after a failed CUDA call, stay connected this long before exiting (a process that ignores the error)")
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
@@ -85,6 +88,12 @@ func run(args []string) int {
 		return 2
 	}
 	defer func() { _ = conn.Close() }()
+	defer func() {
+		if rc != 0 && *linger > 0 {
+			fmt.Printf("lingering for %s\n", *linger)
+			time.Sleep(*linger)
+		}
+	}()
 	enc, dec := json.NewEncoder(conn), json.NewDecoder(conn)
 	call := func(req request) response {
 		var resp response

@@ -10,14 +10,16 @@ import (
 
 // CUDA results a client sees, as NVIDIA names them.
 const (
-	cudaSuccess       = "CUDA_SUCCESS"
-	cudaOutOfMemory   = "CUDA_ERROR_OUT_OF_MEMORY"
-	cudaTerminated    = "CUDA_ERROR_MPS_CLIENT_TERMINATED"
-	cudaNoDevice      = "CUDA_ERROR_NO_DEVICE"
-	cudaNotPermitted  = "CUDA_ERROR_NOT_PERMITTED"
-	cudaInvalidValue  = "CUDA_ERROR_INVALID_VALUE"
-	unlimited         = int64(1) << 62
-	contextOwnPerProc = -1
+	cudaSuccess      = "CUDA_SUCCESS"
+	cudaOutOfMemory  = "CUDA_ERROR_OUT_OF_MEMORY"
+	cudaTerminated   = "CUDA_ERROR_MPS_CLIENT_TERMINATED"
+	cudaNoDevice     = "CUDA_ERROR_NO_DEVICE"
+	cudaNotPermitted = "CUDA_ERROR_NOT_PERMITTED"
+	cudaInvalidValue = "CUDA_ERROR_INVALID_VALUE"
+	// cudaServerNotReady: the server is recovering from a fatal failure.
+	cudaServerNotReady = "CUDA_ERROR_MPS_SERVER_NOT_READY"
+	unlimited          = int64(1) << 62
+	contextOwnPerProc  = -1
 )
 
 // client is one MPS client process, known by the pid its socket's peer
@@ -114,6 +116,14 @@ func (s *v3State) connect(pid, uid int, rt route, h hello) (*client, error) {
 		// NVIDIA (Dynamo guide): a server without the device fails with
 		// "no CUDA-capable device is detected".
 		return nil, fmt.Errorf("%s: server %s does not serve device %q", cudaNoDevice, srv.name, h.Device)
+	}
+	if lingering := s.lingering(h.Device); len(lingering) > 0 {
+		// NVIDIA (error containment): the server waits for the clients
+		// the fault reached to exit and rejects new client requests to
+		// the device meanwhile (CUDA_ERROR_MPS_SERVER_NOT_READY).
+		logLine("client refused: pid=%d cgroup=%s device=%s: server not ready: waiting for the clients a fatal GPU exception ended to exit: %s",
+			pid, cgroupOf(pid), h.Device, strings.Join(lingering, ", "))
+		return nil, fmt.Errorf("%s: device %s waits for the clients a fatal GPU exception ended to exit", cudaServerNotReady, h.Device)
 	}
 	if old := s.clients[pid]; old != nil && old.terminated == "" {
 		return nil, fmt.Errorf("%s: pid %d is already a client", cudaNotPermitted, pid)
@@ -267,7 +277,7 @@ func (s *v3State) terminate(c *client, why string) {
 // the faulting client first, each with a line naming the fault (the
 // lines' format is the double's: NVIDIA documents none). A real server
 // then refuses new clients on the GPU until the affected ones have
-// exited, which the double does not model.
+// exited (lingering).
 func (s *v3State) fault(c *client) string {
 	if c.terminated != "" {
 		return cudaTerminated
@@ -285,7 +295,27 @@ func (s *v3State) fault(c *client) string {
 	for _, pid := range pids {
 		s.terminate(s.clients[pid], why)
 	}
+	if s.faulted == nil {
+		s.faulted = map[string][]int{}
+	}
+	s.faulted[c.device] = append(append(s.faulted[c.device], c.pid), pids...)
 	return cudaTerminated
+}
+
+// lingering names ("pid=… cgroup=…") the clients a fatal exception on
+// device ended that have not exited yet; once all have, the device takes
+// clients again.
+func (s *v3State) lingering(device string) []string {
+	var out []string
+	for _, pid := range s.faulted[device] {
+		if c := s.clients[pid]; c != nil && c.terminated != "" {
+			out = append(out, fmt.Sprintf("pid=%d cgroup=%s", c.pid, c.cgroup))
+		}
+	}
+	if len(out) == 0 {
+		delete(s.faulted, device)
+	}
+	return out
 }
 
 // disconnect is the client process exiting.

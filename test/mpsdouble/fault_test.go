@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // NVIDIA's "Memory Protection and Error Containment" (Volta MPS): a fatal
@@ -39,4 +42,49 @@ func TestFatalFaultEndsTheGPUsClients(t *testing.T) {
 	}
 	_ = other.Process.Kill()
 	_ = other.Wait()
+}
+
+// After a fatal exception the server takes no new client on the GPU until
+// every client the exception reached has exited (NVIDIA's error
+// containment): a client that lingers wedges the GPU for newcomers, who get
+// CUDA_ERROR_MPS_SERVER_NOT_READY, and the log names the lingering client
+// (the line pkg/mps reads for the MPSClientWedged incident).
+func TestLingeringClientWedgesTheGPU(t *testing.T) {
+	w := startWorld(t, "GPU-a=81920", gpufracTOML)
+	// A client that ignores the exception: this test process, connected
+	// and silent.
+	conn, err := net.Dial("unix", filepath.Join(w.pipe, "control"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, dec := json.NewEncoder(conn), json.NewDecoder(conn)
+	var hi response
+	if err := enc.Encode(request{Kind: "client", Hello: &hello{Device: "GPU-a", Cmd: "stuck"}}); err != nil || dec.Decode(&hi) != nil || hi.Result != cudaSuccess {
+		t.Fatalf("connecting the lingering client: %v %+v", err, hi)
+	}
+	f, fOut := w.client(w.pipe, "-device", "GPU-a", "fault", "illegal-address")
+	if code := exitCode(f.Wait()); code != 4 {
+		t.Fatalf("the faulting client exited %d:\n%s", code, fOut)
+	}
+	n, nOut := w.client(w.pipe, "-device", "GPU-a", "alloc", "1024")
+	if code := exitCode(n.Wait()); code != 2 || !strings.Contains(nOut.String(), cudaServerNotReady) {
+		t.Errorf("a new client while one lingers exited %d, want 2 (%s):\n%s", code, cudaServerNotReady, nOut)
+	}
+	raw, _ := os.ReadFile(filepath.Join(w.log, "control.log"))
+	want := "client refused: pid=" + strconv.Itoa(n.Process.Pid) + " cgroup="
+	if i := strings.Index(string(raw), want); i < 0 || !strings.Contains(string(raw)[i:], "device=GPU-a: server not ready: waiting for the clients a fatal GPU exception ended to exit: pid="+strconv.Itoa(os.Getpid())+" cgroup=") {
+		t.Errorf("control.log lacks the refusal naming the lingering client:\n%s", raw)
+	}
+	_ = conn.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		again, out := w.client(w.pipe, "-device", "GPU-a", "alloc", "1024")
+		if exitCode(again.Wait()) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the GPU never took clients again after the lingering one exited:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

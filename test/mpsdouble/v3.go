@@ -23,6 +23,9 @@ type v3State struct {
 	memacct, contextShare bool
 	defaultSocketShared   bool
 	audit                 bool
+	// faulted: per device, the clients a fatal GPU exception ended; until
+	// they have all exited the server takes no new client there (fault).
+	faulted map[string][]int
 	// listen asks the I/O edge for a client socket at dir/control; stop
 	// closes one.
 	listen func(dir string) error
