@@ -1,3 +1,8 @@
+//go:build !failpoints
+
+// The reference describes the default build; -tags failpoints adds a flag
+// for the crash tests only.
+
 package main
 
 import (
