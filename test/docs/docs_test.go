@@ -107,3 +107,21 @@ func TestChartValuesReference(t *testing.T) {
 	}
 	docs.CheckSection(t, filepath.Join(root, "docs", "reference.md"), "chart-values", table)
 }
+
+// TestReadmeStaysShort: the README is what a newcomer reads in ten minutes
+// (what, install, the two commands, a first claim, links); reference and
+// design belong in docs/.
+func TestReadmeStaysShort(t *testing.T) {
+	text, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(text), "\n"); n >= 250 {
+		t.Errorf("README.md has %d lines; keep it under 250 and move the detail to a page in docs/", n)
+	}
+	for _, want := range []string{"make demo", "make test"} {
+		if !strings.Contains(string(text), want) {
+			t.Errorf("README.md no longer names %q, one of the two commands", want)
+		}
+	}
+}
