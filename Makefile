@@ -5,12 +5,16 @@
 GO            ?= go
 BIN           := $(CURDIR)/bin
 STATICCHECK   := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+# Linters run with `go run module@version`: nothing to install, and Go's
+# build cache keeps the binaries after the first (cold: a few minutes) build.
+GOLANGCI_LINT := github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+LOGCHECK      := sigs.k8s.io/logtools/logcheck@v0.11.0
 # go-nvml's cgo wrapper uses deprecated NVML declarations on purpose (it
 # binds every entry point); the warnings drown real build output.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
 
-.PHONY: all build test test-helm lint demo clean fuzz bench bench-realsched soak kube-binaries e2e
+.PHONY: all build test test-unit test-helm lint docs demo clean fuzz bench bench-realsched soak kube-binaries e2e
 
 all: build
 
@@ -28,6 +32,19 @@ build:
 test: kube-binaries
 	$(GO) test -race -count=1 ./...
 	$(MAKE) test-helm
+
+# The tests that need no control plane and no upstream binaries: every
+# package whose test binary does not link test/harness, test/kubebuild or
+# test/nodebuild (asked of go list, so a new package sorts itself), with
+# -short. UNIT_FLAGS="-short -race" for the race detector (slower to build).
+UNIT_FLAGS ?= -short
+test-unit:
+	@pkgs=$$($(GO) list -test -f '{{.ImportPath}} {{join .Deps " "}} ' ./... | \
+		grep -E '^[^ ]+\.test ' | \
+		grep -v -E ' github.com/gpufrac/gpufrac/test/(harness|kubebuild|nodebuild) ' | \
+		cut -d' ' -f1 | sed 's/\.test$$//'); \
+	echo "$(GO) test -count=1 $(UNIT_FLAGS) <$$(echo $$pkgs | wc -w) packages>"; \
+	$(GO) test -count=1 $(UNIT_FLAGS) $$pkgs
 
 # The Helm chart's tests live in their own module (test/helm, so the Helm SDK
 # stays out of gpufrac's go.mod), which `go test ./...` from the root does
@@ -106,6 +123,14 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	cd test/helm && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	$(GO) run $(GOLANGCI_LINT) run ./...
+	$(GO) run $(LOGCHECK) -check-contextual -config logcheck.conf ./...
+	cd test/helm && $(GO) run $(LOGCHECK) -check-contextual -config ../../logcheck.conf ./...
+
+# Rewrites the generated parts of docs/reference.md (flags of every binary,
+# the chart's values) from the code; `make test` fails while they differ.
+docs:
+	GPUFRAC_UPDATE_DOCS=1 $(GO) test -count=1 -p 1 -run '^(TestReference|TestChartValuesReference)$$' ./cmd/... ./test/docs
 
 # A local control plane with two simulated 8 x H200 nodes running the demo's
 # pods; see demo/run.sh. DEMO_ARGS=-wait keeps the cluster until Ctrl-C.

@@ -21,7 +21,7 @@ func TestFindNVMLUnderTheDriverRoot(t *testing.T) {
 		}
 	}
 	operator := filepath.Join(host, "run/nvidia/driver")
-	real := writeLib(t, filepath.Join(operator, "usr/lib64"), "libnvidia-ml.so.615.23.01")
+	resolved := writeLib(t, filepath.Join(operator, "usr/lib64"), "libnvidia-ml.so.615.23.01")
 	// Ubuntu-based driver containers: lib/x86_64-linux-gnu, a relative link.
 	ubuntu := filepath.Join(host, "ubuntu-driver")
 	ubuntuReal := writeLib(t, filepath.Join(ubuntu, "usr/lib/x86_64-linux-gnu"), "libnvidia-ml.so.570.86.10")
@@ -51,7 +51,7 @@ func TestFindNVMLUnderTheDriverRoot(t *testing.T) {
 	for _, tc := range []struct {
 		name, root, want, err string
 	}{
-		{name: "GPU Operator root, absolute link", root: operator, want: real},
+		{name: "GPU Operator root, absolute link", root: operator, want: resolved},
 		{name: "Ubuntu driver root, relative link", root: ubuntu, want: ubuntuReal},
 		{name: "the host's library path has none", root: host, err: "libnvidia-ml.so.1 not found under the driver root " + host},
 		{name: "a link out of the root", root: escape, err: "libnvidia-ml.so.1 not found under the driver root"},

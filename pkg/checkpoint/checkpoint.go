@@ -26,7 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/pkg/checkpoint/api/v1"
+	v1 "github.com/gpufrac/gpufrac/pkg/checkpoint/api/v1"
 	"github.com/gpufrac/gpufrac/pkg/plan"
 )
 

@@ -124,7 +124,7 @@ func Run(ctx context.Context, cfg Config) error {
 		shutdownCtx, cancelShutdown := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancelShutdown()
 		err := httpSrv.Shutdown(shutdownCtx)
-		<-errs
+		<-errs //nolint:errcheck // after Shutdown, Serve returns ErrServerClosed
 		return err
 	case err := <-errs:
 		if errors.Is(err, http.ErrServerClosed) {

@@ -3,6 +3,7 @@ package kubectlcmd
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 
@@ -73,7 +74,7 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for doc := 1; ; doc++ {
 		raw, err := reader.Read()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return ok, nil
 		}
 		if err != nil {

@@ -301,7 +301,7 @@ func TestDemoManifests(t *testing.T) {
 			t.Fatal(err)
 		}
 		results, err := CheckReader(f, name)
-		f.Close()
+		_ = f.Close() // read-only: nothing to lose
 		if err != nil {
 			t.Fatal(err)
 		}

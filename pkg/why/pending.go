@@ -204,7 +204,7 @@ func (w *world) suggest(ctx context.Context, nodes []string, pending []*resource
 // memoryBound: memory is what keeps a out of every node where its
 // selectors and taints allow some GPU.
 func memoryBound(a alt, diags []nodeDiag) bool {
-	any := false
+	bound := false
 	for _, nd := range diags {
 		for _, d := range nd.diags {
 			if d.a.claim != a.claim || d.a.request != a.request || d.reason == nil {
@@ -212,11 +212,11 @@ func memoryBound(a alt, diags []nodeDiag) bool {
 			}
 			switch d.reason.Code {
 			case NotEnoughMemory, Fragmented:
-				any = true
+				bound = true
 			}
 		}
 	}
-	return any
+	return bound
 }
 
 // smaller replays the claims with a's request lowered to the largest free

@@ -197,7 +197,7 @@ func newNodeCgroups(name string) (*nodeCgroups, error) {
 		for _, dir := range []string{cg.Root, cg.Node} {
 			path := filepath.Join(h, dir)
 			if err := os.Mkdir(path, 0o755); err != nil && !os.IsExist(err) {
-				cg.remove()
+				_ = cg.remove() // best effort; the Mkdir error is the one to report
 				return nil, fmt.Errorf("creating cgroup %s: %w", path, err)
 			}
 			if filepath.Base(h) == "cpuset" {

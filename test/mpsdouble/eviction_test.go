@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,7 +92,7 @@ func (b *syncBuffer) String() string {
 
 func (w *world) client(dir string, args ...string) (*exec.Cmd, *syncBuffer) {
 	cmd := exec.Command(filepath.Join(w.bin, "fakecuda"), args...)
-	cmd.Env = append(w.env, "CUDA_MPS_PIPE_DIRECTORY="+dir)
+	cmd.Env = append(slices.Clone(w.env), "CUDA_MPS_PIPE_DIRECTORY="+dir)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

@@ -142,9 +142,9 @@ func template(name, config string) *resourceapi.ResourceClaimTemplate {
 		}}}}
 }
 
-func kindPod(name, node, template string, real bool) *v1.Pod {
+func kindPod(name, node, template string, realNode bool) *v1.Pod {
 	image, cmd := "busybox", []string{"sleep", "3600"}
-	if real {
+	if realNode {
 		image, cmd = harness.NodeImage, []string{"/probe"}
 	}
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.PodSpec{

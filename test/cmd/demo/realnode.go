@@ -31,7 +31,7 @@ const (
 // chooseNodes decides between real nodes (kubelet, containerd, runc: root,
 // Linux, writable cgroups, the node's binaries buildable) and kubelet
 // stand-ins, and says why.
-func chooseNodes(ctx context.Context, kind string) (real bool, why string, err error) {
+func chooseNodes(ctx context.Context, kind string) (realNodes bool, why string, err error) {
 	if kind == nodeStandIn {
 		return false, "asked for with -node=standin", nil
 	}

@@ -1,0 +1,18 @@
+//go:build !failpoints
+
+// The reference describes the default build; -tags failpoints adds a flag
+// for the crash tests only.
+
+package main
+
+import (
+	"testing"
+
+	"github.com/gpufrac/gpufrac/test/docs"
+)
+
+// TestReference: docs/reference.md lists the flags this binary has now.
+func TestReference(t *testing.T) {
+	docs.ClearEnvOf(t, "main.go")
+	docs.CheckSection(t, "../../docs/reference.md", "gpufrac-kubelet-plugin", docs.Commands(newCommand()))
+}
