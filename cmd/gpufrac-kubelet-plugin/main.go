@@ -32,6 +32,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/metricsserver"
+	"github.com/gpufrac/gpufrac/pkg/mpslauncher"
 	"github.com/gpufrac/gpufrac/pkg/nodeplugin"
 	"github.com/gpufrac/gpufrac/templates"
 )
@@ -53,7 +54,8 @@ type flags struct {
 	simulateEnforcement string
 	printSlices         bool
 	namespace           string
-	mpsImage            string
+	mpsDaemonImage      string
+	driverRootMount     string
 	mpsTemplate         string
 	mpsReadyTimeout     time.Duration
 	smSharingGPUs       string
@@ -109,7 +111,10 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.simulateCgroup, "simulate-cgroup", "v2",
 		"with --simulate-gpus: the node's cgroup hierarchy, v2 or v1 (where no driver sets per-cgroup limits)")
 	fs.StringVar(&f.namespace, "namespace", envOr("POD_NAMESPACE", "gpufrac-system"), "the plugin's namespace, where MPS daemon Pods run (env POD_NAMESPACE)")
-	fs.StringVar(&f.mpsImage, "mps-image", envOr("MPS_IMAGE", ""), "image of the MPS control daemon Pods; empty turns SMSharing off on this node")
+	fs.StringVar(&f.mpsDaemonImage, "mps-daemon-image", envOr("MPS_DAEMON_IMAGE", ""),
+		"this plugin's own image, which the MPS control daemon Pods run: its gpufrac-mps-launcher runs the node's nvidia-cuda-mps-control under --driver-root (the chart sets it; env MPS_DAEMON_IMAGE); empty turns MPS off on this node")
+	fs.StringVar(&f.driverRootMount, "driver-root-mount", "",
+		"where this process sees --driver-root (the chart mounts it at /driver-root); nvidia-cuda-mps-control is looked up under it; default --driver-root")
 	fs.StringVar(&f.mpsTemplate, "mps-template", envOr("MPS_TEMPLATE", ""), "file with the MPS daemon Pod template; empty uses the built-in templates/mps-control-daemon.yaml")
 	fs.DurationVar(&f.mpsReadyTimeout, "mps-ready-timeout", 60*time.Second, "how long Prepare waits for a new MPS daemon to become ready")
 	fs.StringVar(&f.smSharingGPUs, "sm-sharing-gpus", envOr("SM_SHARING_GPUS", ""),
@@ -147,7 +152,7 @@ func run(ctx context.Context, f *flags) error {
 		// The kubelet tells plugin instances apart by this pod UID.
 		RollingUpdateUID: types.UID(f.podUID),
 		MPS: nodeplugin.MPSConfig{
-			Namespace: f.namespace, Image: f.mpsImage, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
+			Namespace: f.namespace, Image: f.mpsDaemonImage, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
 		},
 		CDI:       cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode},
 		Failpoint: failpointHook(),
@@ -188,6 +193,16 @@ func run(ctx context.Context, f *flags) error {
 			"cgroup", f.simulateCgroup, "simulatedDriver", lib)
 		cfg.NVML = node.NVML
 		cfg.InventoryOptions = node.InventoryOptions
+		// MPS needs the binary under the (simulated) driver root, as on a
+		// real node: the test tiers install the MPS double there.
+		simulated := node.InventoryOptions.LookPath
+		root := f.driverRoot
+		cfg.InventoryOptions.LookPath = func(file string) (string, error) {
+			if _, err := simulated(file); err != nil {
+				return "", err
+			}
+			return mpslauncher.FindInRoot(root, file)
+		}
 		cfg.CDI.DeviceNode = gpusim.DeviceNode
 		// The hook of a simulated node records the limits it would set
 		// instead of calling NVML.
@@ -199,6 +214,13 @@ func run(ctx context.Context, f *flags) error {
 		cfg.Health.SimulatedFile = filepath.Join(f.pluginDataDir, gpusim.HealthFile)
 	} else {
 		cfg.NVML = nvml.New()
+		// The daemon Pods run the driver root's own MPS binaries: MPS is
+		// available where the driver root has them.
+		mount := f.driverRootMount
+		if mount == "" {
+			mount = f.driverRoot
+		}
+		cfg.InventoryOptions.LookPath = func(file string) (string, error) { return mpslauncher.FindInRoot(mount, file) }
 		cfg.InventoryOptions.PCIeRoot = func(busID string) (string, error) {
 			attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(busID)
 			if err != nil || attr.Value.StringValue == nil {

@@ -30,7 +30,11 @@ type Config struct {
 	NodeName  string
 	// Template is the text of templates/mps-control-daemon.yaml.
 	Template string
-	Image    string
+	// Image is the plugin's own image, which holds gpufrac-mps-launcher;
+	// the daemon runs the node's MPS binaries under DriverRoot with it.
+	Image string
+	// DriverRoot is the host path of the node's NVIDIA driver root.
+	DriverRoot string
 	// Version is the node's MPS version (inventory.MPSVersionV3 or
 	// inventory.MPSVersionLegacy).
 	Version string
@@ -96,7 +100,7 @@ type Manager struct {
 
 // NewManager validates cfg.
 func NewManager(cfg Config) (*Manager, error) {
-	if cfg.Client == nil || cfg.Namespace == "" || cfg.NodeName == "" || cfg.Template == "" || cfg.Image == "" {
+	if cfg.Client == nil || cfg.Namespace == "" || cfg.NodeName == "" || cfg.Template == "" || cfg.Image == "" || cfg.DriverRoot == "" {
 		return nil, errors.New("the MPS manager needs a client, namespace, node name, template and image")
 	}
 	if cfg.Version != inventory.MPSVersionV3 && cfg.Version != inventory.MPSVersionLegacy {
@@ -233,7 +237,7 @@ func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content s
 	}
 	pod, err := Render(m.cfg.Template, DaemonParams{
 		Name: PodName(m.cfg.NodeName, b.GPUUUID), Namespace: m.cfg.Namespace, NodeName: m.cfg.NodeName,
-		GPUUUID: b.GPUUUID, Image: m.cfg.Image, Version: m.cfg.Version,
+		GPUUUID: b.GPUUUID, Image: m.cfg.Image, DriverRoot: m.cfg.DriverRoot, Version: m.cfg.Version,
 		PipeDir: b.PipeDir, LogDir: b.LogDir, ShmDir: b.ShmDir, ConfigDir: ConfigDir(b),
 		ServerName: plan.MPSServerName, GPUMemoryMiB: m.gpuMemoryMiB(b.GPUUUID),
 	})

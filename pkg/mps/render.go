@@ -50,7 +50,12 @@ type DaemonParams struct {
 	NodeName  string
 	GPUUUID   string
 	GPUIndex  int
-	Image     string
+	// Image is the plugin's own image: the daemon runs the node's MPS
+	// binaries through its gpufrac-mps-launcher, never an image of its own.
+	Image string
+	// DriverRoot is the host path of the node's NVIDIA driver root, where
+	// nvidia-cuda-mps-control, nvidia-smi and their loader live.
+	DriverRoot string
 	// Version is the node's MPS version: "v3" or "legacy".
 	Version string
 	// Host directories of this GPU's daemon.
@@ -74,6 +79,9 @@ func PodName(nodeName, gpuUUID string) string {
 
 // Render turns the template text into the daemon Pod.
 func Render(text string, p DaemonParams) (*corev1.Pod, error) {
+	if !filepath.IsAbs(p.DriverRoot) {
+		return nil, fmt.Errorf("MPS daemon driver root %q: must be an absolute host path (the chart's nvidiaDriverRoot)", p.DriverRoot)
+	}
 	tmpl, err := template.New("mps-control-daemon").Option("missingkey=error").Parse(text)
 	if err != nil {
 		return nil, fmt.Errorf("parsing the MPS daemon template: %w", err)

@@ -305,14 +305,14 @@ func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, ev
 	logger := klog.FromContext(ctx)
 	switch {
 	case inv.MPSVersion == inventory.MPSVersionNone:
-		logger.Info("MPS is off on this node (nvidia-cuda-mps-control not found, or no daemon image configured)")
+		logger.Info("MPS is off on this node (no nvidia-cuda-mps-control under the driver root, or MPS turned off)")
 		return nil, nil
 	case cfg.MPS.Image == "" || cfg.MPS.Namespace == "":
 		return nil, nil
 	}
 	m, err := mps.NewManager(mps.Config{
 		Client: cfg.KubeClient, Namespace: cfg.MPS.Namespace, NodeName: cfg.NodeName,
-		Template: cfg.MPS.Template, Image: cfg.MPS.Image, Version: inv.MPSVersion, DriverVersion: inv.DriverVersion,
+		Template: cfg.MPS.Template, Image: cfg.MPS.Image, DriverRoot: cfg.CDI.DriverRoot, Version: inv.MPSVersion, DriverVersion: inv.DriverVersion,
 		ReadyTimeout: cfg.MPS.ReadyTimeout, Events: events, RecordDir: cfg.CDI.RecordDir, KeepUnused: keepUnused,
 	})
 	if err != nil {
@@ -543,7 +543,7 @@ func describeNode(ctx context.Context, cfg Config) (*inventory.Inventory, resour
 		// MPS is off on the plugin: the slices and the plans say so (no
 		// SMSharing; with per-cgroup limits no borrowing above the
 		// request, since no daemon could evict the borrower).
-		klog.FromContext(ctx).Info("MPS is off on this node: no MPS daemon image or namespace configured (--mps-image, --namespace); SMSharing is refused and, with per-cgroup limits, so is a memoryLimit above the request",
+		klog.FromContext(ctx).Info("MPS is off on this node: MPS turned off (no --mps-daemon-image: the chart's mps.enabled=false) or no --namespace; SMSharing is refused and, with per-cgroup limits, so is a memoryLimit above the request",
 			"detectedMPSVersion", inv.MPSVersion)
 		inv.MPSVersion = inventory.MPSVersionNone
 	}
