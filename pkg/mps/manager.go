@@ -101,7 +101,10 @@ type Manager struct {
 // NewManager validates cfg.
 func NewManager(cfg Config) (*Manager, error) {
 	if cfg.Client == nil || cfg.Namespace == "" || cfg.NodeName == "" || cfg.Template == "" || cfg.Image == "" || cfg.DriverRoot == "" {
-		return nil, errors.New("the MPS manager needs a client, namespace, node name, template and image")
+		return nil, errors.New("the MPS manager needs a client, namespace, node name, template, image and driver root")
+	}
+	if !filepath.IsAbs(cfg.DriverRoot) {
+		return nil, fmt.Errorf("MPS daemon driver root %q: must be an absolute host path (the chart's nvidiaDriverRoot)", cfg.DriverRoot)
 	}
 	if cfg.Version != inventory.MPSVersionV3 && cfg.Version != inventory.MPSVersionLegacy {
 		return nil, fmt.Errorf("MPS version %q: this node has no usable MPS", cfg.Version)

@@ -79,9 +79,6 @@ func PodName(nodeName, gpuUUID string) string {
 
 // Render turns the template text into the daemon Pod.
 func Render(text string, p DaemonParams) (*corev1.Pod, error) {
-	if !filepath.IsAbs(p.DriverRoot) {
-		return nil, fmt.Errorf("MPS daemon driver root %q: must be an absolute host path (the chart's nvidiaDriverRoot)", p.DriverRoot)
-	}
 	tmpl, err := template.New("mps-control-daemon").Option("missingkey=error").Parse(text)
 	if err != nil {
 		return nil, fmt.Errorf("parsing the MPS daemon template: %w", err)

@@ -310,9 +310,13 @@ func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, ev
 	case cfg.MPS.Image == "" || cfg.MPS.Namespace == "":
 		return nil, nil
 	}
+	driverRoot := cfg.CDI.DriverRoot
+	if driverRoot == "" {
+		driverRoot = "/"
+	}
 	m, err := mps.NewManager(mps.Config{
 		Client: cfg.KubeClient, Namespace: cfg.MPS.Namespace, NodeName: cfg.NodeName,
-		Template: cfg.MPS.Template, Image: cfg.MPS.Image, DriverRoot: cfg.CDI.DriverRoot, Version: inv.MPSVersion, DriverVersion: inv.DriverVersion,
+		Template: cfg.MPS.Template, Image: cfg.MPS.Image, DriverRoot: driverRoot, Version: inv.MPSVersion, DriverVersion: inv.DriverVersion,
 		ReadyTimeout: cfg.MPS.ReadyTimeout, Events: events, RecordDir: cfg.CDI.RecordDir, KeepUnused: keepUnused,
 	})
 	if err != nil {
