@@ -36,8 +36,8 @@ func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir st
 		}
 		env = append(env, kv)
 	}
-	if err := p.Run(ctx, "Building the node image's programs (test/cmd/e2e-probe, test/mpsdouble, test/fakecuda)", repoRoot, env,
-		"go", "build", "-o", binDir+"/", "./test/cmd/e2e-probe", "./test/mpsdouble", "./test/fakecuda"); err != nil {
+	if err := p.Run(ctx, "Building the node image's programs (test/cmd/e2e-probe, test/mpsdouble, test/fakecuda, gpufrac-mps-launcher)", repoRoot, env,
+		"go", "build", "-o", binDir+"/", "./test/cmd/e2e-probe", "./test/mpsdouble", "./test/fakecuda", "./cmd/gpufrac-mps-launcher"); err != nil {
 		return "", err
 	}
 	probe, err := os.ReadFile(filepath.Join(binDir, "e2e-probe"))
@@ -52,6 +52,10 @@ func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir st
 	if err != nil {
 		return "", err
 	}
+	launcher, err := os.ReadFile(filepath.Join(binDir, kubebuild.LauncherName))
+	if err != nil {
+		return "", err
+	}
 	img := ociimage.Image{
 		Name:       NodeImage,
 		Entrypoint: []string{"/pause"},
@@ -60,6 +64,12 @@ func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir st
 		Files: []ociimage.File{
 			{Path: "/pause", Mode: 0o755, Data: probe},
 			{Path: "/probe", Mode: 0o755, Data: probe},
+			// The plugin image's launcher: the MPS daemon Pods run the
+			// driver root's nvidia-cuda-mps-control (the double, put there
+			// by AddRealNode) through it, never a binary of this image.
+			{Path: "/usr/local/bin/gpufrac-mps-launcher", Mode: 0o755, Data: launcher},
+			// fakecuda's own checks and test pods that call the double
+			// directly; the daemon never runs these.
 			{Path: "/usr/bin/nvidia-cuda-mps-control", Mode: 0o755, Data: mps},
 			{Path: "/usr/bin/nvidia-smi", Mode: 0o755, Data: mps},
 			// A CUDA program: an MPS client of the double's memory ledger.
