@@ -32,6 +32,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/metricsserver"
+	"github.com/gpufrac/gpufrac/pkg/mps"
 	"github.com/gpufrac/gpufrac/pkg/mpslauncher"
 	"github.com/gpufrac/gpufrac/pkg/nodeplugin"
 	"github.com/gpufrac/gpufrac/templates"
@@ -58,6 +59,8 @@ type flags struct {
 	driverRootMount     string
 	mpsTemplate         string
 	mpsReadyTimeout     time.Duration
+	mpsSafetyMiB        int64
+	mpsSafetyPercent    int
 	smSharingGPUs       string
 	ignoredXIDs         []uint
 	podUID              string
@@ -116,6 +119,10 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.driverRootMount, "driver-root-mount", "",
 		"where this process sees --driver-root (the chart mounts it at /driver-root); nvidia-cuda-mps-control is looked up under it; default --driver-root")
 	fs.StringVar(&f.mpsTemplate, "mps-template", envOr("MPS_TEMPLATE", ""), "file with the MPS daemon Pod template; empty uses the built-in templates/mps-control-daemon.yaml")
+	fs.Int64Var(&f.mpsSafetyMiB, "mps-default-namespace-memory-mib", mps.DefaultSafetyLimits.PinnedMemoryMiB,
+		"pinned memory limit (MiB, at least 1) of the MPS v3 shared server's default namespace, where only a misrouted client lands")
+	fs.IntVar(&f.mpsSafetyPercent, "mps-default-namespace-thread-percentage", mps.DefaultSafetyLimits.ActiveThreadPercentage,
+		"active thread percentage (1 to 100) of the MPS v3 shared server's default namespace")
 	fs.DurationVar(&f.mpsReadyTimeout, "mps-ready-timeout", 60*time.Second, "how long Prepare waits for a new MPS daemon to become ready")
 	fs.StringVar(&f.smSharingGPUs, "sm-sharing-gpus", envOr("SM_SHARING_GPUS", ""),
 		"reserve GPUs for SMSharing: all, none, or indices such as 0,1 (the others serve TimeSlicing); empty lets every GPU serve either mode, one at a time")
@@ -152,7 +159,8 @@ func run(ctx context.Context, f *flags) error {
 		// The kubelet tells plugin instances apart by this pod UID.
 		RollingUpdateUID: types.UID(f.podUID),
 		MPS: nodeplugin.MPSConfig{
-			Namespace: f.namespace, Image: f.mpsDaemonImage, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
+			Namespace: f.namespace, Image: f.mpsDaemonImage,
+			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
 		},
 		CDI:       cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode},
 		Failpoint: failpointHook(),
@@ -232,6 +240,9 @@ func run(ctx context.Context, f *flags) error {
 
 	for _, x := range f.ignoredXIDs {
 		cfg.Health.IgnoredXIDs = append(cfg.Health.IgnoredXIDs, uint64(x))
+	}
+	if err := cfg.MPS.DefaultNamespaceLimits.Validate(); err != nil {
+		return fmt.Errorf("--mps-default-namespace-memory-mib, --mps-default-namespace-thread-percentage: %w", err)
 	}
 	if f.mpsTemplate != "" {
 		raw, err := os.ReadFile(f.mpsTemplate)

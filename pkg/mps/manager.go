@@ -49,6 +49,9 @@ type Config struct {
 	// RecordDir is where gpufrac-cdi-hook records containers; it maps an
 	// evicted client's cgroup to its claim.
 	RecordDir string
+	// DefaultNamespaceLimits are the MPS v3 shared server's default
+	// namespace limits; zero fields take DefaultSafetyLimits'.
+	DefaultNamespaceLimits NamespaceLimits
 	// KeepUnused, when set and returning a reason, stops the removal of
 	// daemons no known claim uses: the caller cannot name every claim
 	// (a quarantined checkpoint entry may be using one).
@@ -106,6 +109,11 @@ func NewManager(cfg Config) (*Manager, error) {
 	if !filepath.IsAbs(cfg.DriverRoot) {
 		return nil, fmt.Errorf("MPS daemon driver root %q: must be an absolute host path (the chart's nvidiaDriverRoot)", cfg.DriverRoot)
 	}
+	limits, err := cfg.DefaultNamespaceLimits.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg.DefaultNamespaceLimits = limits
 	if cfg.Version != inventory.MPSVersionV3 && cfg.Version != inventory.MPSVersionLegacy {
 		return nil, fmt.Errorf("MPS version %q: this node has no usable MPS", cfg.Version)
 	}
@@ -243,6 +251,8 @@ func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content s
 		GPUUUID: b.GPUUUID, Image: m.cfg.Image, DriverRoot: m.cfg.DriverRoot, Version: m.cfg.Version,
 		PipeDir: b.PipeDir, LogDir: b.LogDir, ShmDir: b.ShmDir, ConfigDir: ConfigDir(b),
 		ServerName: plan.MPSServerName, GPUMemoryMiB: m.gpuMemoryMiB(b.GPUUUID),
+		SafetyMemoryMiB:        m.cfg.DefaultNamespaceLimits.PinnedMemoryMiB,
+		SafetyThreadPercentage: m.cfg.DefaultNamespaceLimits.ActiveThreadPercentage,
 	})
 	if err != nil {
 		return nil, err

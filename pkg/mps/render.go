@@ -65,6 +65,11 @@ type DaemonParams struct {
 	// GPUMemoryMiB is the GPU's memory: informational for a real daemon,
 	// the memory ledger's size for the MPS double.
 	GPUMemoryMiB int64
+	// SafetyMemoryMiB and SafetyThreadPercentage bind the shared MPS v3
+	// server's default namespace, where a misrouted SMSharing client
+	// would land (Config.DefaultNamespaceLimits).
+	SafetyMemoryMiB        int64
+	SafetyThreadPercentage int
 }
 
 // ConfigDir is where the plugin writes a GPU daemon's settings.

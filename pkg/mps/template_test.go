@@ -117,7 +117,7 @@ func startDaemon(t testing.TB, version string, settings map[string]string) *daem
 	pod, err := mps.Render(templates.MPSControlDaemon, mps.DaemonParams{
 		Name: "d", Namespace: ns, NodeName: node, GPUUUID: "GPU-a", Image: "img", DriverRoot: driverRoot, Version: version,
 		PipeDir: dirs["/mps/pipe"], LogDir: dirs["/mps/log"], ShmDir: host, ConfigDir: dirs["/mps/config"],
-		ServerName: "gpufrac",
+		ServerName: "gpufrac", SafetyMemoryMiB: 64, SafetyThreadPercentage: 1,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -111,6 +111,9 @@ type MPSConfig struct {
 	Image        string
 	Template     string
 	ReadyTimeout time.Duration
+	// DefaultNamespaceLimits bind the MPS v3 shared server's default
+	// namespace; zero fields take mps.DefaultSafetyLimits'.
+	DefaultNamespaceLimits mps.NamespaceLimits
 }
 
 // CheckpointFile is the checkpoint's name under the plugin data directory.
@@ -317,7 +320,7 @@ func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, ev
 	m, err := mps.NewManager(mps.Config{
 		Client: cfg.KubeClient, Namespace: cfg.MPS.Namespace, NodeName: cfg.NodeName,
 		Template: cfg.MPS.Template, Image: cfg.MPS.Image, DriverRoot: driverRoot, Version: inv.MPSVersion, DriverVersion: inv.DriverVersion,
-		ReadyTimeout: cfg.MPS.ReadyTimeout, Events: events, RecordDir: cfg.CDI.RecordDir, KeepUnused: keepUnused,
+		ReadyTimeout: cfg.MPS.ReadyTimeout, DefaultNamespaceLimits: cfg.MPS.DefaultNamespaceLimits, Events: events, RecordDir: cfg.CDI.RecordDir, KeepUnused: keepUnused,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("configuring MPS daemons: %w", err)
