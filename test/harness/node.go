@@ -66,8 +66,9 @@ type NodeOptions struct {
 // MPSNamespace is where the plugins of simulated nodes run MPS daemon Pods.
 const MPSNamespace = "gpufrac-system"
 
-// DefaultMPSImage is the daemon image of simulated nodes; the stand-in
-// runs the daemon script with test/mpsdouble whatever the image says.
+// DefaultMPSImage is the image simulated nodes' daemon Pods name (the
+// plugin's own, in production); the stand-in runs their containers with
+// the gpufrac-mps-launcher it built, whatever the image says.
 const DefaultMPSImage = "gpufrac/mps-control-daemon:integration"
 
 // Node is a simulated node: a Ready Node object, gpufrac-kubelet-plugin
