@@ -134,7 +134,7 @@ func TestGPUOperatorNode(t *testing.T) {
 	// Runs before asNodeKind's restart of the plugin: the default driver
 	// root gets its MPS binaries back (NVML the plugin installs itself).
 	t.Cleanup(func() {
-		if err := cp.InstallMPSDouble(e.ctx, filepath.Join(node.PluginDataDir, "simulated-driver-root")); err != nil {
+		if err := node.InstallMPSDouble(e.ctx, filepath.Join(node.PluginDataDir, "simulated-driver-root")); err != nil {
 			t.Error(err)
 		}
 	})

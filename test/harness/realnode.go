@@ -204,7 +204,7 @@ func (cp *ControlPlane) AddRealNode(ctx context.Context, opts RealNodeOptions) (
 	// plugin included)
 	// holds the MPS double at usr/bin/nvidia-cuda-mps-control, static, and
 	// the script's shell: the daemon Pods chroot into it.
-	if err := cp.InstallMPSDouble(ctx, filepath.Join(n.PluginDataDir, "simulated-driver-root")); err != nil {
+	if err := n.InstallMPSDouble(ctx, filepath.Join(n.PluginDataDir, "simulated-driver-root")); err != nil {
 		return nil, err
 	}
 	if opts.ChartPlugin {
@@ -611,19 +611,4 @@ func (n *RealNode) ImportImage(ctx context.Context, archive string) error {
 	q := detectQuirks(n.cg.v2)
 	return n.run(ctx, "ctr-import", bins.Paths[nodebuild.Ctr], "--address="+containerdSocket, "--namespace=k8s.io",
 		"images", "import", "--local", "--snapshotter="+q.snapshotter, archive)
-}
-
-// InstallMPSDouble makes root a driver root with MPS, as a node's: the MPS
-// double at usr/bin/nvidia-cuda-mps-control (static), nvidia-smi, and the
-// daemon script's shell (kubebuild.BuildMPSDouble). A test that gives a
-// node another driver root (the GPU Operator's) installs it there.
-func (cp *ControlPlane) InstallMPSDouble(ctx context.Context, root string) error {
-	tools, err := cp.mpsDouble(ctx)
-	if err != nil {
-		return err
-	}
-	if err := kubebuild.InstallDriverRoot(tools, root); err != nil {
-		return fmt.Errorf("installing the MPS double into the driver root %s: %w", root, err)
-	}
-	return nil
 }
