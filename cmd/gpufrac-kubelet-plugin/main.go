@@ -33,6 +33,8 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/incident"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/metricsserver"
+	"github.com/gpufrac/gpufrac/pkg/mps"
+	"github.com/gpufrac/gpufrac/pkg/mpslauncher"
 	"github.com/gpufrac/gpufrac/pkg/nodeplugin"
 	"github.com/gpufrac/gpufrac/templates"
 )
@@ -54,9 +56,12 @@ type flags struct {
 	simulateEnforcement string
 	printSlices         bool
 	namespace           string
-	mpsImage            string
+	mpsDaemonImage      string
+	driverRootMount     string
 	mpsTemplate         string
 	mpsReadyTimeout     time.Duration
+	mpsSafetyMiB        int64
+	mpsSafetyPercent    int
 	smSharingGPUs       string
 	ignoredXIDs         []uint
 	podUID              string
@@ -111,8 +116,15 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.simulateCgroup, "simulate-cgroup", "v2",
 		"with --simulate-gpus: the node's cgroup hierarchy, v2 or v1 (where no driver sets per-cgroup limits)")
 	fs.StringVar(&f.namespace, "namespace", envOr("POD_NAMESPACE", "gpufrac-system"), "the plugin's namespace, where MPS daemon Pods run (env POD_NAMESPACE)")
-	fs.StringVar(&f.mpsImage, "mps-image", envOr("MPS_IMAGE", ""), "image of the MPS control daemon Pods; empty turns SMSharing off on this node")
+	fs.StringVar(&f.mpsDaemonImage, "mps-daemon-image", envOr("MPS_DAEMON_IMAGE", ""),
+		"this plugin's own image, which the MPS control daemon Pods run: its gpufrac-mps-launcher runs the node's nvidia-cuda-mps-control under --driver-root (the chart sets it; env MPS_DAEMON_IMAGE); empty turns MPS off on this node")
+	fs.StringVar(&f.driverRootMount, "driver-root-mount", "",
+		"where this process sees --driver-root (the chart mounts it at /driver-root); nvidia-cuda-mps-control is looked up under it; default --driver-root")
 	fs.StringVar(&f.mpsTemplate, "mps-template", envOr("MPS_TEMPLATE", ""), "file with the MPS daemon Pod template; empty uses the built-in templates/mps-control-daemon.yaml")
+	fs.Int64Var(&f.mpsSafetyMiB, "mps-default-namespace-memory-mib", mps.DefaultSafetyLimits.PinnedMemoryMiB,
+		"pinned memory limit (MiB, at least 1) of the MPS v3 shared server's default namespace, where only a misrouted client lands")
+	fs.IntVar(&f.mpsSafetyPercent, "mps-default-namespace-thread-percentage", mps.DefaultSafetyLimits.ActiveThreadPercentage,
+		"active thread percentage (1 to 100) of the MPS v3 shared server's default namespace")
 	fs.DurationVar(&f.mpsReadyTimeout, "mps-ready-timeout", 60*time.Second, "how long Prepare waits for a new MPS daemon to become ready")
 	fs.StringVar(&f.smSharingGPUs, "sm-sharing-gpus", envOr("SM_SHARING_GPUS", ""),
 		"reserve GPUs for SMSharing: all, none, or indices such as 0,1 (the others serve TimeSlicing); empty lets every GPU serve either mode, one at a time")
@@ -156,7 +168,8 @@ func run(ctx context.Context, f *flags) error {
 		// The kubelet tells plugin instances apart by this pod UID.
 		RollingUpdateUID: types.UID(f.podUID),
 		MPS: nodeplugin.MPSConfig{
-			Namespace: f.namespace, Image: f.mpsImage, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
+			Namespace: f.namespace, Image: f.mpsDaemonImage,
+			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
 		},
 		CDI:       cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode},
 		Failpoint: failpointHook(),
@@ -197,6 +210,16 @@ func run(ctx context.Context, f *flags) error {
 			"cgroup", f.simulateCgroup, "simulatedDriver", lib)
 		cfg.NVML = node.NVML
 		cfg.InventoryOptions = node.InventoryOptions
+		// MPS needs the binary under the (simulated) driver root, as on a
+		// real node: the test tiers install the MPS double there.
+		simulated := node.InventoryOptions.LookPath
+		root := f.driverRoot
+		cfg.InventoryOptions.LookPath = func(file string) (string, error) {
+			if _, err := simulated(file); err != nil {
+				return "", err
+			}
+			return mpslauncher.FindInRoot(root, file)
+		}
 		cfg.CDI.DeviceNode = gpusim.DeviceNode
 		// The hook of a simulated node records the limits it would set
 		// instead of calling NVML.
@@ -208,6 +231,13 @@ func run(ctx context.Context, f *flags) error {
 		cfg.Health.SimulatedFile = filepath.Join(f.pluginDataDir, gpusim.HealthFile)
 	} else {
 		cfg.NVML = nvml.New()
+		// The daemon Pods run the driver root's own MPS binaries: MPS is
+		// available where the driver root has them.
+		mount := f.driverRootMount
+		if mount == "" {
+			mount = f.driverRoot
+		}
+		cfg.InventoryOptions.LookPath = func(file string) (string, error) { return mpslauncher.FindInRoot(mount, file) }
 		cfg.InventoryOptions.PCIeRoot = func(busID string) (string, error) {
 			attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(busID)
 			if err != nil || attr.Value.StringValue == nil {
@@ -219,6 +249,9 @@ func run(ctx context.Context, f *flags) error {
 
 	for _, x := range f.ignoredXIDs {
 		cfg.Health.IgnoredXIDs = append(cfg.Health.IgnoredXIDs, uint64(x))
+	}
+	if err := cfg.MPS.DefaultNamespaceLimits.Validate(); err != nil {
+		return fmt.Errorf("--mps-default-namespace-memory-mib, --mps-default-namespace-thread-percentage: %w", err)
 	}
 	if f.mpsTemplate != "" {
 		raw, err := os.ReadFile(f.mpsTemplate)

@@ -98,7 +98,7 @@ func New(cfg Config) *Collector {
 		quarantined: prometheus.NewDesc("gpufrac_checkpoint_quarantined_entries",
 			"Checkpoint entries this plugin version does not understand (written by a later one): kept, and nothing they may own is removed (docs/operations.md).", []string{"node"}, nil),
 		mpsDaemonClaims: prometheus.NewDesc("gpufrac_mps_daemon_claims",
-			"SMSharing claims counted as users of a GPU's MPS daemon; the daemon stops when this reaches 0.", []string{"node", "gpu_uuid"}, nil),
+			"Claims counted as users of a GPU's MPS daemon (SMSharing claims; on MPS v3 nodes with per-cgroup limits every claim, TimeSlicing included, is an MPS client); the daemon stops when this reaches 0.", []string{"node", "gpu_uuid"}, nil),
 	}
 }
 

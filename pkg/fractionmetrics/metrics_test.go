@@ -88,7 +88,7 @@ gpufrac_fraction_memory_request_bytes{claim="llm",compute_mode="TimeSlicing",dev
 # HELP gpufrac_gpu_memory_overcommit_ratio Sum of hard limits over GPU memory; above 1 the limits are burstable, never the requests.
 # TYPE gpufrac_gpu_memory_overcommit_ratio gauge
 gpufrac_gpu_memory_overcommit_ratio{device="gpu-0",gpu_uuid="` + u + `",node="node-a"} 0.425531914893617
-# HELP gpufrac_mps_daemon_claims SMSharing claims counted as users of a GPU's MPS daemon; the daemon stops when this reaches 0.
+# HELP gpufrac_mps_daemon_claims Claims counted as users of a GPU's MPS daemon (SMSharing claims; on MPS v3 nodes with per-cgroup limits every claim, TimeSlicing included, is an MPS client); the daemon stops when this reaches 0.
 # TYPE gpufrac_mps_daemon_claims gauge
 gpufrac_mps_daemon_claims{gpu_uuid="GPU-mps",node="node-a"} 3
 # HELP gpufrac_mps_daemons MPS control daemons the plugin runs.

@@ -31,7 +31,11 @@ type Config struct {
 	NodeName  string
 	// Template is the text of templates/mps-control-daemon.yaml.
 	Template string
-	Image    string
+	// Image is the plugin's own image, which holds gpufrac-mps-launcher;
+	// the daemon runs the node's MPS binaries under DriverRoot with it.
+	Image string
+	// DriverRoot is the host path of the node's NVIDIA driver root.
+	DriverRoot string
 	// Version is the node's MPS version (inventory.MPSVersionV3 or
 	// inventory.MPSVersionLegacy).
 	Version string
@@ -47,6 +51,9 @@ type Config struct {
 	// RecordDir is where gpufrac-cdi-hook records containers; it maps an
 	// evicted client's cgroup to its claim.
 	RecordDir string
+	// DefaultNamespaceLimits are the MPS v3 shared server's default
+	// namespace limits; zero fields take DefaultSafetyLimits'.
+	DefaultNamespaceLimits NamespaceLimits
 	// KeepUnused, when set and returning a reason, stops the removal of
 	// daemons no known claim uses: the caller cannot name every claim
 	// (a quarantined checkpoint entry may be using one).
@@ -100,9 +107,17 @@ type Manager struct {
 
 // NewManager validates cfg.
 func NewManager(cfg Config) (*Manager, error) {
-	if cfg.Client == nil || cfg.Namespace == "" || cfg.NodeName == "" || cfg.Template == "" || cfg.Image == "" {
-		return nil, errors.New("the MPS manager needs a client, namespace, node name, template and image")
+	if cfg.Client == nil || cfg.Namespace == "" || cfg.NodeName == "" || cfg.Template == "" || cfg.Image == "" || cfg.DriverRoot == "" {
+		return nil, errors.New("the MPS manager needs a client, namespace, node name, template, image and driver root")
 	}
+	if !filepath.IsAbs(cfg.DriverRoot) {
+		return nil, fmt.Errorf("MPS daemon driver root %q: must be an absolute host path (the chart's nvidiaDriverRoot)", cfg.DriverRoot)
+	}
+	limits, err := cfg.DefaultNamespaceLimits.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg.DefaultNamespaceLimits = limits
 	if cfg.Version != inventory.MPSVersionV3 && cfg.Version != inventory.MPSVersionLegacy {
 		return nil, fmt.Errorf("MPS version %q: this node has no usable MPS", cfg.Version)
 	}
@@ -237,9 +252,11 @@ func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content s
 	}
 	pod, err := Render(m.cfg.Template, DaemonParams{
 		Name: PodName(m.cfg.NodeName, b.GPUUUID), Namespace: m.cfg.Namespace, NodeName: m.cfg.NodeName,
-		GPUUUID: b.GPUUUID, Image: m.cfg.Image, Version: m.cfg.Version,
+		GPUUUID: b.GPUUUID, Image: m.cfg.Image, DriverRoot: m.cfg.DriverRoot, Version: m.cfg.Version,
 		PipeDir: b.PipeDir, LogDir: b.LogDir, ShmDir: b.ShmDir, ConfigDir: ConfigDir(b),
 		ServerName: plan.MPSServerName, GPUMemoryMiB: m.gpuMemoryMiB(b.GPUUUID),
+		SafetyMemoryMiB:        m.cfg.DefaultNamespaceLimits.PinnedMemoryMiB,
+		SafetyThreadPercentage: m.cfg.DefaultNamespaceLimits.ActiveThreadPercentage,
 	})
 	if err != nil {
 		return nil, err

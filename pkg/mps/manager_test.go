@@ -99,7 +99,7 @@ func (e *restartEvents) DaemonRestarted(c *plan.Claim, reason string) {
 func newManager(t *testing.T, client *fake.Clientset, timeout time.Duration, ev mps.Events) *mps.Manager {
 	m, err := mps.NewManager(mps.Config{
 		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
-		Image: "gpufrac/mps:test", Version: inventory.MPSVersionLegacy, ReadyTimeout: timeout, Events: ev,
+		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: inventory.MPSVersionLegacy, ReadyTimeout: timeout, Events: ev,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -302,7 +302,7 @@ func TestRestoreRebuildsCountsAndCollectsGarbage(t *testing.T) {
 
 func TestRenderRefusesATemplateThatDropsTheLabels(t *testing.T) {
 	broken := strings.Replace(templates.MPSControlDaemon, "gpufrac.dev/gpu: \"{{.GPUUUID}}\"", "", 1)
-	_, err := mps.Render(broken, mps.DaemonParams{Name: "n", Namespace: ns, NodeName: node, GPUUUID: "GPU-a", Image: "i", Version: "legacy"})
+	_, err := mps.Render(broken, mps.DaemonParams{Name: "n", Namespace: ns, NodeName: node, GPUUUID: "GPU-a", Image: "i", DriverRoot: "/", Version: "legacy"})
 	if err == nil || !strings.Contains(err.Error(), "must keep the labels") {
 		t.Errorf("got %v", err)
 	}

@@ -38,7 +38,7 @@ func TestMPSReconcileDoesNotDeleteAHandedOutDaemon(t *testing.T) {
 	}
 	client := fake.NewClientset(daemon)
 	m, err := NewManager(Config{Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
-		Image: "gpufrac/mps:test", Version: inventory.MPSVersionLegacy, ReadyTimeout: 10 * time.Second})
+		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: inventory.MPSVersionLegacy, ReadyTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

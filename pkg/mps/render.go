@@ -50,7 +50,12 @@ type DaemonParams struct {
 	NodeName  string
 	GPUUUID   string
 	GPUIndex  int
-	Image     string
+	// Image is the plugin's own image: the daemon runs the node's MPS
+	// binaries through its gpufrac-mps-launcher, never an image of its own.
+	Image string
+	// DriverRoot is the host path of the node's NVIDIA driver root, where
+	// nvidia-cuda-mps-control, nvidia-smi and their loader live.
+	DriverRoot string
 	// Version is the node's MPS version: "v3" or "legacy".
 	Version string
 	// Host directories of this GPU's daemon.
@@ -60,6 +65,11 @@ type DaemonParams struct {
 	// GPUMemoryMiB is the GPU's memory: informational for a real daemon,
 	// the memory ledger's size for the MPS double.
 	GPUMemoryMiB int64
+	// SafetyMemoryMiB and SafetyThreadPercentage bind the shared MPS v3
+	// server's default namespace, where a misrouted SMSharing client
+	// would land (Config.DefaultNamespaceLimits).
+	SafetyMemoryMiB        int64
+	SafetyThreadPercentage int
 }
 
 // ConfigDir is where the plugin writes a GPU daemon's settings.

@@ -2,6 +2,7 @@ package mps_test
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,28 +18,43 @@ import (
 
 	"github.com/gpufrac/gpufrac/pkg/mps"
 	"github.com/gpufrac/gpufrac/templates"
+	"github.com/gpufrac/gpufrac/test/kubebuild"
 )
 
-// buildDouble builds test/mpsdouble as nvidia-cuda-mps-control and
-// nvidia-smi into a fresh directory for PATH.
-func buildDouble(t testing.TB) string {
+// buildDouble builds gpufrac-mps-launcher and a driver root with the MPS
+// double (static) at usr/bin/nvidia-cuda-mps-control and nvidia-smi and
+// the script's shell (kubebuild.BuildMPSDouble): the daemon's containers
+// run the production path, chroot included, which needs root.
+func buildDouble(t testing.TB) (launcher, driverRoot string) {
 	t.Helper()
-	bin := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "nvidia-cuda-mps-control"), "../../test/mpsdouble")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the MPS double: %v\n%s", err, out)
+	if os.Geteuid() != 0 {
+		t.Skip("the daemon's launcher chroots into the driver root: needs root (make test runs as root)")
 	}
-	if err := os.Symlink("nvidia-cuda-mps-control", filepath.Join(bin, "nvidia-smi")); err != nil {
+	dir := t.TempDir()
+	repo, err := filepath.Abs("../..")
+	if err != nil {
 		t.Fatal(err)
 	}
-	return bin
+	if err := kubebuild.BuildMPSDouble(context.Background(), kubebuild.NewProgress(io.Discard), repo, dir); err != nil {
+		t.Fatalf("building the MPS double's driver root: %v", err)
+	}
+	return filepath.Join(dir, kubebuild.LauncherName), filepath.Join(dir, kubebuild.DriverRootDir)
+}
+
+// argv is a container's command with the image's launcher path mapped to
+// the build.
+func argv(launcher string, cmd ...string) []string {
+	out := slices.Clone(cmd)
+	if filepath.Base(out[0]) == kubebuild.LauncherName {
+		out[0] = launcher
+	}
+	return out
 }
 
 // containerEnv is the container's environment with the host directories
 // standing in for its mounts.
-func containerEnv(c corev1.Container, bin string, dirs map[string]string) []string {
-	env := []string{"PATH=" + bin + ":" + os.Getenv("PATH")}
+func containerEnv(c corev1.Container, dirs map[string]string) []string {
+	env := []string{"PATH=" + os.Getenv("PATH")}
 	for _, e := range c.Env {
 		v := e.Value
 		if host, ok := dirs[v]; ok {
@@ -79,12 +95,13 @@ type daemonRun struct {
 
 func startDaemon(t testing.TB, version string, settings map[string]string) *daemonRun {
 	t.Helper()
-	bin := buildDouble(t)
+	launcher, driverRoot := buildDouble(t)
 	host := t.TempDir()
 	dirs := map[string]string{
-		"/mps/pipe":   filepath.Join(host, "pipe"),
-		"/mps/log":    filepath.Join(host, "log"),
-		"/mps/config": filepath.Join(host, "config"),
+		"/mps/pipe":    filepath.Join(host, "pipe"),
+		"/mps/log":     filepath.Join(host, "log"),
+		"/mps/config":  filepath.Join(host, "config"),
+		"/driver-root": driverRoot,
 	}
 	for _, d := range dirs {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -98,26 +115,28 @@ func startDaemon(t testing.TB, version string, settings map[string]string) *daem
 		}
 	}
 	pod, err := mps.Render(templates.MPSControlDaemon, mps.DaemonParams{
-		Name: "d", Namespace: ns, NodeName: node, GPUUUID: "GPU-a", Image: "img", Version: version,
+		Name: "d", Namespace: ns, NodeName: node, GPUUUID: "GPU-a", Image: "img", DriverRoot: driverRoot, Version: version,
 		PipeDir: dirs["/mps/pipe"], LogDir: dirs["/mps/log"], ShmDir: host, ConfigDir: dirs["/mps/config"],
-		ServerName: "gpufrac",
+		ServerName: "gpufrac", SafetyMemoryMiB: 64, SafetyThreadPercentage: 1,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	daemon := pod.Spec.Containers[0]
 	// The double's memory ledger: the GPU's size.
-	env := append(containerEnv(daemon, bin, dirs), "MPSDOUBLE_GPUS=GPU-a=81920")
-	r := &daemonRun{t: t, dirs: dirs, env: env, probe: daemon.StartupProbe.Exec.Command, exited: make(chan error, 1)}
+	env := append(containerEnv(daemon, dirs), "MPSDOUBLE_GPUS=GPU-a=81920")
+	r := &daemonRun{t: t, dirs: dirs, env: env, probe: argv(launcher, daemon.StartupProbe.Exec.Command...), exited: make(chan error, 1)}
 
 	// The init container, then the daemon, as the kubelet would run them.
 	initC := pod.Spec.InitContainers[0]
-	run := exec.Command(filepath.Join(bin, initC.Command[0]), initC.Command[1:]...)
-	run.Env = r.env
+	initArgv := argv(launcher, initC.Command...)
+	run := exec.Command(initArgv[0], initArgv[1:]...)
+	run.Env = containerEnv(initC, dirs)
 	if out, err := run.CombinedOutput(); err != nil {
 		t.Fatalf("init container: %v\n%s", err, out)
 	}
-	r.cmd = exec.Command(daemon.Command[0], append(daemon.Command[1:], daemon.Args...)...)
+	main := argv(launcher, append(slices.Clone(daemon.Command), daemon.Args...)...)
+	r.cmd = exec.Command(main[0], main[1:]...)
 	r.cmd.Env = r.env
 	r.cmd.Stderr = os.Stderr
 	if err := r.cmd.Start(); err != nil {
@@ -230,7 +249,9 @@ func TestTemplateDrivesMPSv3Namespaces(t *testing.T) {
 		t.Errorf("a deleted namespace's directory remains: %v", err)
 	}
 	r.stop()
-	cfg := filepath.Join(r.dirs["/mps/config"], "mps.toml")
+	// The daemon runs chrooted into the driver root, where the launcher
+	// binds the config directory under its private /tmp.
+	cfg := "/tmp/gpufrac-mps/gpufrac_mps_config/mps.toml"
 	want := []string{
 		"nvidia-smi -i GPU-a -c DEFAULT",
 		"config: servers=gpufrac devices=GPU-a memacct=true context-share=true default_socket=off",

@@ -46,7 +46,7 @@ func TestV3NamespacePerClaim(t *testing.T) {
 	root := t.TempDir()
 	m, err := mps.NewManager(mps.Config{
 		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
-		Image: "gpufrac/mps:test", Version: inventory.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 10 * time.Second,
+		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: inventory.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 10 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -63,8 +63,8 @@ func TestV3NamespacePerClaim(t *testing.T) {
 	if len(pods) != 1 {
 		t.Fatalf("%d daemon pods, want one shared server", len(pods))
 	}
-	if got := pods[0].Spec.InitContainers[0].Command; strings.Join(got, " ") != "nvidia-smi -i GPU-a -c DEFAULT" {
-		t.Errorf("v3 init container %q, want the DEFAULT compute mode", got)
+	if got := pods[0].Spec.InitContainers[0].Command; !strings.HasSuffix(strings.Join(got, " "), " -- nvidia-smi -i GPU-a -c DEFAULT") || got[0] != "/usr/local/bin/gpufrac-mps-launcher" {
+		t.Errorf("v3 init container %q, want the driver root's nvidia-smi setting the DEFAULT compute mode, through the launcher", got)
 	}
 	nsFirst, nsSecond := plan.MPSNamespaceFor(first.UID), plan.MPSNamespaceFor(second.UID)
 	want := nsFirst + " 24576 100\n" + nsSecond + " 40960 30\n"
@@ -99,7 +99,7 @@ func TestSettingsNeverAppliedFailsPrepare(t *testing.T) {
 	kubeletApplying(ctx, client, true, false) // Ready, but deaf to the config directory
 	m, err := mps.NewManager(mps.Config{
 		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
-		Image: "gpufrac/mps:test", Version: inventory.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 300 * time.Millisecond,
+		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: inventory.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 300 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

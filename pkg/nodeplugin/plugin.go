@@ -115,6 +115,9 @@ type MPSConfig struct {
 	Image        string
 	Template     string
 	ReadyTimeout time.Duration
+	// DefaultNamespaceLimits bind the MPS v3 shared server's default
+	// namespace; zero fields take mps.DefaultSafetyLimits'.
+	DefaultNamespaceLimits mps.NamespaceLimits
 }
 
 // CheckpointFile is the checkpoint's name under the plugin data directory.
@@ -309,15 +312,19 @@ func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, ev
 	logger := klog.FromContext(ctx)
 	switch {
 	case inv.MPSVersion == inventory.MPSVersionNone:
-		logger.Info("MPS is off on this node (nvidia-cuda-mps-control not found, or no daemon image configured)")
+		logger.Info("MPS is off on this node (no nvidia-cuda-mps-control under the driver root, or MPS turned off)")
 		return nil, nil
 	case cfg.MPS.Image == "" || cfg.MPS.Namespace == "":
 		return nil, nil
 	}
+	driverRoot := cfg.CDI.DriverRoot
+	if driverRoot == "" {
+		driverRoot = "/"
+	}
 	m, err := mps.NewManager(mps.Config{
 		Client: cfg.KubeClient, Namespace: cfg.MPS.Namespace, NodeName: cfg.NodeName,
-		Template: cfg.MPS.Template, Image: cfg.MPS.Image, Version: inv.MPSVersion, DriverVersion: inv.DriverVersion,
-		ReadyTimeout: cfg.MPS.ReadyTimeout, Events: events, RecordDir: cfg.CDI.RecordDir, KeepUnused: keepUnused,
+		Template: cfg.MPS.Template, Image: cfg.MPS.Image, DriverRoot: driverRoot, Version: inv.MPSVersion, DriverVersion: inv.DriverVersion,
+		ReadyTimeout: cfg.MPS.ReadyTimeout, DefaultNamespaceLimits: cfg.MPS.DefaultNamespaceLimits, Events: events, RecordDir: cfg.CDI.RecordDir, KeepUnused: keepUnused,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("configuring MPS daemons: %w", err)
@@ -547,7 +554,7 @@ func describeNode(ctx context.Context, cfg Config) (*inventory.Inventory, resour
 		// MPS is off on the plugin: the slices and the plans say so (no
 		// SMSharing; with per-cgroup limits no borrowing above the
 		// request, since no daemon could evict the borrower).
-		klog.FromContext(ctx).Info("MPS is off on this node: no MPS daemon image or namespace configured (--mps-image, --namespace); SMSharing is refused and, with per-cgroup limits, so is a memoryLimit above the request",
+		klog.FromContext(ctx).Info("MPS is off on this node: MPS turned off (no --mps-daemon-image: the chart's mps.enabled=false) or no --namespace; SMSharing is refused and, with per-cgroup limits, so is a memoryLimit above the request",
 			"detectedMPSVersion", inv.MPSVersion)
 		inv.MPSVersion = inventory.MPSVersionNone
 	}

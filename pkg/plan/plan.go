@@ -312,7 +312,7 @@ func mergedConfig(all []resourceapi.DeviceAllocationConfiguration, path *field.P
 func enforcementFor(inv *inventory.Inventory, mode v1alpha1.ComputeMode, explicitLimit bool, cfgPath *field.Path) (inventory.Enforcement, *field.Error) {
 	if mode == v1alpha1.SMSharing && inv.MPSVersion == inventory.MPSVersionNone {
 		return inventory.EnforcementNone, field.Invalid(cfgPath.Child("computeMode"), string(mode),
-			"this node has no MPS (nvidia-cuda-mps-control not found); select nodes with device.attributes[\"gpufrac.dev\"].mpsVersion != \"none\"")
+			"this node has no MPS (no nvidia-cuda-mps-control under its driver root, or MPS turned off); select nodes with device.attributes[\"gpufrac.dev\"].mpsVersion != \"none\"")
 	}
 	switch {
 	case inv.Enforcement == inventory.EnforcementDMem:

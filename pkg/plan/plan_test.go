@@ -279,7 +279,7 @@ func TestComputeInvalid(t *testing.T) {
 	}, {
 		name: "SMSharing without MPS", inv: testInventory(inventory.EnforcementDMem, inventory.MPSVersionNone),
 		claim: claim(one, fromClaim(fc(`,"computeMode":"SMSharing"`))),
-		want:  `status.allocation.devices.results[0].config.computeMode: Invalid value: "SMSharing": this node has no MPS (nvidia-cuda-mps-control not found); select nodes with device.attributes["gpufrac.dev"].mpsVersion != "none"`,
+		want:  `status.allocation.devices.results[0].config.computeMode: Invalid value: "SMSharing": this node has no MPS (no nvidia-cuda-mps-control under its driver root, or MPS turned off); select nodes with device.attributes["gpufrac.dev"].mpsVersion != "none"`,
 	}, {
 		name: "a limit above the request where no MPS daemon runs", inv: testInventory(inventory.EnforcementDMem, inventory.MPSVersionNone),
 		claim: claim(one, fromClaim(fc(`,"memoryLimit":"60Gi"`))),

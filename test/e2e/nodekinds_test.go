@@ -125,11 +125,23 @@ func TestGPUOperatorNode(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(node.PluginDataDir, "simulated-driver-root")); err != nil {
 		t.Fatal(err)
 	}
+	// The operator's driver container has MPS: its root holds
+	// usr/bin/nvidia-cuda-mps-control, where the daemon Pods chroot.
+	if err := cp.InstallMPSDouble(e.ctx, root); err != nil {
+		t.Fatal(err)
+	}
 	e.asNodeKind("--driver-root=" + root)
+	// Runs before asNodeKind's restart of the plugin: the default driver
+	// root gets its MPS binaries back (NVML the plugin installs itself).
+	t.Cleanup(func() {
+		if err := node.InstallMPSDouble(e.ctx, filepath.Join(node.PluginDataDir, "simulated-driver-root")); err != nil {
+			t.Error(err)
+		}
+	})
 	if _, err := os.Stat(filepath.Join(root, "usr/lib64/libnvidia-ml.so.1")); err != nil {
 		t.Fatalf("the GPU Operator node's driver root has no NVML: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(node.PluginDataDir, "simulated-driver-root")); err == nil {
+	if _, err := os.Stat(filepath.Join(node.PluginDataDir, "simulated-driver-root", "usr/lib64")); err == nil {
 		t.Fatal("a driver was installed outside the GPU Operator's root")
 	}
 	e.createTemplate("op", e.classFor(7), "20Gi", "memoryLimit: 30Gi\n")

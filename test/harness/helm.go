@@ -108,7 +108,9 @@ func (h *Helm) Uninstall(ctx context.Context, name string) error {
 // ChartValues are the chart's values for a real node added with
 // ChartPlugin, running the image ChartImageRepository:tag (imported into
 // the node, never pulled): the node's CDI spec directory, simulated GPUs,
-// the node image's MPS double as the MPS daemons' image, and where pods
+// MPS on (the daemons run the chart's own image, whose gpufrac-mps-launcher
+// chroots into the node's driver root, where AddRealNode put the MPS
+// double), and where pods
 // reach the API server.
 func (cp *ControlPlane) ChartValues(n *RealNode, gpus, tag string) (map[string]any, error) {
 	host, port, err := cp.APIServerForPods()
@@ -122,7 +124,7 @@ func (cp *ControlPlane) ChartValues(n *RealNode, gpus, tag string) (map[string]a
 			"cdiRoot":   n.CDIRoot,
 			"extraArgs": []any{"--simulate-gpus=" + gpus},
 		},
-		"mps":           map[string]any{"image": NodeImage},
+		"mps":           map[string]any{"enabled": true},
 		"kubernetesAPI": map[string]any{"host": host, "port": strconv.Itoa(port)},
 	}, nil
 }

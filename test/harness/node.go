@@ -37,13 +37,16 @@ type NodeOptions struct {
 	Enforcement string
 	// Labels are added to the Node (kubernetes.io/hostname is always set).
 	Labels map[string]string
-	// MPSImage is the plugin's --mps-image: the image of the MPS control
-	// daemon Pods it starts, in namespace MPSNamespace; empty means
-	// DefaultMPSImage unless NoMPS is set (on nodes with per-cgroup limits
-	// every fraction is an MPS client, as in production). The stand-in
-	// runs those Pods' script on the host with test/mpsdouble playing
-	// nvidia-cuda-mps-control and nvidia-smi, so the template's whole
-	// lifecycle runs; no MPS server runs without a GPU.
+	// MPSImage is the plugin's --mps-daemon-image (its own image, in
+	// production): the image the MPS control daemon Pods it starts, in
+	// namespace MPSNamespace, name; empty means DefaultMPSImage unless
+	// NoMPS is set (on nodes with per-cgroup limits every fraction is an
+	// MPS client, as in production). The node's simulated driver root gets
+	// the MPS double at usr/bin/nvidia-cuda-mps-control (static) and the
+	// script's shell; the stand-in runs those Pods' containers on the host
+	// through the real gpufrac-mps-launcher, which chroots into that driver
+	// root, so the template's whole lifecycle runs the production path; no
+	// MPS server runs without a GPU.
 	MPSImage string
 	// NoMPS runs the plugin without MPS daemons: a node where MPS is off
 	// (SMSharing refused, no borrowing above the request).
@@ -63,8 +66,9 @@ type NodeOptions struct {
 // MPSNamespace is where the plugins of simulated nodes run MPS daemon Pods.
 const MPSNamespace = "gpufrac-system"
 
-// DefaultMPSImage is the daemon image of simulated nodes; the stand-in
-// runs the daemon script with test/mpsdouble whatever the image says.
+// DefaultMPSImage is the image simulated nodes' daemon Pods name (the
+// plugin's own, in production); the stand-in runs their containers with
+// the gpufrac-mps-launcher it built, whatever the image says.
 const DefaultMPSImage = "gpufrac/mps-control-daemon:integration"
 
 // Node is a simulated node: a Ready Node object, gpufrac-kubelet-plugin
@@ -151,7 +155,12 @@ func (cp *ControlPlane) AddNode(ctx context.Context, opts NodeOptions) (_ *Node,
 		if mpsTools, err = cp.mpsDouble(ctx); err != nil {
 			return nil, err
 		}
-		args = append(args, "--mps-image="+opts.MPSImage, "--namespace="+MPSNamespace)
+		// The plugin's default driver root for simulated GPUs, where it
+		// installs the simulated NVML library too.
+		if err := kubebuild.InstallDriverRoot(mpsTools, filepath.Join(n.PluginDataDir, "simulated-driver-root")); err != nil {
+			return nil, fmt.Errorf("installing the MPS double into the node's driver root: %w", err)
+		}
+		args = append(args, "--mps-daemon-image="+opts.MPSImage, "--namespace="+MPSNamespace)
 	}
 	if opts.Enforcement != "" {
 		args = append(args, "--simulate-enforcement="+opts.Enforcement)
@@ -314,8 +323,9 @@ func fileExists(path string) bool {
 	return err == nil
 }
 
-// mpsDouble builds the MPS test double once per control plane; the
-// stand-ins run the plugins' MPS daemon Pods with it.
+// mpsDouble builds the MPS test double and gpufrac-mps-launcher once per
+// control plane (kubebuild.BuildMPSDouble); the stand-ins run the plugins'
+// MPS daemon Pods with them.
 func (cp *ControlPlane) mpsDouble(ctx context.Context) (string, error) {
 	cp.mpsOnce.Do(func() {
 		root, err := kubebuild.RepoRoot()

@@ -3,9 +3,7 @@ package harness
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -25,7 +23,7 @@ const NodeImage = "gpufrac.dev/e2e:v1"
 
 // shellTools are what templates/mps-control-daemon.yaml's script and probes
 // run besides the shell's builtins.
-var shellTools = []string{"sh", "cat", "rm", "sleep", "mkdir", "cp", "mv", "mkfifo"}
+var shellTools = kubebuild.ShellTools
 
 // buildNodeImage writes the image's OCI archive into dir.
 func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir string) (string, error) {
@@ -38,8 +36,8 @@ func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir st
 		}
 		env = append(env, kv)
 	}
-	if err := p.Run(ctx, "Building the node image's programs (test/cmd/e2e-probe, test/mpsdouble, test/fakecuda)", repoRoot, env,
-		"go", "build", "-o", binDir+"/", "./test/cmd/e2e-probe", "./test/mpsdouble", "./test/fakecuda"); err != nil {
+	if err := p.Run(ctx, "Building the node image's programs (test/cmd/e2e-probe, test/mpsdouble, test/fakecuda, gpufrac-mps-launcher)", repoRoot, env,
+		"go", "build", "-o", binDir+"/", "./test/cmd/e2e-probe", "./test/mpsdouble", "./test/fakecuda", "./cmd/gpufrac-mps-launcher"); err != nil {
 		return "", err
 	}
 	probe, err := os.ReadFile(filepath.Join(binDir, "e2e-probe"))
@@ -54,6 +52,10 @@ func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir st
 	if err != nil {
 		return "", err
 	}
+	launcher, err := os.ReadFile(filepath.Join(binDir, kubebuild.LauncherName))
+	if err != nil {
+		return "", err
+	}
 	img := ociimage.Image{
 		Name:       NodeImage,
 		Entrypoint: []string{"/pause"},
@@ -62,6 +64,12 @@ func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir st
 		Files: []ociimage.File{
 			{Path: "/pause", Mode: 0o755, Data: probe},
 			{Path: "/probe", Mode: 0o755, Data: probe},
+			// The plugin image's launcher: the MPS daemon Pods run the
+			// driver root's nvidia-cuda-mps-control (the double, put there
+			// by AddRealNode) through it, never a binary of this image.
+			{Path: "/usr/local/bin/gpufrac-mps-launcher", Mode: 0o755, Data: launcher},
+			// fakecuda's own checks and test pods that call the double
+			// directly; the daemon never runs these.
 			{Path: "/usr/bin/nvidia-cuda-mps-control", Mode: 0o755, Data: mps},
 			{Path: "/usr/bin/nvidia-smi", Mode: 0o755, Data: mps},
 			// A CUDA program: an MPS client of the double's memory ledger.
@@ -81,64 +89,20 @@ func buildNodeImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir st
 	return archive, os.WriteFile(archive, buf.Bytes(), 0o644)
 }
 
-// hostTools copies host programs into /bin of the image, with the shared
-// libraries ldd names at the paths it names them (the dynamic loader
-// included), so they run in an image that has nothing else.
+// hostTools copies host programs into /bin of the image, with their
+// shared libraries (kubebuild.HostTools).
 func hostTools(ctx context.Context, names []string) ([]ociimage.File, error) {
-	var files []ociimage.File
-	seen := map[string]bool{}
-	add := func(imagePath, hostPath string, mode int64) error {
-		if seen[imagePath] {
-			return nil
-		}
-		data, err := os.ReadFile(hostPath)
-		if err != nil {
-			return fmt.Errorf("copying %s into the node image: %w", hostPath, err)
-		}
-		seen[imagePath] = true
-		files = append(files, ociimage.File{Path: imagePath, Mode: mode, Data: data})
-		return nil
+	host, err := kubebuild.HostTools(ctx, names)
+	if err != nil {
+		return nil, err
 	}
-	for _, name := range names {
-		path, err := exec.LookPath(name)
-		if err != nil {
-			return nil, fmt.Errorf("the node image needs the host's %s: %w", name, err)
-		}
-		if err := add("/bin/"+name, path, 0o755); err != nil {
-			return nil, err
-		}
-		libs, err := sharedLibraries(ctx, path)
-		if err != nil {
-			return nil, err
-		}
-		for _, lib := range libs {
-			if err := add(lib, lib, 0o755); err != nil {
-				return nil, err
-			}
-		}
+	files := make([]ociimage.File, 0, len(host))
+	for _, f := range host {
+		files = append(files, ociimage.File{Path: f.Path, Mode: int64(f.Mode), Data: f.Data})
 	}
 	return files, nil
 }
 
-// sharedLibraries asks ldd; a static program has none.
 func sharedLibraries(ctx context.Context, path string) ([]string, error) {
-	out, err := exec.CommandContext(ctx, "ldd", path).CombinedOutput()
-	if err != nil {
-		if strings.Contains(string(out), "not a dynamic executable") {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("ldd %s: %v: %s", path, err, out)
-	}
-	var libs []string
-	for _, line := range strings.Split(string(out), "\n") {
-		// "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
-		// "/lib64/ld-linux-x86-64.so.2 (0x...)"; the vDSO has no path.
-		fields := strings.Fields(line)
-		for i, f := range fields {
-			if strings.HasPrefix(f, "/") && (i == 0 || fields[i-1] == "=>") {
-				libs = append(libs, f)
-			}
-		}
-	}
-	return libs, nil
+	return kubebuild.SharedLibraries(ctx, path)
 }

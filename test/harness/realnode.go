@@ -200,6 +200,13 @@ func (cp *ControlPlane) AddRealNode(ctx context.Context, opts RealNodeOptions) (
 	if err := n.startKubelet(ctx, bins, q, opts.Labels); err != nil {
 		return nil, err
 	}
+	// The node's driver root (the plugin's default for simulated GPUs, the chart's
+	// plugin included)
+	// holds the MPS double at usr/bin/nvidia-cuda-mps-control, static, and
+	// the script's shell: the daemon Pods chroot into it.
+	if err := n.InstallMPSDouble(ctx, filepath.Join(n.PluginDataDir, "simulated-driver-root")); err != nil {
+		return nil, err
+	}
 	if opts.ChartPlugin {
 		return n, nil
 	}
@@ -208,7 +215,7 @@ func (cp *ControlPlane) AddRealNode(ctx context.Context, opts RealNodeOptions) (
 		"--kubeconfig=" + cp.Kubeconfig,
 		"--plugin-data-dir=" + n.PluginDataDir, "--registrar-dir=" + kubeletRegistry,
 		"--cdi-root=" + n.CDIRoot, "--metrics-address=", "-v=4",
-		"--mps-image=" + NodeImage, "--namespace=" + MPSNamespace,
+		"--mps-daemon-image=" + NodeImage, "--namespace=" + MPSNamespace,
 	}
 	if hook := filepath.Join(filepath.Dir(cp.PluginBinary), "gpufrac-cdi-hook"); fileExists(hook) {
 		n.pluginArgs = append(n.pluginArgs, "--cdi-hook-path="+hook)

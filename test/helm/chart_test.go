@@ -200,6 +200,17 @@ func TestImageHasWhatTheChartRuns(t *testing.T) {
 			}
 		}
 	}
+	// The MPS daemon Pods run the plugin's image too: every program their
+	// template starts from the image (containers and probes) must be in it.
+	daemonCmds := regexp.MustCompile(`"(/usr/local/bin/[^"]+)"`).FindAllStringSubmatch(templates.MPSControlDaemon, -1)
+	if len(daemonCmds) == 0 {
+		t.Error("the MPS daemon template runs nothing from the plugin's image")
+	}
+	for _, m := range daemonCmds {
+		if !inImage[m[1]] {
+			t.Errorf("templates/mps-control-daemon.yaml runs %s, which the image does not contain", m[1])
+		}
+	}
 	if len(inImage) < 4 || !slices.Contains(strings.Fields(string(raw)), "USER") {
 		t.Errorf("the image holds %d binaries and sets no USER", len(inImage))
 	}

@@ -42,3 +42,49 @@ func TestPluginPassesTheDriverRootToTheHook(t *testing.T) {
 		}
 	}
 }
+
+// TestMPSDaemonsRunThePluginsOwnImage: the MPS daemon Pods run the chart's
+// own image (its gpufrac-mps-launcher runs the driver root's
+// nvidia-cuda-mps-control), never an image a user supplies; mps.enabled
+// false is the platform team's switch that turns MPS off.
+func TestMPSDaemonsRunThePluginsOwnImage(t *testing.T) {
+	ch := loadChart(t)
+	off := valueSets()[0]
+	off.name, off.values = "mps-off", map[string]any{"mps": map[string]any{"enabled": false}}
+	for _, tc := range []struct {
+		vs valueSet
+		on bool
+	}{{valueSets()[0], true}, {valueSets()[1], true}, {off, false}} {
+		objs, _, err := render(ch, tc.vs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			if o.GetKind() != "DaemonSet" {
+				continue
+			}
+			ds := &appsv1.DaemonSet{}
+			fromUnstructured(t, o, ds)
+			for _, c := range ds.Spec.Template.Spec.Containers {
+				if c.Name != "kubelet-plugin" {
+					continue
+				}
+				image := ""
+				for _, e := range c.Env {
+					if e.Name == "MPS_DAEMON_IMAGE" {
+						image = e.Value
+					}
+				}
+				if tc.on && image != c.Image {
+					t.Errorf("%s: MPS_DAEMON_IMAGE %q, want the plugin's own image %q", tc.vs.name, image, c.Image)
+				}
+				if !tc.on && image != "" {
+					t.Errorf("%s: MPS_DAEMON_IMAGE %q with mps.enabled=false", tc.vs.name, image)
+				}
+				if !slices.Contains(c.Args, "--driver-root-mount=/driver-root") {
+					t.Errorf("%s: plugin args %v lack --driver-root-mount=/driver-root, where it looks for nvidia-cuda-mps-control", tc.vs.name, c.Args)
+				}
+			}
+		}
+	}
+}

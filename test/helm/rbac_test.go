@@ -51,7 +51,7 @@ func TestPluginWorksUnderTheChartsRBACAndPolicy(t *testing.T) {
 		// No controller serves in the harness: a fail-closed webhook would
 		// refuse the SMSharing class and claims.
 		"controller": map[string]any{"kaiTranslation": false, "configValidation": false},
-		"mps":        map[string]any{"image": "mps:test"},
+		"mps":        map[string]any{"enabled": true},
 	}}
 	objs, _, err := render(loadChart(t), vs)
 	if err != nil {

@@ -46,7 +46,7 @@ func valueSets() []valueSet {
 				"rollingUpdate": false, "extraArgs": []any{"--logging-format=json"},
 				"nodeSelector": map[string]any{"node.kubernetes.io/instance-type": "p5.48xlarge"},
 			},
-			"mps":        map[string]any{"image": "nvcr.io/nvidia/cuda:13.0.0-base-ubuntu24.04", "template": templates.MPSControlDaemon, "readyTimeout": "2m"},
+			"mps":        map[string]any{"enabled": true, "template": templates.MPSControlDaemon, "readyTimeout": "2m"},
 			"controller": map[string]any{"replicas": 1, "kaiTranslation": false, "excludedNamespaces": []any{"monitoring"}},
 			"deviceClasses": map[string]any{"extra": []any{map[string]any{
 				"name": "dmem.gpufrac.dev",

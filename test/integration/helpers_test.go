@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -320,7 +322,7 @@ func printSlices(t *testing.T, node, gpus string) []resourceapi.ResourceSlice {
 	// With the MPS flags simulated nodes get (harness.NodeOptions): a
 	// plugin without MPS daemons publishes mpsVersion none.
 	cmd := exec.Command(cp.PluginBinary, "--node-name="+node, "--simulate-gpus="+gpus, "--print-slices",
-		"--mps-image="+harness.DefaultMPSImage, "--namespace="+harness.MPSNamespace)
+		"--mps-daemon-image="+harness.DefaultMPSImage, "--namespace="+harness.MPSNamespace, "--driver-root="+driverRootWithMPS(t))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -340,4 +342,21 @@ func printSlices(t *testing.T, node, gpus string) []resourceapi.ResourceSlice {
 		result = append(result, s)
 	}
 	return result
+}
+
+// driverRootWithMPS is a driver root holding an executable
+// usr/bin/nvidia-cuda-mps-control: --print-slices only looks for it (the
+// slices say a node can run MPS daemons where its driver root has the
+// binary); no daemon runs from it.
+func driverRootWithMPS(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	bin := filepath.Join(root, "usr", "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "nvidia-cuda-mps-control"), []byte("#!/bin/false\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return root
 }

@@ -397,26 +397,6 @@ func BuildPluginTags(ctx context.Context, p *Progress, repoRoot, dir string, tag
 	return p.Run(ctx, what, repoRoot, env, "go", append(args, pkgs...)...)
 }
 
-// BuildMPSDouble builds test/mpsdouble into dir as nvidia-cuda-mps-control,
-// with nvidia-smi linked to it: the tools the stand-in's MPS daemon Pods
-// run on the host.
-func BuildMPSDouble(ctx context.Context, p *Progress, repoRoot, dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("creating %s: %w", dir, err)
-	}
-	env := append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
-	out := filepath.Join(dir, "nvidia-cuda-mps-control")
-	if err := p.Run(ctx, "Building the MPS test double (test/mpsdouble)", repoRoot, env, "go", "build", "-o", out, "./test/mpsdouble"); err != nil {
-		return err
-	}
-	smi := filepath.Join(dir, "nvidia-smi")
-	_ = os.Remove(smi)
-	if err := os.Symlink("nvidia-cuda-mps-control", smi); err != nil {
-		return fmt.Errorf("linking nvidia-smi to the MPS double: %w", err)
-	}
-	return nil
-}
-
 // LDFlags are the version flags every Kubernetes binary of the harness is
 // built with (the kubelet of test/nodebuild too), so that all of them report
 // the same release.

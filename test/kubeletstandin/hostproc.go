@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -19,10 +20,12 @@ import (
 // daemon Pods the plugin creates, whose script is the product (it answers
 // the plugin through the config directory). With Config.MPSToolsDir they
 // run as host processes, their hostPath volumes standing in for their
-// mounts and test/mpsdouble as nvidia-cuda-mps-control and nvidia-smi, so
-// the demo and the integration tests exercise the daemon's whole
-// lifecycle: init container, start, startup probe gating Ready, the
-// plugin's settings applied, SIGTERM on deletion.
+// mounts: each container's gpufrac-mps-launcher (the image's path mapped
+// to the build in MPSToolsDir) chroots into the node's driver root, where
+// test/mpsdouble is nvidia-cuda-mps-control and nvidia-smi, so the demo
+// and the integration tests exercise the production path and the
+// daemon's whole lifecycle: init container, start, startup probe gating
+// Ready, the plugin's settings applied, SIGTERM on deletion.
 const mpsDaemonComponent = "gpufrac-mps-control-daemon"
 
 // hostProcess is a pod's main container running on the host.
@@ -51,7 +54,7 @@ func (s *StandIn) hostEnv(pod *v1.Pod, c *v1.Container) []string {
 			mounts[m.MountPath] = p
 		}
 	}
-	env := []string{"PATH=" + s.cfg.MPSToolsDir + ":" + os.Getenv("PATH")}
+	env := []string{"PATH=" + os.Getenv("PATH")}
 	for _, e := range c.Env {
 		v := e.Value
 		if p, ok := mounts[v]; ok {
@@ -62,15 +65,17 @@ func (s *StandIn) hostEnv(pod *v1.Pod, c *v1.Container) []string {
 	return env
 }
 
-// command is the container's argv; a bare program name found among the
-// MPS tools resolves there, as the container's PATH would have it (exec
-// looks names up in the stand-in's own PATH otherwise).
+// command is the container's argv; a program found by its base name
+// among the MPS tools (the image's /usr/local/bin/gpufrac-mps-launcher)
+// resolves there, as the image would have it.
 func (s *StandIn) command(c *v1.Container) []string {
-	argv := append(append([]string{}, c.Command...), c.Args...)
-	if !strings.Contains(argv[0], "/") {
-		if p := filepath.Join(s.cfg.MPSToolsDir, argv[0]); fileExists(p) {
-			argv[0] = p
-		}
+	return s.resolve(append(append([]string{}, c.Command...), c.Args...))
+}
+
+func (s *StandIn) resolve(argv []string) []string {
+	argv = slices.Clone(argv)
+	if p := filepath.Join(s.cfg.MPSToolsDir, filepath.Base(argv[0])); fileExists(p) {
+		argv[0] = p
 	}
 	return argv
 }
@@ -118,7 +123,7 @@ func (s *StandIn) startOnHost(ctx context.Context, key string, pod *v1.Pod) erro
 	if c.StartupProbe == nil || c.StartupProbe.Exec == nil {
 		return nil
 	}
-	probe := c.StartupProbe.Exec.Command
+	probe := s.resolve(c.StartupProbe.Exec.Command)
 	deadline := time.Now().Add(time.Duration(max(c.StartupProbe.FailureThreshold, 1)*max(c.StartupProbe.PeriodSeconds, 1)) * time.Second)
 	for {
 		check := exec.CommandContext(ctx, probe[0], probe[1:]...)

@@ -60,9 +60,10 @@ type Config struct {
 	RegistrationTimeout time.Duration
 	// Workers is the number of pods handled in parallel; default 4.
 	Workers int
-	// MPSToolsDir, when set, holds stand-ins for nvidia-cuda-mps-control
-	// and nvidia-smi, and the plugin's MPS daemon Pods run on the host
-	// with them (see hostproc.go).
+	// MPSToolsDir, when set, holds gpufrac-mps-launcher (a build of the
+	// plugin image's), and the plugin's MPS daemon Pods run on the host
+	// with it (see hostproc.go): it chroots into the node's driver root,
+	// where the MPS double plays nvidia-cuda-mps-control and nvidia-smi.
 	MPSToolsDir string
 }
 

@@ -175,7 +175,7 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		if o.real {
 			args := []string{"--sm-sharing-gpus=" + o.smGPUs, "--metrics-address=" + addr}
 			if noMPS {
-				args = append(args, "--mps-image=")
+				args = append(args, "--mps-daemon-image=")
 			}
 			n, err := cp.AddRealNode(ctx, harness.RealNodeOptions{Name: name, GPUs: o.gpus, PluginArgs: args})
 			if err != nil {

@@ -42,6 +42,11 @@ func nodeKinds(ctx context.Context, o options, cp *harness.ControlPlane, cluster
 	if err := os.MkdirAll(opRoot, 0o755); err != nil {
 		return err
 	}
+	// The operator's driver container has MPS: the daemon Pods chroot into
+	// its root and run its usr/bin/nvidia-cuda-mps-control (the double).
+	if err := cp.InstallMPSDouble(ctx, opRoot); err != nil {
+		return err
+	}
 	var op *harness.RealNode
 	cdiRoots := map[string]string{}
 	for _, n := range []struct {

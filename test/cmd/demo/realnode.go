@@ -167,7 +167,7 @@ func (r *reporter) realContainers(w io.Writer) {
 	if err != nil || len(daemons.Items) == 0 {
 		return
 	}
-	_, _ = fmt.Fprintf(w, "  MPS control daemon Pods the plugins started, one per GPU that holds fractions (running the MPS double of the node image):\n")
+	_, _ = fmt.Fprintf(w, "  MPS control daemon Pods the plugins started, one per GPU that holds fractions (containerd runs gpufrac-mps-launcher from the plugin image, which chroots into the node's driver root and runs the MPS double there as usr/bin/nvidia-cuda-mps-control; the command lines below are in NVIDIA's documented grammar, which the double alone accepts):\n")
 	for _, d := range daemons.Items {
 		_, _ = fmt.Fprintf(w, "      %s/%s on %s for GPU %s: %s\n", d.Namespace, d.Name, d.Spec.NodeName, d.Labels["gpufrac.dev/gpu"], d.Status.Phase)
 		daemonCommands(w, &d)

@@ -205,7 +205,7 @@ func (r *reporter) containers(w io.Writer) {
 	if err != nil || len(daemons.Items) == 0 {
 		return
 	}
-	_, _ = fmt.Fprintf(w, "  MPS control daemon Pods the plugins started, one per GPU that holds fractions (the stand-in runs their script on the host, with test/mpsdouble as nvidia-cuda-mps-control; every command line below is in NVIDIA's documented MPS v3 grammar, which the double alone accepts):\n")
+	_, _ = fmt.Fprintf(w, "  MPS control daemon Pods the plugins started, one per GPU that holds fractions (the stand-in runs their containers on the host through gpufrac-mps-launcher, which chroots into each node's driver root, where test/mpsdouble is usr/bin/nvidia-cuda-mps-control; every command line below is in NVIDIA's documented MPS v3 grammar, which the double alone accepts):\n")
 	for _, d := range daemons.Items {
 		_, _ = fmt.Fprintf(w, "      %s/%s on %s for GPU %s\n", d.Namespace, d.Name, d.Spec.NodeName, d.Labels["gpufrac.dev/gpu"])
 		daemonCommands(w, &d)

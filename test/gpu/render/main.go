@@ -21,7 +21,8 @@ func main() {
 	flag.Parse()
 	pod, err := mps.Render(templates.MPSControlDaemon, mps.DaemonParams{
 		Name: "gpu-check", Namespace: "gpu-check", NodeName: "gpu-check", GPUUUID: *uuid, Image: "none", Version: *version,
-		PipeDir: "/unused", LogDir: "/unused", ShmDir: "/unused", ConfigDir: "/unused", ServerName: plan.MPSServerName,
+		PipeDir: "/unused", LogDir: "/unused", ShmDir: "/unused", ConfigDir: "/unused", ServerName: plan.MPSServerName, DriverRoot: "/unused",
+		SafetyMemoryMiB: mps.DefaultSafetyLimits.PinnedMemoryMiB, SafetyThreadPercentage: mps.DefaultSafetyLimits.ActiveThreadPercentage,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "render:", err)
