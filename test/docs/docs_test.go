@@ -100,7 +100,7 @@ func TestChartValuesReference(t *testing.T) {
 	}
 	// The rendering must reach the values an operator sets most; a
 	// regression in the scanner would otherwise pass as an empty table.
-	for _, want := range []string{"`kubeletPlugin.nvidiaDriverRoot`", "`controller.packing.timeoutSeconds`", "`mps.image`", "`kubeletPlugin.nodeSelector` | `{\"nvidia.com/gpu.present\":\"true\"}`"} {
+	for _, want := range []string{"`kubeletPlugin.nvidiaDriverRoot`", "`controller.packing.timeoutSeconds`", "`mps.enabled`", "`kubeletPlugin.nodeSelector` | `{\"nvidia.com/gpu.present\":\"true\"}`"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("rendered values lack %s:\n%s", want, table)
 		}
