@@ -22,6 +22,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/checkpoint"
 	"github.com/gpufrac/gpufrac/pkg/claimstatus"
+	"github.com/gpufrac/gpufrac/pkg/filewrite"
 	"github.com/gpufrac/gpufrac/pkg/fractionmetrics"
 	"github.com/gpufrac/gpufrac/pkg/health"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
@@ -60,6 +61,9 @@ type Config struct {
 	Health HealthConfig
 	// Metrics, when set, gets the per-fraction and driver metrics.
 	Metrics prometheus.Registerer
+	// WriteCounter, when set, counts the checkpoint's and CDI specs' file
+	// writes and fsyncs (benchmarks report them per claim).
+	WriteCounter *filewrite.Counter
 	// Failpoint is for crash tests only; see preparer.Config.
 	Failpoint func(name string) error
 	// OnFatal is called for background errors that retrying cannot fix,
@@ -172,12 +176,13 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	if p.lock, err = lockInstance(ctx, cfg.PluginDataDir); err != nil {
 		return nil, err
 	}
-	ckpt, err := checkpoint.Open(ctx, filepath.Join(cfg.PluginDataDir, CheckpointFile), cfg.BootID)
+	ckpt, err := checkpoint.Open(ctx, filepath.Join(cfg.PluginDataDir, CheckpointFile), cfg.BootID, checkpoint.WithCounter(cfg.WriteCounter))
 	if err != nil {
 		return nil, err
 	}
 	// The hook records each container here for per-fraction metrics.
 	cfg.CDI.RecordDir = filepath.Join(cfg.PluginDataDir, "containers")
+	cfg.CDI.Counter = cfg.WriteCounter
 	cdi, err := cdispec.NewWriter(cfg.CDIRoot, cfg.CDI)
 	if err != nil {
 		return nil, err
