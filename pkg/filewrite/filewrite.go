@@ -73,10 +73,20 @@ func replace(path string, raw []byte, perm os.FileMode, durable bool, c *Counter
 	if err != nil {
 		return fmt.Errorf("creating a temp file for %s: %w", path, err)
 	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // a no-op after the rename
-	if err := tmp.Chmod(perm); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("setting the mode of %s: %w", tmp.Name(), err)
+	// Every syscall counts on the Prepare path (docs/benchmarks.md): the
+	// temp file is removed only when the rename did not happen, and its
+	// mode set only when CreateTemp's 0600 is not what was asked.
+	renamed := false
+	defer func() {
+		if !renamed {
+			_ = os.Remove(tmp.Name())
+		}
+	}()
+	if perm != 0o600 {
+		if err := tmp.Chmod(perm); err != nil {
+			_ = tmp.Close()
+			return fmt.Errorf("setting the mode of %s: %w", tmp.Name(), err)
+		}
 	}
 	if _, err := tmp.Write(raw); err != nil {
 		_ = tmp.Close()
@@ -95,6 +105,7 @@ func replace(path string, raw []byte, perm os.FileMode, durable bool, c *Counter
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return fmt.Errorf("replacing %s: %w", path, err)
 	}
+	renamed = true
 	c.AddWrite()
 	if !durable {
 		return nil

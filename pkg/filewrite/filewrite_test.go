@@ -22,7 +22,7 @@ func TestReplaceCountsAndLeavesNoTemp(t *testing.T) {
 			path := filepath.Join(dir, "f.json")
 			var c filewrite.Counter
 			for _, content := range []string{"one", "two"} {
-				if err := tc.write(path, []byte(content), 0o600, &c); err != nil {
+				if err := tc.write(path, []byte(content), 0o640, &c); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -31,8 +31,8 @@ func TestReplaceCountsAndLeavesNoTemp(t *testing.T) {
 				t.Fatalf("content %q, %v; want %q", raw, err, "two")
 			}
 			st, err := os.Stat(path)
-			if err != nil || st.Mode().Perm() != 0o600 {
-				t.Fatalf("mode %v, %v; want 0600", st.Mode().Perm(), err)
+			if err != nil || st.Mode().Perm() != 0o640 {
+				t.Fatalf("mode %v, %v; want 0640", st.Mode().Perm(), err)
 			}
 			entries, _ := os.ReadDir(dir)
 			if len(entries) != 1 {
