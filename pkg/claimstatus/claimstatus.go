@@ -164,6 +164,11 @@ type Writer struct {
 
 	mu      sync.Mutex
 	desired map[key]desired
+	// seen is the latest claim object known for a key (the kubelet
+	// helper's read at Prepare, then this writer's own update), so a
+	// status write is one UpdateStatus instead of a GET and an update; a
+	// conflict falls back to the GET. Guarded by mu.
+	seen map[key]*resourceapi.ResourceClaim
 	// incidents are conditions set by SetShareCondition, kept through
 	// later rewrites of the claim's status (incidents.go).
 	incidents map[key]map[shareCondition]metav1.Condition
@@ -188,7 +193,42 @@ func NewWriter(client kubernetes.Interface, fieldManager string) *Writer {
 			workqueue.DefaultTypedControllerRateLimiter[key](),
 			workqueue.TypedRateLimitingQueueConfig[key]{Name: "gpufrac-claim-status"}),
 		desired: map[key]desired{},
+		seen:    map[key]*resourceapi.ResourceClaim{},
 	}
+}
+
+// Seen offers a claim object just read from the API server (the kubelet
+// helper reads each claim before Prepare) as the base of the claim's next
+// status write, unless a newer one (this writer's own update) is known.
+// The object is not modified.
+func (w *Writer) Seen(claim *resourceapi.ResourceClaim) {
+	k := key{claim.Namespace, claim.Name, claim.UID}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.seen[k]; !ok {
+		w.seen[k] = claim
+	}
+}
+
+// ForgetSeen drops what Seen offered, for a claim whose Prepare failed and
+// so gets no status write.
+func (w *Writer) ForgetSeen(namespace, name string, uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.seen, key{namespace, name, uid})
+}
+
+// takeSeen returns a copy of the known object of k, forgetting it: it is
+// either updated (and the result stored again) or found stale.
+func (w *Writer) takeSeen(k key) *resourceapi.ResourceClaim {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	claim, ok := w.seen[k]
+	if !ok {
+		return nil
+	}
+	delete(w.seen, k)
+	return claim.DeepCopy()
 }
 
 // Prepared records that c is prepared; the status follows.
@@ -282,10 +322,14 @@ func (w *Writer) apply(ctx context.Context, namespace, name string, uid types.UI
 	}
 	want = w.withIncidents(key{namespace, name, uid}, d.claim, want)
 	claims := w.client.ResourceV1().ResourceClaims(namespace)
+	k := key{namespace, name, uid}
 	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		claim, err := claims.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
+		claim := w.takeSeen(k)
+		if claim == nil {
+			var err error
+			if claim, err = claims.Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return err
+			}
 		}
 		if claim.UID != uid {
 			return nil
@@ -298,7 +342,13 @@ func (w *Writer) apply(ctx context.Context, namespace, name string, uid types.UI
 			return nil
 		}
 		claim.Status.Devices = devices
-		_, err = claims.UpdateStatus(ctx, claim, metav1.UpdateOptions{FieldManager: w.fieldManager})
+		updated, err := claims.UpdateStatus(ctx, claim, metav1.UpdateOptions{FieldManager: w.fieldManager})
+		if err == nil && d.claim != nil {
+			// Still prepared: the base of its next write (Unprepare's).
+			w.mu.Lock()
+			w.seen[k] = updated
+			w.mu.Unlock()
+		}
 		return err
 	})
 	if err != nil {

@@ -129,6 +129,7 @@ type Plugin struct {
 	metrics   *fractionmetrics.Collector
 	events    *eventReporter
 	helper    *kubeletplugin.Helper
+	status    *claimstatus.Writer
 	cancel    context.CancelFunc
 	done      sync.WaitGroup
 	// ready is closed once this instance holds the instance lock and has
@@ -190,6 +191,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 
 	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
 	status.SetFailpoint(cfg.Failpoint)
+	p.status = status
 	events := newEventReporter(bgCtx, cfg.KubeClient, cfg.NodeName, status)
 	p.events = events
 	p.done.Add(1)
@@ -363,7 +365,12 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	for i, claim := range claims {
 		wg.Go(func() {
 			start := time.Now()
+			// The helper just read the claim: its status write needs no GET.
+			p.status.Seen(claim)
 			devs, err := p.preparer.Prepare(ctx, claim)
+			if err != nil {
+				p.status.ForgetSeen(claim.Namespace, claim.Name, claim.UID)
+			}
 			p.metrics.ObservePrepare(time.Since(start), failureReason(err))
 			results[i] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
 		})
