@@ -96,7 +96,6 @@ func benchPrepare(b *testing.B, conc int) grpcResult {
 	// a REST mapper on every call, half the CPU of this benchmark in its
 	// profile (docs/benchmarks.md), stolen from the plugin on 2 cores. No
 	// test here relies on managed fields.
-	//lint:ignore SA1019 see above: the figures are the plugin's, not the fake's
 	client := fake.NewSimpleClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
 	node, err := gpusim.NewNode("h200x8", nodeName, inventory.EnforcementDMem)
 	if err != nil {
