@@ -41,7 +41,9 @@ func TestParsePlugins(t *testing.T) {
 
 func TestTableRatiosPerRun(t *testing.T) {
 	specs := []pluginSpec{{kind: "gpufrac"}, {kind: "example"}}
-	st := func(perSec float64) stats { return stats{p50: time.Millisecond, p99: 2 * time.Millisecond, perSec: perSec} }
+	st := func(perSec float64) stats {
+		return stats{p50: time.Millisecond, p99: 2 * time.Millisecond, perSec: perSec}
+	}
 	results := []result{
 		{kind: "gpufrac", conc: 1, run: 1, prepare: st(100), unprepare: st(300)},
 		{kind: "example", conc: 1, run: 1, prepare: st(200), unprepare: st(100)},
