@@ -29,6 +29,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/buildinfo"
 	"github.com/gpufrac/gpufrac/pkg/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/checkpoint"
+	"github.com/gpufrac/gpufrac/pkg/claimstatus"
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
 	"github.com/gpufrac/gpufrac/pkg/metricsserver"
@@ -56,6 +57,7 @@ type flags struct {
 	mpsImage            string
 	mpsTemplate         string
 	mpsReadyTimeout     time.Duration
+	statusClearDelay    time.Duration
 	smSharingGPUs       string
 	ignoredXIDs         []uint
 	podUID              string
@@ -111,6 +113,8 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.namespace, "namespace", envOr("POD_NAMESPACE", "gpufrac-system"), "the plugin's namespace, where MPS daemon Pods run (env POD_NAMESPACE)")
 	fs.StringVar(&f.mpsImage, "mps-image", envOr("MPS_IMAGE", ""), "image of the MPS control daemon Pods; empty turns SMSharing off on this node")
 	fs.StringVar(&f.mpsTemplate, "mps-template", envOr("MPS_TEMPLATE", ""), "file with the MPS daemon Pod template; empty uses the built-in templates/mps-control-daemon.yaml")
+	fs.DurationVar(&f.statusClearDelay, "status-clear-delay", claimstatus.DefaultClearDelay,
+		"how long the write clearing an unprepared claim's status.devices waits; a claim prepared again, deleted or deallocated meanwhile needs none (0: at once)")
 	fs.DurationVar(&f.mpsReadyTimeout, "mps-ready-timeout", 60*time.Second, "how long Prepare waits for a new MPS daemon to become ready")
 	fs.StringVar(&f.smSharingGPUs, "sm-sharing-gpus", envOr("SM_SHARING_GPUS", ""),
 		"reserve GPUs for SMSharing: all, none, or indices such as 0,1 (the others serve TimeSlicing); empty lets every GPU serve either mode, one at a time")
@@ -149,8 +153,9 @@ func run(ctx context.Context, f *flags) error {
 		MPS: nodeplugin.MPSConfig{
 			Namespace: f.namespace, Image: f.mpsImage, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
 		},
-		CDI:       cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode},
-		Failpoint: failpointHook(),
+		CDI:              cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode},
+		Failpoint:        failpointHook(),
+		StatusClearDelay: f.statusClearDelay,
 		OnFatal: func(err error) {
 			select {
 			case fatal <- err:

@@ -154,6 +154,9 @@ type key struct {
 type desired struct {
 	claim *plan.Claim
 	mps   *MPSServer
+	// notBefore delays a clear (see SetClearDelay); zero for writes made
+	// as soon as a worker is free.
+	notBefore time.Time
 }
 
 // Writer applies claim status in the background.
@@ -174,6 +177,13 @@ type Writer struct {
 	incidents map[key]map[shareCondition]metav1.Condition
 
 	failpoint func(name string) error
+	// clearDelay holds back the clearing write of an unprepared claim
+	// (SetClearDelay); flushTimeout bounds the writes of what is still
+	// pending when Run ends.
+	clearDelay   time.Duration
+	flushTimeout time.Duration
+	// now is time.Now, replaceable in tests.
+	now func() time.Time
 }
 
 // SetFailpoint installs a crash-test hook called after every successful
@@ -192,8 +202,10 @@ func NewWriter(client kubernetes.Interface, fieldManager string) *Writer {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[key](),
 			workqueue.TypedRateLimitingQueueConfig[key]{Name: "gpufrac-claim-status"}),
-		desired: map[key]desired{},
-		seen:    map[key]*resourceapi.ResourceClaim{},
+		desired:      map[key]desired{},
+		seen:         map[key]*resourceapi.ResourceClaim{},
+		flushTimeout: DefaultFlushTimeout,
+		now:          time.Now,
 	}
 }
 
@@ -236,9 +248,22 @@ func (w *Writer) Prepared(c *plan.Claim) {
 	w.set(key{c.Namespace, c.Name, c.UID}, desired{claim: c})
 }
 
-// Unprepared records that a claim is no longer prepared here.
+// Unprepared records that a claim is no longer prepared here. With a
+// clear delay the write waits for it (coalesce.go); the copy Seen or the
+// last update left is dropped, as after the delay it is likely stale (a
+// short job's claim is deleted or deallocated by then), so the clear reads
+// the claim afresh.
 func (w *Writer) Unprepared(namespace, name string, uid types.UID) {
-	w.set(key{namespace, name, uid}, desired{})
+	k := key{namespace, name, uid}
+	if w.clearDelay <= 0 {
+		w.set(k, desired{})
+		return
+	}
+	w.mu.Lock()
+	w.desired[k] = desired{notBefore: w.now().Add(w.clearDelay)}
+	delete(w.seen, k)
+	w.mu.Unlock()
+	w.queue.AddAfter(k, w.clearDelay)
 }
 
 // MPSServerState records the state of prepared claim c's MPS server.
@@ -267,6 +292,7 @@ func (w *Writer) Run(ctx context.Context, workers int) {
 	<-ctx.Done()
 	w.queue.ShutDown()
 	wg.Wait()
+	w.flush(ctx)
 }
 
 func (w *Writer) work(ctx context.Context) {
@@ -283,8 +309,19 @@ func (w *Writer) processNext(ctx context.Context) bool {
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(k.namespace, k.name), "claimUID", k.uid)
 
 	w.mu.Lock()
-	d := w.desired[k]
+	d, ok := w.desired[k]
 	w.mu.Unlock()
+	if !ok {
+		// Written already: a delayed clear's timer fired after a
+		// re-prepare's write replaced and completed it.
+		w.queue.Forget(k)
+		return true
+	}
+	if wait := d.notBefore.Sub(w.now()); d.claim == nil && wait > 0 {
+		// A clear queued early (the key was queued already, or a retry).
+		w.queue.AddAfter(k, wait)
+		return true
+	}
 
 	err := w.apply(ctx, k.namespace, k.name, k.uid, d)
 	if err == nil && w.failpoint != nil {
@@ -334,14 +371,24 @@ func (w *Writer) apply(ctx context.Context, namespace, name string, uid types.UI
 		if claim.UID != uid {
 			return nil
 		}
+		ours := slices.DeleteFunc(slices.Clone(claim.Status.Devices), func(d resourceapi.AllocatedDeviceStatus) bool {
+			return d.Driver != v1alpha1.DriverName
+		})
+		want = keepTransitionTimes(ours, want)
+		if upToDate(ours, want) {
+			if d.claim != nil {
+				w.mu.Lock()
+				if _, ok := w.seen[k]; !ok {
+					w.seen[k] = claim
+				}
+				w.mu.Unlock()
+			}
+			return nil
+		}
 		devices := slices.DeleteFunc(slices.Clone(claim.Status.Devices), func(d resourceapi.AllocatedDeviceStatus) bool {
 			return d.Driver == v1alpha1.DriverName
 		})
-		devices = append(devices, want...)
-		if len(devices) == 0 && len(claim.Status.Devices) == 0 {
-			return nil
-		}
-		claim.Status.Devices = devices
+		claim.Status.Devices = append(devices, want...)
 		updated, err := claims.UpdateStatus(ctx, claim, metav1.UpdateOptions{FieldManager: w.fieldManager})
 		if err == nil && d.claim != nil {
 			// Still prepared: the base of its next write (Unprepare's).

@@ -66,6 +66,9 @@ type Config struct {
 	WriteCounter *filewrite.Counter
 	// Failpoint is for crash tests only; see preparer.Config.
 	Failpoint func(name string) error
+	// StatusClearDelay holds back the write that clears an unprepared
+	// claim's status (claimstatus.Writer.SetClearDelay); 0 writes at once.
+	StatusClearDelay time.Duration
 	// OnFatal is called for background errors that retrying cannot fix,
 	// such as slices the API server rejects; the caller should shut down.
 	OnFatal func(error)
@@ -191,6 +194,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 
 	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
 	status.SetFailpoint(cfg.Failpoint)
+	status.SetClearDelay(cfg.StatusClearDelay)
 	p.status = status
 	events := newEventReporter(bgCtx, cfg.KubeClient, cfg.NodeName, status)
 	p.events = events
