@@ -5,7 +5,9 @@
 // NodePrepareResources and NodeUnprepareResources over the plugin's DRA
 // socket with the kubelet's generated client, one claim per call, for
 // rounds of allocated ResourceClaims that exist in the API server (each
-// plugin's helper GETs them, as in a cluster). Plugins run alternately,
+// plugin's helper GETs them, as in a cluster); with -fresh-claims every
+// round has new claims, deleted after their Unprepare as short jobs' are
+// (a plugin cannot gain by re-preparing claims it knows). Plugins run alternately,
 // -runs times each, so a machine that gets busier does not favour one.
 //
 //	go run ./test/bench/prepcompare -plugin gpufrac=bin/gpufrac-kubelet-plugin \
@@ -43,6 +45,7 @@ func main() {
 	claims := flag.Int("claims", 32, "claims per round: prepared, then unprepared")
 	rounds := flag.Int("rounds", 20, "rounds per run")
 	runs := flag.Int("runs", 2, "runs of each plugin, alternating")
+	fresh := flag.Bool("fresh-claims", false, "create new claims for every round and delete them after their Unprepare, as short jobs do (default: the same claims every round)")
 	concs := flag.String("concurrency", "1,8", "concurrencies of the kubelet's calls, comma-separated")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -66,19 +69,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	if err := run(ctx, specs, *claims, *rounds, *runs, levels); err != nil {
+	if err := run(ctx, specs, *claims, *rounds, *runs, levels, *fresh); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, specs []pluginSpec, claims, rounds, runs int, levels []int) error {
+func run(ctx context.Context, specs []pluginSpec, claims, rounds, runs int, levels []int, fresh bool) error {
 	cp, err := harness.Start(ctx, harness.Options{Progress: os.Stderr, PluginBinary: gpufracBinary(specs)})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = cp.Close() }()
-	b := &bench{cp: cp, claims: claims, rounds: rounds}
+	b := &bench{cp: cp, claims: claims, rounds: rounds, fresh: fresh}
 	if err := b.setup(ctx); err != nil {
 		return err
 	}
@@ -96,6 +99,11 @@ func run(ctx context.Context, specs []pluginSpec, claims, rounds, runs int, leve
 				results = append(results, res)
 			}
 		}
+	}
+	if fresh {
+		fmt.Println("Claims: new every round, deleted after their Unprepare (-fresh-claims).")
+	} else {
+		fmt.Println("Claims: the same every round.")
 	}
 	fmt.Print(table(results, specs, levels, claims, rounds))
 	return nil
