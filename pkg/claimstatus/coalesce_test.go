@@ -88,32 +88,41 @@ func (e *writerEnv) ours() int {
 }
 
 func TestStatusWritesOnlyWhatDiffers(t *testing.T) {
-	const delay = 100 * time.Millisecond
+	// A case that must act within the delay uses a delay no stall of a
+	// busy machine reaches, and stops the writer, which makes the held
+	// back clear's decision at once (the shutdown flush); a case that
+	// waits for the delay uses a short one.
+	const short, long = 100 * time.Millisecond, time.Hour
 	other := smPlan()
 	other.Devices[0].HardLimitBytes = 20 << 30
 	tests := []struct {
-		name string
+		name  string
+		delay time.Duration
 		// then runs after a first Prepare's write settled.
 		then        func(e *writerEnv)
 		wantUpdates int
 		wantEntries int
 	}{{
 		name:        "re-prepare of a claim carrying the same entries",
+		delay:       short,
 		then:        func(e *writerEnv) { e.prepare(smPlan()) },
 		wantUpdates: 0, wantEntries: 1,
 	}, {
 		name:        "re-prepare with other content",
+		delay:       short,
 		then:        func(e *writerEnv) { e.prepare(other) },
 		wantUpdates: 1, wantEntries: 1,
 	}, {
-		name: "unprepare of a claim that stays allocated clears after the delay",
+		name:  "unprepare of a claim that stays allocated clears after the delay",
+		delay: short,
 		then: func(e *writerEnv) {
 			pl := smPlan()
 			e.w.Unprepared(pl.Namespace, pl.Name, pl.UID)
 		},
 		wantUpdates: 1, wantEntries: 0,
 	}, {
-		name: "unprepare, then prepared again within the delay",
+		name:  "unprepare, then prepared again within the delay",
+		delay: long,
 		then: func(e *writerEnv) {
 			pl := smPlan()
 			e.w.Unprepared(pl.Namespace, pl.Name, pl.UID)
@@ -121,7 +130,8 @@ func TestStatusWritesOnlyWhatDiffers(t *testing.T) {
 		},
 		wantUpdates: 0, wantEntries: 1,
 	}, {
-		name: "unprepare, then prepared again with other content",
+		name:  "unprepare, then prepared again with other content",
+		delay: long,
 		then: func(e *writerEnv) {
 			pl := smPlan()
 			e.w.Unprepared(pl.Namespace, pl.Name, pl.UID)
@@ -129,7 +139,8 @@ func TestStatusWritesOnlyWhatDiffers(t *testing.T) {
 		},
 		wantUpdates: 1, wantEntries: 1,
 	}, {
-		name: "unprepare, then the claim is deallocated (the API server drops the entries)",
+		name:  "unprepare, then the claim is deallocated (the API server drops the entries)",
+		delay: long,
 		then: func(e *writerEnv) {
 			pl := smPlan()
 			e.w.Unprepared(pl.Namespace, pl.Name, pl.UID)
@@ -142,7 +153,8 @@ func TestStatusWritesOnlyWhatDiffers(t *testing.T) {
 		wantUpdates: 1, // the deallocation's own
 		wantEntries: 0,
 	}, {
-		name: "unprepare, then the claim is deleted",
+		name:  "unprepare, then the claim is deleted",
+		delay: long,
 		then: func(e *writerEnv) {
 			pl := smPlan()
 			e.w.Unprepared(pl.Namespace, pl.Name, pl.UID)
@@ -154,7 +166,7 @@ func TestStatusWritesOnlyWhatDiffers(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newWriterEnv(t, delay)
+			e := newWriterEnv(t, tc.delay)
 			e.prepare(smPlan())
 			e.settle(0)
 			if e.ours() != 1 {
@@ -162,7 +174,14 @@ func TestStatusWritesOnlyWhatDiffers(t *testing.T) {
 			}
 			from := len(e.client.Actions())
 			tc.then(e)
-			e.settle(delay)
+			if tc.delay == long {
+				e.stop()
+			} else {
+				e.settle(tc.delay)
+			}
+			if e.w.Pending() != 0 {
+				t.Errorf("%d writes pending at the end", e.w.Pending())
+			}
 			if got := e.updates(from); got != tc.wantUpdates {
 				t.Errorf("%d status updates (%v), want %d", got, verbs(e.client, from), tc.wantUpdates)
 			}
