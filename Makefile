@@ -14,7 +14,7 @@ LOGCHECK      := sigs.k8s.io/logtools/logcheck@v0.11.0
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
 
-.PHONY: all build test test-unit test-helm lint docs demo clean fuzz bench bench-realsched soak kube-binaries e2e
+.PHONY: all build test test-unit test-helm lint docs demo clean fuzz bench bench-realsched bench-prepcompare soak kube-binaries e2e
 
 all: build
 
@@ -91,6 +91,16 @@ bench:
 	$(GO) test -run '^$$' -bench AllocateAtScale -benchtime 100x -timeout 20m ./pkg/placement
 	$(GO) test -run '^$$' -bench WhyAtScale -benchtime 3x ./pkg/why
 	$(MAKE) bench-realsched
+
+# gpufrac's kubelet plugin beside kubernetes-sigs/dra-example-driver's
+# against one real control plane, the kubelet's DRA calls made directly
+# (docs/benchmarks.md). Build the example plugin outside this repository and
+# pass it: make bench-prepcompare EXAMPLE_PLUGIN=/path/to/dra-example-kubeletplugin
+EXAMPLE_PLUGIN ?=
+bench-prepcompare: build
+	@test -n "$(EXAMPLE_PLUGIN)" || { echo "EXAMPLE_PLUGIN=<dra-example-kubeletplugin binary> is required"; exit 1; }
+	@$(GO) run ./test/cmd/kube-binaries -q
+	$(GO) run ./test/bench/prepcompare -plugin gpufrac=$(BIN)/gpufrac-kubelet-plugin -plugin example=$(EXAMPLE_PLUGIN) -claims 32 -rounds 20 -runs 2
 
 # Packing in the real kube-scheduler (docs/packing-scheduler.md): the
 # harness control plane, nodes carrying the plugin's slices and no kubelet,

@@ -29,6 +29,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/buildinfo"
 	"github.com/gpufrac/gpufrac/pkg/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/checkpoint"
+	"github.com/gpufrac/gpufrac/pkg/claimstatus"
 	"github.com/gpufrac/gpufrac/pkg/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/incident"
 	"github.com/gpufrac/gpufrac/pkg/inventory"
@@ -62,6 +63,7 @@ type flags struct {
 	mpsReadyTimeout     time.Duration
 	mpsSafetyMiB        int64
 	mpsSafetyPercent    int
+	statusClearDelay    time.Duration
 	smSharingGPUs       string
 	ignoredXIDs         []uint
 	podUID              string
@@ -125,6 +127,8 @@ func newCommand() *cobra.Command {
 		"pinned memory limit (MiB, at least 1) of the MPS v3 shared server's default namespace, where only a misrouted client lands")
 	fs.IntVar(&f.mpsSafetyPercent, "mps-default-namespace-thread-percentage", mps.DefaultSafetyLimits.ActiveThreadPercentage,
 		"active thread percentage (1 to 100) of the MPS v3 shared server's default namespace")
+	fs.DurationVar(&f.statusClearDelay, "status-clear-delay", claimstatus.DefaultClearDelay,
+		"how long the write clearing an unprepared claim's status.devices waits; a claim prepared again, deleted or deallocated meanwhile needs none (0: at once)")
 	fs.DurationVar(&f.mpsReadyTimeout, "mps-ready-timeout", 60*time.Second, "how long Prepare waits for a new MPS daemon to become ready")
 	fs.StringVar(&f.smSharingGPUs, "sm-sharing-gpus", envOr("SM_SHARING_GPUS", ""),
 		"reserve GPUs for SMSharing: all, none, or indices such as 0,1 (the others serve TimeSlicing); empty lets every GPU serve either mode, one at a time")
@@ -171,8 +175,9 @@ func run(ctx context.Context, f *flags) error {
 			Namespace: f.namespace, Image: f.mpsDaemonImage,
 			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
 		},
-		CDI:       cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode},
-		Failpoint: failpointHook(),
+		CDI:              cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode},
+		Failpoint:        failpointHook(),
+		StatusClearDelay: f.statusClearDelay,
 		OnFatal: func(err error) {
 			select {
 			case fatal <- err:

@@ -20,6 +20,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpufrac/gpufrac/pkg/filewrite"
 	"github.com/gpufrac/gpufrac/pkg/plan"
 )
 
@@ -62,6 +63,8 @@ type Options struct {
 	// DeviceNode fills in the type and numbers of a device node. Giving them
 	// explicitly means the runtime need not stat the node when it injects.
 	DeviceNode func(path string) (cdispec.DeviceNode, error)
+	// Counter, when set, counts spec files written (and fsyncs: none).
+	Counter *filewrite.Counter
 }
 
 // SpecName is the transient spec file name of a claim: one file per claim,
@@ -191,6 +194,13 @@ func NewWriter(dir string, opts Options) (*Writer, error) {
 // Write renders and writes the spec of c, replacing any earlier one, and
 // returns the CDI device IDs in the order of c.Devices. The CDI library
 // validates the spec before it writes it, and renames it into place.
+//
+// The write is atomic and not durable: the library (v1.1.2, pkg/cdi
+// spec.go write) writes a temp file in the spec directory and renames it
+// over the spec (renameat2), with no fsync. That is what this file needs: a
+// container runtime never reads a torn spec, and after a power loss every
+// container that used it is gone and Recover removes specs the (void)
+// checkpoint does not account for (docs/reliability.md).
 func (w *Writer) Write(c *plan.Claim) ([]string, error) {
 	spec, err := Build(c, w.opts)
 	if err != nil {
@@ -199,6 +209,7 @@ func (w *Writer) Write(c *plan.Claim) ([]string, error) {
 	if err := w.cache.WriteSpec(spec, SpecName(c.UID)); err != nil {
 		return nil, fmt.Errorf("writing CDI spec for claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
+	w.opts.Counter.AddWrite()
 	return DeviceIDs(c), nil
 }
 

@@ -12,9 +12,11 @@ import (
 )
 
 // BenchmarkDurableWriteFloor is one atomic, durable write of a small file
-// (temp file, fsync, rename, fsync of the directory): the least a Prepare
-// must pay per record it keeps. Compare BenchmarkPrepareUnprepare with it
-// in the same run.
+// (temp file, fsync, rename, fsync of the directory): the least a driver
+// pays per claim if it keeps one durable record per claim, as the
+// reference driver does. gpufrac's records are atomic, not durable
+// (docs/reliability.md); BenchmarkPrepareOverGRPC compares with this floor
+// in its own process.
 func BenchmarkDurableWriteFloor(b *testing.B) {
 	dir := b.TempDir()
 	path := filepath.Join(dir, "f.json")

@@ -1,9 +1,12 @@
 // Package checkpoint is the plugin's memory across restarts: which claims it
 // prepared, with their plans, so that a restarted plugin answers Prepare
 // without redoing side effects and can Unprepare a claim whose object is
-// gone. It is a versioned JSON file with a checksum, rewritten atomically
-// (temp file, fsync, rename, fsync of the directory) on every change, and
-// void after a reboot, when every prepared container is gone too.
+// gone. It is a versioned JSON file with a checksum, replaced atomically
+// (temp file, rename) on every change, and void after a reboot, when every
+// prepared container is gone too. It is not fsynced: what a power loss
+// could lose is void after the reboot it causes (docs/reliability.md); a
+// durable boot marker beside it tells a file torn by that power loss from
+// one damaged in this boot.
 package checkpoint
 
 import (
@@ -27,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 
 	v1 "github.com/gpufrac/gpufrac/pkg/checkpoint/api/v1"
+	"github.com/gpufrac/gpufrac/pkg/filewrite"
 	"github.com/gpufrac/gpufrac/pkg/plan"
 )
 
@@ -80,14 +84,16 @@ type slot struct {
 	enc []byte
 }
 
-// Checkpoint is safe for concurrent use; every change is on disk before the
-// call returns. Concurrent changes share one write (group commit): each
-// change gets a generation, and one fsync of the file covers every
-// generation it contains, so parallel Prepares do not queue behind each
-// other's fsyncs.
+// Checkpoint is safe for concurrent use; every change is in the file (in
+// the page cache, which outlives the process) before the call returns.
+// Concurrent changes share one write (group commit): each change gets a
+// generation, and one write of the file covers every generation it
+// contains, so parallel Prepares do not queue behind each other's writes.
 type Checkpoint struct {
 	path   string
 	bootID string
+	// counter counts the file writes and fsyncs; nil counts nothing.
+	counter *filewrite.Counter
 	// unreadable says why the file found at Open could not be read at all
 	// (it was moved aside); empty when it could.
 	unreadable string
@@ -103,33 +109,91 @@ type Checkpoint struct {
 	flushed uint64     // highest generation on disk; guarded by flushMu
 }
 
+// Option configures a Checkpoint.
+type Option func(*Checkpoint)
+
+// WithCounter counts the checkpoint's file writes and fsyncs in counter.
+func WithCounter(counter *filewrite.Counter) Option {
+	return func(c *Checkpoint) { c.counter = counter }
+}
+
+// BootMarkerSuffix names the boot marker beside the checkpoint file.
+const BootMarkerSuffix = ".boot"
+
 // Open loads the checkpoint at path, or starts an empty one. A checkpoint
 // from another boot is discarded. One that cannot be read at all is moved
-// aside (never silently overwritten), the plugin starts empty and
-// Unreadable says so; entries that cannot be understood are quarantined.
-func Open(ctx context.Context, path, bootID string) (*Checkpoint, error) {
-	logger := klog.FromContext(ctx)
+// aside (never silently overwritten); if the boot marker shows it was last
+// written in another boot (a power loss tore the unsynced file) it is
+// discarded like any checkpoint of another boot, otherwise the plugin
+// starts empty and Unreadable says so. Entries that cannot be understood
+// are quarantined.
+func Open(ctx context.Context, path, bootID string, opts ...Option) (*Checkpoint, error) {
 	c := &Checkpoint{path: path, bootID: bootID, slots: map[types.UID]slot{}, changed: map[types.UID]uint64{}}
+	for _, o := range opts {
+		o(c)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("creating checkpoint directory: %w", err)
+	}
+	markedBoot, err := c.readBootMarker()
+	if err != nil {
+		return nil, err
+	}
+	if err := c.load(ctx, markedBoot); err != nil {
+		return nil, err
+	}
+	// Before this process writes the checkpoint for the first time, the
+	// marker names this boot, durably.
+	if markedBoot != bootID {
+		if err := filewrite.Durable(path+BootMarkerSuffix, []byte(bootID+"\n"), 0o600, c.counter); err != nil {
+			return nil, fmt.Errorf("writing the checkpoint's boot marker: %w", err)
+		}
+	}
+	return c, nil
+}
+
+// readBootMarker returns the boot the checkpoint file was last written in,
+// as the marker says, or "" when there is no marker (a release before it).
+func (c *Checkpoint) readBootMarker() (string, error) {
+	raw, err := os.ReadFile(c.path + BootMarkerSuffix)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("reading the checkpoint's boot marker: %w", err)
+	}
+	return strings.TrimSpace(string(raw)), nil
+}
+
+func (c *Checkpoint) load(ctx context.Context, markedBoot string) error {
+	logger := klog.FromContext(ctx)
+	path, bootID := c.path, c.bootID
 	raw, err := os.ReadFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return c, nil
+		return nil
 	case err != nil:
-		return nil, fmt.Errorf("reading checkpoint %s: %w", path, err)
+		return fmt.Errorf("reading checkpoint %s: %w", path, err)
 	}
 	d, err := Decode(raw)
 	if err != nil {
 		aside := fmt.Sprintf("%s.corrupt-%d", path, time.Now().Unix())
 		if renameErr := os.Rename(path, aside); renameErr != nil {
-			return nil, fmt.Errorf("checkpoint %s is unreadable (%v) and could not be moved aside: %w", path, err, renameErr)
+			return fmt.Errorf("checkpoint %s is unreadable (%v) and could not be moved aside: %w", path, err, renameErr)
+		}
+		if markedBoot != "" && markedBoot != bootID {
+			// Written, unsynced, in an earlier boot: a power loss may tear
+			// it, and whatever it said is void after the reboot anyway.
+			logger.Info("Checkpoint of another boot is unreadable (torn by a power loss?); moved aside and discarded like any checkpoint of another boot", "path", path, "movedTo", aside, "reason", err.Error())
+			return nil
 		}
 		c.unreadable = fmt.Sprintf("%v; moved to %s", err, aside)
 		logger.Error(err, "Checkpoint unreadable; moved aside, starting empty. CDI specs and MPS daemons on this node are kept until the kubelet unprepares their claims", "path", path, "movedTo", aside)
-		return c, nil
+		return nil
 	}
 	if d.BootID != bootID {
 		logger.Info("Checkpoint is from another boot; prepared claims did not survive the reboot", "path", path, "claims", len(d.Claims)+len(d.Quarantined))
-		return c, nil
+		return nil
 	}
 	for uid, e := range d.Claims {
 		c.slots[uid] = slot{entry: e, enc: d.raw[uid]}
@@ -138,7 +202,7 @@ func Open(ctx context.Context, path, bootID string) (*Checkpoint, error) {
 		c.slots[uid] = slot{quarantined: &q, enc: q.Raw}
 		logger.Error(errors.New(q.Reason), "Checkpoint entry not understood by this plugin version; quarantined: kept as it is, and its CDI spec and MPS daemon are not removed", "path", path, "claimUID", uid)
 	}
-	return c, nil
+	return nil
 }
 
 // Decode parses and verifies a checkpoint file of any version this release
@@ -316,26 +380,42 @@ func (c *Checkpoint) Quarantined() []Quarantined {
 // claim) and persists it. An entry this release could not read back is
 // refused.
 func (c *Checkpoint) Put(e Entry) error {
+	persist, err := c.Stage(e)
+	if err != nil {
+		return err
+	}
+	return persist()
+}
+
+// Stage records e in memory, where Get and Entries see it at once, and
+// returns the function that persists it; until that returns nil the entry
+// must be treated as not written. A failed persist removes the staged
+// entry again (unless a later change of the claim replaced it). Stage lets
+// a caller order entries under its own lock without holding that lock
+// across the file write.
+func (c *Checkpoint) Stage(e Entry) (persist func() error, err error) {
 	uid := e.Plan.UID
 	v := toV1(&e)
 	if err := understoodV1(string(uid), &v); err != nil {
-		return fmt.Errorf("checkpoint entry of claim %s/%s: %w", e.Plan.Namespace, e.Plan.Name, err)
+		return nil, fmt.Errorf("checkpoint entry of claim %s/%s: %w", e.Plan.Namespace, e.Plan.Name, err)
 	}
 	enc, err := encodeEntry(&e)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	c.mu.Lock()
 	prev, had := c.slots[uid]
 	c.slots[uid] = slot{entry: e, enc: enc}
 	gen := c.bump(uid)
 	c.mu.Unlock()
-	if err := c.commit(gen); err != nil {
-		// Memory must not run ahead of disk.
-		c.undo(uid, gen, prev, had)
-		return err
-	}
-	return nil
+	return func() error {
+		if err := c.commit(gen); err != nil {
+			// Memory must not run ahead of disk.
+			c.undo(uid, gen, prev, had)
+			return err
+		}
+		return nil
+	}, nil
 }
 
 // Delete forgets a claim, quarantined or not, and persists that; an
@@ -398,45 +478,16 @@ func (c *Checkpoint) commit(gen uint64) error {
 	if err != nil {
 		return err
 	}
-	if err := writeAtomically(c.path, raw); err != nil {
+	if err := c.writeAtomically(raw); err != nil {
 		return err
 	}
 	c.flushed = snapshot
 	return nil
 }
 
-func writeAtomically(path string, raw []byte) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return fmt.Errorf("creating checkpoint directory: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("creating checkpoint temp file: %w", err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }() // a no-op after the rename
-	if _, err := tmp.Write(raw); err != nil {
-		_ = tmp.Close()
+func (c *Checkpoint) writeAtomically(raw []byte) error {
+	if err := filewrite.Atomic(c.path, raw, 0o600, c.counter); err != nil {
 		return fmt.Errorf("writing checkpoint: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		_ = tmp.Close()
-		return fmt.Errorf("syncing checkpoint: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("closing checkpoint: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("replacing checkpoint: %w", err)
-	}
-	// The rename is durable only once the directory entry is.
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("opening checkpoint directory: %w", err)
-	}
-	defer func() { _ = d.Close() }()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("syncing checkpoint directory: %w", err)
 	}
 	return nil
 }

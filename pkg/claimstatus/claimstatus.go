@@ -154,6 +154,9 @@ type key struct {
 type desired struct {
 	claim *plan.Claim
 	mps   *MPSServer
+	// notBefore delays a clear (see SetClearDelay); zero for writes made
+	// as soon as a worker is free.
+	notBefore time.Time
 }
 
 // Writer applies claim status in the background.
@@ -164,11 +167,23 @@ type Writer struct {
 
 	mu      sync.Mutex
 	desired map[key]desired
+	// seen is the latest claim object known for a key (the kubelet
+	// helper's read at Prepare, then this writer's own update), so a
+	// status write is one UpdateStatus instead of a GET and an update; a
+	// conflict falls back to the GET. Guarded by mu.
+	seen map[key]*resourceapi.ResourceClaim
 	// incidents are conditions set by SetShareCondition, kept through
 	// later rewrites of the claim's status (incidents.go).
 	incidents map[key]map[shareCondition]metav1.Condition
 
 	failpoint func(name string) error
+	// clearDelay holds back the clearing write of an unprepared claim
+	// (SetClearDelay); flushTimeout bounds the writes of what is still
+	// pending when Run ends.
+	clearDelay   time.Duration
+	flushTimeout time.Duration
+	// now is time.Now, replaceable in tests.
+	now func() time.Time
 }
 
 // SetFailpoint installs a crash-test hook called after every successful
@@ -187,8 +202,45 @@ func NewWriter(client kubernetes.Interface, fieldManager string) *Writer {
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[key](),
 			workqueue.TypedRateLimitingQueueConfig[key]{Name: "gpufrac-claim-status"}),
-		desired: map[key]desired{},
+		desired:      map[key]desired{},
+		seen:         map[key]*resourceapi.ResourceClaim{},
+		flushTimeout: DefaultFlushTimeout,
+		now:          time.Now,
 	}
+}
+
+// Seen offers a claim object just read from the API server (the kubelet
+// helper reads each claim before Prepare) as the base of the claim's next
+// status write, unless a newer one (this writer's own update) is known.
+// The object is not modified.
+func (w *Writer) Seen(claim *resourceapi.ResourceClaim) {
+	k := key{claim.Namespace, claim.Name, claim.UID}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.seen[k]; !ok {
+		w.seen[k] = claim
+	}
+}
+
+// ForgetSeen drops what Seen offered, for a claim whose Prepare failed and
+// so gets no status write.
+func (w *Writer) ForgetSeen(namespace, name string, uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.seen, key{namespace, name, uid})
+}
+
+// takeSeen returns a copy of the known object of k, forgetting it: it is
+// either updated (and the result stored again) or found stale.
+func (w *Writer) takeSeen(k key) *resourceapi.ResourceClaim {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	claim, ok := w.seen[k]
+	if !ok {
+		return nil
+	}
+	delete(w.seen, k)
+	return claim.DeepCopy()
 }
 
 // Prepared records that c is prepared; the status follows.
@@ -196,9 +248,22 @@ func (w *Writer) Prepared(c *plan.Claim) {
 	w.set(key{c.Namespace, c.Name, c.UID}, desired{claim: c})
 }
 
-// Unprepared records that a claim is no longer prepared here.
+// Unprepared records that a claim is no longer prepared here. With a
+// clear delay the write waits for it (coalesce.go); the copy Seen or the
+// last update left is dropped, as after the delay it is likely stale (a
+// short job's claim is deleted or deallocated by then), so the clear reads
+// the claim afresh.
 func (w *Writer) Unprepared(namespace, name string, uid types.UID) {
-	w.set(key{namespace, name, uid}, desired{})
+	k := key{namespace, name, uid}
+	if w.clearDelay <= 0 {
+		w.set(k, desired{})
+		return
+	}
+	w.mu.Lock()
+	w.desired[k] = desired{notBefore: w.now().Add(w.clearDelay)}
+	delete(w.seen, k)
+	w.mu.Unlock()
+	w.queue.AddAfter(k, w.clearDelay)
 }
 
 // MPSServerState records the state of prepared claim c's MPS server.
@@ -227,6 +292,7 @@ func (w *Writer) Run(ctx context.Context, workers int) {
 	<-ctx.Done()
 	w.queue.ShutDown()
 	wg.Wait()
+	w.flush(ctx)
 }
 
 func (w *Writer) work(ctx context.Context) {
@@ -243,8 +309,19 @@ func (w *Writer) processNext(ctx context.Context) bool {
 	logger := klog.FromContext(ctx).WithValues("claim", klog.KRef(k.namespace, k.name), "claimUID", k.uid)
 
 	w.mu.Lock()
-	d := w.desired[k]
+	d, ok := w.desired[k]
 	w.mu.Unlock()
+	if !ok {
+		// Written already: a delayed clear's timer fired after a
+		// re-prepare's write replaced and completed it.
+		w.queue.Forget(k)
+		return true
+	}
+	if wait := d.notBefore.Sub(w.now()); d.claim == nil && wait > 0 {
+		// A clear queued early (the key was queued already, or a retry).
+		w.queue.AddAfter(k, wait)
+		return true
+	}
 
 	err := w.apply(ctx, k.namespace, k.name, k.uid, d)
 	if err == nil && w.failpoint != nil {
@@ -282,23 +359,43 @@ func (w *Writer) apply(ctx context.Context, namespace, name string, uid types.UI
 	}
 	want = w.withIncidents(key{namespace, name, uid}, d.claim, want)
 	claims := w.client.ResourceV1().ResourceClaims(namespace)
+	k := key{namespace, name, uid}
 	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		claim, err := claims.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
+		claim := w.takeSeen(k)
+		if claim == nil {
+			var err error
+			if claim, err = claims.Get(ctx, name, metav1.GetOptions{}); err != nil {
+				return err
+			}
 		}
 		if claim.UID != uid {
+			return nil
+		}
+		ours := slices.DeleteFunc(slices.Clone(claim.Status.Devices), func(d resourceapi.AllocatedDeviceStatus) bool {
+			return d.Driver != v1alpha1.DriverName
+		})
+		want = keepTransitionTimes(ours, want)
+		if upToDate(ours, want) {
+			if d.claim != nil {
+				w.mu.Lock()
+				if _, ok := w.seen[k]; !ok {
+					w.seen[k] = claim
+				}
+				w.mu.Unlock()
+			}
 			return nil
 		}
 		devices := slices.DeleteFunc(slices.Clone(claim.Status.Devices), func(d resourceapi.AllocatedDeviceStatus) bool {
 			return d.Driver == v1alpha1.DriverName
 		})
-		devices = append(devices, want...)
-		if len(devices) == 0 && len(claim.Status.Devices) == 0 {
-			return nil
+		claim.Status.Devices = append(devices, want...)
+		updated, err := claims.UpdateStatus(ctx, claim, metav1.UpdateOptions{FieldManager: w.fieldManager})
+		if err == nil && d.claim != nil {
+			// Still prepared: the base of its next write (Unprepare's).
+			w.mu.Lock()
+			w.seen[k] = updated
+			w.mu.Unlock()
 		}
-		claim.Status.Devices = devices
-		_, err = claims.UpdateStatus(ctx, claim, metav1.UpdateOptions{FieldManager: w.fieldManager})
 		return err
 	})
 	if err != nil {

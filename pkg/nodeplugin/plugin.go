@@ -22,6 +22,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/checkpoint"
 	"github.com/gpufrac/gpufrac/pkg/claimstatus"
+	"github.com/gpufrac/gpufrac/pkg/filewrite"
 	"github.com/gpufrac/gpufrac/pkg/fractionmetrics"
 	"github.com/gpufrac/gpufrac/pkg/health"
 	"github.com/gpufrac/gpufrac/pkg/incident"
@@ -64,8 +65,14 @@ type Config struct {
 	// HardLimitBand is how close to its hard limit a container counts as
 	// at it (incident.Band); zero is incident.DefaultBand.
 	HardLimitBand incident.Band
+	// WriteCounter, when set, counts the checkpoint's and CDI specs' file
+	// writes and fsyncs (benchmarks report them per claim).
+	WriteCounter *filewrite.Counter
 	// Failpoint is for crash tests only; see preparer.Config.
 	Failpoint func(name string) error
+	// StatusClearDelay holds back the write that clears an unprepared
+	// claim's status (claimstatus.Writer.SetClearDelay); 0 writes at once.
+	StatusClearDelay time.Duration
 	// OnFatal is called for background errors that retrying cannot fix,
 	// such as slices the API server rejects; the caller should shut down.
 	OnFatal func(error)
@@ -132,6 +139,7 @@ type Plugin struct {
 	metrics   *fractionmetrics.Collector
 	events    *eventReporter
 	helper    *kubeletplugin.Helper
+	status    *claimstatus.Writer
 	cancel    context.CancelFunc
 	done      sync.WaitGroup
 	// ready is closed once this instance holds the instance lock and has
@@ -179,12 +187,13 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	if p.lock, err = lockInstance(ctx, cfg.PluginDataDir); err != nil {
 		return nil, err
 	}
-	ckpt, err := checkpoint.Open(ctx, filepath.Join(cfg.PluginDataDir, CheckpointFile), cfg.BootID)
+	ckpt, err := checkpoint.Open(ctx, filepath.Join(cfg.PluginDataDir, CheckpointFile), cfg.BootID, checkpoint.WithCounter(cfg.WriteCounter))
 	if err != nil {
 		return nil, err
 	}
 	// The hook records each container here for per-fraction metrics.
 	cfg.CDI.RecordDir = filepath.Join(cfg.PluginDataDir, "containers")
+	cfg.CDI.Counter = cfg.WriteCounter
 	cdi, err := cdispec.NewWriter(cfg.CDIRoot, cfg.CDI)
 	if err != nil {
 		return nil, err
@@ -192,6 +201,8 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 
 	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
 	status.SetFailpoint(cfg.Failpoint)
+	status.SetClearDelay(cfg.StatusClearDelay)
+	p.status = status
 	events := newEventReporter(bgCtx, cfg.KubeClient, cfg.NodeName, status)
 	p.events = events
 	p.done.Add(1)
@@ -369,7 +380,12 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	for i, claim := range claims {
 		wg.Go(func() {
 			start := time.Now()
+			// The helper just read the claim: its status write needs no GET.
+			p.status.Seen(claim)
 			devs, err := p.preparer.Prepare(ctx, claim)
+			if err != nil {
+				p.status.ForgetSeen(claim.Namespace, claim.Name, claim.UID)
+			}
 			p.metrics.ObservePrepare(time.Since(start), failureReason(err))
 			results[i] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
 		})

@@ -12,8 +12,8 @@ import (
 
 // BenchmarkPrepareUnprepare measures one Prepare and one Unprepare of a
 // fresh claim, the work the plugin does per pod start and stop: plan,
-// two checkpoint writes with fsync, the CDI spec, and the unprepare's
-// removals. Run with -cpu to compare the serial path with parallel
+// two atomic checkpoint writes (no fsync, docs/reliability.md), the CDI
+// spec, and the unprepare's removals. Run with -cpu to compare the serial path with parallel
 // claims: go test -bench PrepareUnprepare -cpu 1,2,4 ./pkg/preparer
 func BenchmarkPrepareUnprepare(b *testing.B) {
 	t := &testing.T{}

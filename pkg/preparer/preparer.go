@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/keymutex"
 
 	"github.com/gpufrac/gpufrac/pkg/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/checkpoint"
@@ -72,15 +71,16 @@ type Config struct {
 // parallel, calls for the same claim one after the other.
 type Preparer struct {
 	cfg   Config
-	locks keymutex.KeyMutex
-	// admit serialises the mode-conflict check with the Started record, so
-	// two claims of different modes cannot both pass it for one GPU.
+	locks *claimLocks
+	// admit serialises the mode-conflict check with staging the Started
+	// record, so two claims of different modes cannot both pass it for one
+	// GPU. The record's file write happens after admit is released.
 	admit sync.Mutex
 }
 
 // New returns a Preparer. Call Recover before serving the kubelet.
 func New(cfg Config) *Preparer {
-	return &Preparer{cfg: cfg, locks: keymutex.NewHashed(0)}
+	return &Preparer{cfg: cfg, locks: newClaimLocks()}
 }
 
 // ErrNoMPS fails claims whose plan binds them to an MPS server (SMSharing
@@ -102,9 +102,7 @@ func (p *Preparer) failpoint(name string) error {
 // kubelet. A claim prepared before (even by an earlier process) returns the
 // same devices without redoing its side effects.
 func (p *Preparer) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
-	p.locks.LockKey(string(claim.UID))
-	defer func() { _ = p.locks.UnlockKey(string(claim.UID)) }()
-	logger := klog.FromContext(ctx).WithValues("claim", klog.KObj(claim), "claimUID", claim.UID)
+	defer p.locks.lock(claim.UID)()
 
 	if entry, ok := p.cfg.Checkpoint.Get(claim.UID); ok {
 		if entry.State == checkpoint.Completed {
@@ -112,7 +110,7 @@ func (p *Preparer) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim
 		}
 		// An earlier attempt stopped halfway (crash or error): undo it and
 		// start over, so every side effect comes from one attempt.
-		logger.Info("Rolling back an unfinished earlier Prepare")
+		klog.FromContext(ctx).Info("Rolling back an unfinished earlier Prepare", "claim", klog.KObj(claim), "claimUID", claim.UID)
 		if err := p.rollback(ctx, &entry.Plan); err != nil {
 			return nil, fmt.Errorf("rolling back the unfinished Prepare of claim %s/%s: %w", claim.Namespace, claim.Name, err)
 		}
@@ -136,7 +134,9 @@ func (p *Preparer) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim
 		p.report(claim, err)
 		return nil, err
 	}
-	logger.V(2).Info("Prepared claim", "devices", len(pl.Devices))
+	if logger := klog.FromContext(ctx).V(2); logger.Enabled() {
+		logger.Info("Prepared claim", "claim", klog.KObj(claim), "claimUID", claim.UID, "devices", len(pl.Devices))
+	}
 	return devices(pl), nil
 }
 
@@ -184,7 +184,21 @@ func (p *Preparer) apply(ctx context.Context, pl *plan.Claim) error {
 
 // admitClaim records the start of a Prepare unless the claim's compute
 // mode conflicts with a claim prepared (or being prepared) on its GPUs.
+// The Started record is staged under admit, so the next claim's check sees
+// it, and written after admit is released, so concurrent Prepares share
+// the write (group commit) instead of queueing one write each behind admit.
 func (p *Preparer) admitClaim(pl *plan.Claim) error {
+	persist, err := p.stageStarted(pl)
+	if err != nil {
+		return err
+	}
+	if err := persist(); err != nil {
+		return fmt.Errorf("recording Prepare of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	}
+	return nil
+}
+
+func (p *Preparer) stageStarted(pl *plan.Claim) (persist func() error, err error) {
 	p.admit.Lock()
 	defer p.admit.Unlock()
 	var others []plan.Claim
@@ -192,12 +206,13 @@ func (p *Preparer) admitClaim(pl *plan.Claim) error {
 		others = append(others, e.Plan)
 	}
 	if err := plan.CheckModeConflicts(pl, others); err != nil {
-		return err
+		return nil, err
 	}
-	if err := p.cfg.Checkpoint.Put(checkpoint.Entry{State: checkpoint.Started, Plan: *pl}); err != nil {
-		return fmt.Errorf("recording Prepare of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	persist, err = p.cfg.Checkpoint.Stage(checkpoint.Entry{State: checkpoint.Started, Plan: *pl})
+	if err != nil {
+		return nil, fmt.Errorf("recording Prepare of claim %s/%s: %w", pl.Namespace, pl.Name, err)
 	}
-	return nil
+	return persist, nil
 }
 
 // resume answers a repeated Prepare of a completed claim. Only a CDI spec
@@ -242,8 +257,7 @@ func (p *Preparer) rollback(ctx context.Context, pl *plan.Claim) error {
 // Unprepare undoes Prepare. A claim this node never prepared (or already
 // unprepared) succeeds.
 func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedObject) error {
-	p.locks.LockKey(string(ref.UID))
-	defer func() { _ = p.locks.UnlockKey(string(ref.UID)) }()
+	defer p.locks.lock(ref.UID)()
 
 	entry, ok := p.cfg.Checkpoint.Get(ref.UID)
 	if !ok {

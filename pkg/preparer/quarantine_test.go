@@ -84,7 +84,7 @@ func TestCheckpointUnknownEntryIsQuarantinedNotDeleted(t *testing.T) {
 	}
 	var p *preparer.Preparer
 	manager, err := mps.NewManager(mps.Config{Client: client, Namespace: "gpufrac-system", NodeName: node,
-		Template: templates.MPSControlDaemon, Image: "gpufrac/mps:test", Version: e.inv.MPSVersion, DriverVersion: e.inv.DriverVersion,
+		Template: templates.MPSControlDaemon, Image: "gpufrac/mps:test", DriverRoot: "/", Version: e.inv.MPSVersion, DriverVersion: e.inv.DriverVersion,
 		ReadyTimeout: time.Second, KeepUnused: func() string { return p.Uncertain() }})
 	if err != nil {
 		t.Fatal(err)
