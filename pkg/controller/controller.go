@@ -42,6 +42,9 @@ type Config struct {
 	CertDir string
 	Cert    webhookcert.Config
 	KAI     kai.Options
+	// PackingLabels keeps the node label the packing webhook's node
+	// affinity prefers (pkg/packinglabel); it needs nodes patch rights.
+	PackingLabels bool
 	// Ready is called once the webhooks serve (tests wait on it).
 	Ready func(address string)
 }
@@ -76,9 +79,11 @@ func Run(ctx context.Context, cfg Config) error {
 	cluster := webhook.NewInformerCluster(factory)
 	claims := webhook.NewInformerClaims(factory, cfg.Client)
 	// The node label the packing webhook's node affinity prefers.
-	labels, err := packinglabel.New(factory, cfg.Client)
-	if err != nil {
-		return err
+	var labels *packinglabel.Loop
+	if cfg.PackingLabels {
+		if labels, err = packinglabel.New(factory, cfg.Client); err != nil {
+			return err
+		}
 	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
@@ -101,7 +106,9 @@ func Run(ctx context.Context, cfg Config) error {
 		defer f.Shutdown()
 	}
 	wg.Go(func() { loop.run(ctx, 2) })
-	wg.Go(func() { labels.Run(ctx, 2) })
+	if labels != nil {
+		wg.Go(func() { labels.Run(ctx, 2) })
+	}
 
 	srv := &webhook.Server{Cluster: cluster, Reader: cfg.Client, KAI: cfg.KAI, Claims: claims}
 	lis, err := net.Listen("tcp", cfg.WebhookAddress)
