@@ -59,7 +59,9 @@ func TestGPUsInUse(t *testing.T) {
 }
 
 func TestPatch(t *testing.T) {
-	node := func(labels map[string]string) *v1.Node { return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels}} }
+	node := func(labels map[string]string) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels}}
+	}
 	for _, tc := range []struct {
 		name string
 		node *v1.Node

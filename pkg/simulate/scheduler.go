@@ -67,11 +67,11 @@ func (s Scheduler) numFeasibleNodesToFind(nodes int) int {
 
 // schedState is what the model tracks between pods.
 type schedState struct {
-	s         Scheduler
-	rng       *rand.Rand
-	nodes     []string
-	start     int
-	pods      map[string]int
+	s     Scheduler
+	rng   *rand.Rand
+	nodes []string
+	start int
+	pods  map[string]int
 	// gpus are the devices in use per node.
 	gpus map[string]map[string]bool
 }
