@@ -293,19 +293,19 @@ func (l *Loop) patch(ctx context.Context, node *v1.Node, want string) error {
 	return nil
 }
 
-// designate keeps exactly one empty GPU node labelled Designated, while
+// designate keeps one empty GPU node per pool labelled Designated, while
 // there is one.
 func (l *Loop) designate(ctx context.Context) error {
 	nodes, err := l.nodes.List(labels.Everything())
 	if err != nil {
 		return err
 	}
-	slices, err := l.slices.List(labels.Everything())
+	all, err := l.slices.List(labels.Everything())
 	if err != nil {
 		return err
 	}
 	gpuNodes := sets.New[string]()
-	for _, s := range slices {
+	for _, s := range all {
 		if s.Spec.Driver == v1alpha1.DriverName && s.Spec.NodeName != nil && len(s.Spec.Devices) > 0 {
 			gpuNodes.Insert(*s.Spec.NodeName)
 		}
@@ -316,39 +316,54 @@ func (l *Loop) designate(ctx context.Context) error {
 			return err
 		}
 	}
-	if keep != nil {
-		return l.patch(ctx, keep, Designated)
+	for _, n := range keep {
+		if err := l.patch(ctx, n, Designated); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// Designate picks the node to fill next: the designated one if it is still
-// a schedulable, empty GPU node (the first by name when there are more),
-// else the first such node by name without the label. drop are the other
+// Designate picks the nodes to fill next, one per pool: GPU nodes with the
+// same taints form a pool (GPU pools are commonly kept apart by taints, and
+// a pod that does not tolerate a pool's taints could not use its designated
+// node). In each pool it keeps the designated node if it is still a
+// schedulable, empty GPU node (the first by name when there are more), else
+// picks the first such node by name without the label. drop are the other
 // designated nodes.
-func Designate(nodes []*v1.Node, gpuNodes sets.Set[string]) (keep *v1.Node, drop []*v1.Node) {
+func Designate(nodes []*v1.Node, gpuNodes sets.Set[string]) (keep, drop []*v1.Node) {
 	sorted := slices.Clone(nodes)
 	slices.SortFunc(sorted, func(a, b *v1.Node) int { return strings.Compare(a.Name, b.Name) })
 	eligible := func(n *v1.Node) bool { return gpuNodes.Has(n.Name) && !n.Spec.Unschedulable }
+	kept := map[string]bool{}
 	for _, n := range sorted {
 		if n.Labels[LabelGPUsInUse] != Designated {
 			continue
 		}
-		if keep == nil && eligible(n) {
-			keep = n
+		if p := pool(n); !kept[p] && eligible(n) {
+			kept[p] = true
+			keep = append(keep, n)
 			continue
 		}
 		drop = append(drop, n)
 	}
-	if keep != nil {
-		return keep, drop
-	}
 	for _, n := range sorted {
-		if _, labelled := n.Labels[LabelGPUsInUse]; !labelled && eligible(n) {
-			return n, drop
+		if _, labelled := n.Labels[LabelGPUsInUse]; !labelled && eligible(n) && !kept[pool(n)] {
+			kept[pool(n)] = true
+			keep = append(keep, n)
 		}
 	}
-	return nil, drop
+	return keep, drop
+}
+
+// pool is the key of a node's pool: its taints.
+func pool(n *v1.Node) string {
+	keys := make([]string, 0, len(n.Spec.Taints))
+	for _, t := range n.Spec.Taints {
+		keys = append(keys, t.Key+"="+t.Value+":"+string(t.Effect))
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ",")
 }
 
 func labelSelectorExists() labels.Selector {

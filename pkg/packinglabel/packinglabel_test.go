@@ -90,33 +90,33 @@ func TestDesignate(t *testing.T) {
 		return n
 	}
 	gpus := sets.New("a", "b", "c", "d")
-	name := func(n *v1.Node) string {
-		if n == nil {
-			return ""
+	tainted := node("c", "", false)
+	tainted.Spec.Taints = []v1.Taint{{Key: "pool", Value: "b", Effect: v1.TaintEffectNoSchedule}}
+	names := func(nodes []*v1.Node) []string {
+		var out []string
+		for _, n := range nodes {
+			out = append(out, n.Name)
 		}
-		return n.Name
+		return out
 	}
 	for _, tc := range []struct {
 		name  string
 		nodes []*v1.Node
-		keep  string
+		keep  []string
 		drop  []string
 	}{
-		{name: "first empty GPU node by name", nodes: []*v1.Node{node("x", "", false), node("c", "", false), node("b", "", false)}, keep: "b"},
-		{name: "skips nodes in use and cordoned ones", nodes: []*v1.Node{node("a", "3", false), node("b", "", true), node("c", "", false)}, keep: "c"},
-		{name: "keeps the designated one", nodes: []*v1.Node{node("a", "", false), node("c", packinglabel.Designated, false)}, keep: "c"},
+		{name: "first empty GPU node by name", nodes: []*v1.Node{node("x", "", false), node("c", "", false), node("b", "", false)}, keep: []string{"b"}},
+		{name: "skips nodes in use and cordoned ones", nodes: []*v1.Node{node("a", "3", false), node("b", "", true), node("c", "", false)}, keep: []string{"c"}},
+		{name: "keeps the designated one", nodes: []*v1.Node{node("a", "", false), node("c", packinglabel.Designated, false)}, keep: []string{"c"}},
 		{name: "drops extra and cordoned designations", nodes: []*v1.Node{node("a", packinglabel.Designated, true), node("b", packinglabel.Designated, false),
-			node("d", packinglabel.Designated, false)}, keep: "b", drop: []string{"a", "d"}},
+			node("d", packinglabel.Designated, false)}, keep: []string{"b"}, drop: []string{"a", "d"}},
+		{name: "one per pool of taints", nodes: []*v1.Node{node("a", "1", false), node("b", "", false), tainted, node("d", "", false)}, keep: []string{"b", "c"}},
 		{name: "no GPU node left", nodes: []*v1.Node{node("a", "8", false), node("x", "", false)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			keep, drop := packinglabel.Designate(tc.nodes, gpus)
-			var dropped []string
-			for _, d := range drop {
-				dropped = append(dropped, d.Name)
-			}
-			if name(keep) != tc.keep || !sets.New(dropped...).Equal(sets.New(tc.drop...)) {
-				t.Errorf("Designate = %q, drop %v; want %q, drop %v", name(keep), dropped, tc.keep, tc.drop)
+			if !sets.New(names(keep)...).Equal(sets.New(tc.keep...)) || !sets.New(names(drop)...).Equal(sets.New(tc.drop...)) {
+				t.Errorf("Designate = %v, drop %v; want %v, drop %v", names(keep), names(drop), tc.keep, tc.drop)
 			}
 		})
 	}
