@@ -21,19 +21,22 @@ import (
 // nodes where a pod's claims fit it picks by its other scores (with the
 // default profile, least allocated CPU and memory, which spreads pods) and
 // at random among equal ones, so fractions end up one per GPU across the
-// cluster. A preferred pod affinity between fraction pods, by hostname,
-// makes the InterPodAffinity score (weight 2 in the default profile) favour
-// the nodes that already hold fractions; inside a node the allocator takes
-// GPUs first fit in slice order, which packs GPUs. Nothing but the pod's own
-// spec changes, so it works with the unmodified scheduler of any cluster,
-// managed ones included, and it never blocks scheduling: when the
-// controller is down pods are admitted without the affinity (the webhook
-// fails open) and only lose packing.
+// cluster. Preferred node-affinity terms over the label gpufrac-controller
+// keeps on GPU nodes (pkg/packinglabel: GPUs in use) make the NodeAffinity
+// score (weight 2 in the default profile) favour the nodes whose GPUs are
+// most in use; inside a node the allocator takes GPUs first fit in slice
+// order, which packs GPUs. A pod affinity among fraction pods did the same
+// but cost the scheduler a pass over every pod in the cluster for every pod
+// (docs/packing-scheduler.md). Nothing but the pod's own spec changes, so
+// it works with the unmodified scheduler of any cluster, managed ones
+// included, and it never blocks scheduling: when the controller is down
+// pods are admitted without the terms (the webhook fails open), labels
+// stop following, and pods only lose packing.
 const (
 	// PathPackPods is the packing webhook's path.
 	PathPackPods = "/pack-pods"
-	// LabelFraction marks pods that hold gpufrac fractions; the affinity
-	// term selects it.
+	// LabelFraction marks pods that hold gpufrac fractions (the webhook
+	// added the packing terms).
 	LabelFraction = "gpufrac.dev/fraction"
 	// AnnotationPacking set to "false" on a pod keeps the webhook away
 	// from it (a workload with placement rules of its own).
