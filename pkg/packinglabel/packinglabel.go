@@ -22,6 +22,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
@@ -79,11 +80,15 @@ func AllocatedNode(claim *resourceapi.ResourceClaim) string {
 	return ""
 }
 
-// GPUsInUse counts the distinct gpufrac devices the claims hold.
+// GPUsInUse counts the distinct gpufrac devices the claims that ask for a
+// fraction hold. Whole-GPU claims (no memory request) are left out: the
+// packing webhook does not draw them to fraction nodes, and a node they
+// alone use must not draw fractions either (measured: whole-GPU pods, placed
+// on the emptiest nodes, pulled fractions after them and opened nodes).
 func GPUsInUse(claims []*resourceapi.ResourceClaim) int {
 	devices := sets.New[string]()
 	for _, c := range claims {
-		if c.Status.Allocation == nil {
+		if c.Status.Allocation == nil || !asksFraction(&c.Spec) {
 			continue
 		}
 		for _, r := range c.Status.Allocation.Devices.Results {
@@ -198,6 +203,29 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface) (
 	return l, nil
 }
 
+// asksFraction tells whether a claim has a request with a memory capacity
+// request (of any class: only its gpufrac.dev results are counted).
+func asksFraction(spec *resourceapi.ResourceClaimSpec) bool {
+	has := func(c *resourceapi.CapacityRequirements) bool {
+		if c == nil {
+			return false
+		}
+		_, ok := c.Requests["memory"]
+		return ok
+	}
+	for _, r := range spec.Devices.Requests {
+		if r.Exactly != nil && has(r.Exactly.Capacity) {
+			return true
+		}
+		for _, sub := range r.FirstAvailable {
+			if has(sub.Capacity) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // stripClaim keeps what AllocatedNode and GPUsInUse read.
 func stripClaim(obj any) (any, error) {
 	c, ok := obj.(*resourceapi.ResourceClaim)
@@ -205,6 +233,11 @@ func stripClaim(obj any) (any, error) {
 		return obj, nil
 	}
 	out := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion}}
+	if asksFraction(&c.Spec) {
+		// The one spec fact GPUsInUse reads, kept as a minimal request.
+		out.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "fraction", Exactly: &resourceapi.ExactDeviceRequest{
+			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": {}}}}}}
+	}
 	if a := c.Status.Allocation; a != nil {
 		out.Status.Allocation = &resourceapi.AllocationResult{NodeSelector: a.NodeSelector, Devices: resourceapi.DeviceAllocationResult{Results: a.Devices.Results}}
 	}

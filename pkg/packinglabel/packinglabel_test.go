@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -19,6 +20,8 @@ import (
 
 func claim(name, node string, devices ...string) *resourceapi.ResourceClaim {
 	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}
+	c.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpufrac.dev",
+		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("16Gi")}}}}}
 	if node == "" {
 		return c
 	}
@@ -32,6 +35,8 @@ func claim(name, node string, devices ...string) *resourceapi.ResourceClaim {
 }
 
 func TestGPUsInUse(t *testing.T) {
+	whole := claim("whole", "n1", "gpu-2")
+	whole.Spec.Devices.Requests[0].Exactly.Capacity = nil
 	other := claim("other", "n1", "gpu-0")
 	other.Status.Allocation.Devices.Results[0].Driver = "gpu.nvidia.com"
 	for _, tc := range []struct {
@@ -44,6 +49,7 @@ func TestGPUsInUse(t *testing.T) {
 		{name: "unallocated", claims: []*resourceapi.ResourceClaim{claim("a", "")}, want: 0, label: ""},
 		{name: "two shares of one GPU", claims: []*resourceapi.ResourceClaim{claim("a", "n1", "gpu-0"), claim("b", "n1", "gpu-0")}, want: 1, label: "1"},
 		{name: "two GPUs", claims: []*resourceapi.ResourceClaim{claim("a", "n1", "gpu-0"), claim("b", "n1", "gpu-3")}, want: 2, label: "2"},
+		{name: "a whole-GPU claim is not counted", claims: []*resourceapi.ResourceClaim{whole, claim("b", "n1", "gpu-1")}, want: 1, label: "1"},
 		{name: "another driver's device is not counted", claims: []*resourceapi.ResourceClaim{other, claim("b", "n1", "gpu-1")}, want: 1, label: "1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

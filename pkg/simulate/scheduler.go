@@ -151,7 +151,11 @@ func (st *schedState) place(ctx context.Context, cl *placement.Cluster, fraction
 	chosen := fits[best]
 	cl.Record(chosen.Results...)
 	st.pods[chosen.Node]++
+	// The label counts the GPUs that fraction claims hold (packinglabel).
 	for _, r := range chosen.Results {
+		if !fraction {
+			break
+		}
 		for _, d := range r.Devices.Results {
 			if st.gpus[chosen.Node] == nil {
 				st.gpus[chosen.Node] = map[string]bool{}
@@ -164,7 +168,7 @@ func (st *schedState) place(ctx context.Context, cl *placement.Cluster, fraction
 
 // packingLevel is how many of the packing webhook's node-affinity terms
 // (webhook.PackingTerms) node matches, with the label the controller keeps
-// (packinglabel): one per GPU in use up to eight, one on the designated
+// (packinglabel): one per GPU that fractions use, up to eight, one on the designated
 // empty node. The model writes labels at once; the controller writes them
 // a watch and a patch after the allocation.
 func (st *schedState) packingLevel(node, designated string) int {
