@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/pkg/kai"
 	"github.com/gpufrac/gpufrac/pkg/metricsserver"
+	"github.com/gpufrac/gpufrac/pkg/packinglabel"
 	"github.com/gpufrac/gpufrac/pkg/webhook"
 	"github.com/gpufrac/gpufrac/pkg/webhookcert"
 )
@@ -41,6 +42,9 @@ type Config struct {
 	CertDir string
 	Cert    webhookcert.Config
 	KAI     kai.Options
+	// PackingLabels keeps the node label the packing webhook's node
+	// affinity prefers (pkg/packinglabel); it needs nodes patch rights.
+	PackingLabels bool
 	// Ready is called once the webhooks serve (tests wait on it).
 	Ready func(address string)
 }
@@ -74,6 +78,13 @@ func Run(ctx context.Context, cfg Config) error {
 	factory := informers.NewSharedInformerFactory(cfg.Client, 10*time.Minute)
 	cluster := webhook.NewInformerCluster(factory)
 	claims := webhook.NewInformerClaims(factory, cfg.Client)
+	// The node label the packing webhook's node affinity prefers.
+	var labels *packinglabel.Loop
+	if cfg.PackingLabels {
+		if labels, err = packinglabel.New(factory, cfg.Client); err != nil {
+			return err
+		}
+	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
 	if err := cluster.WaitForSync(ctx); err != nil {
@@ -95,6 +106,9 @@ func Run(ctx context.Context, cfg Config) error {
 		defer f.Shutdown()
 	}
 	wg.Go(func() { loop.run(ctx, 2) })
+	if labels != nil {
+		wg.Go(func() { labels.Run(ctx, 2) })
+	}
 
 	srv := &webhook.Server{Cluster: cluster, Reader: cfg.Client, KAI: cfg.KAI, Claims: claims}
 	lis, err := net.Listen("tcp", cfg.WebhookAddress)

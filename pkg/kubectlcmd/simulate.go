@@ -31,7 +31,7 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 			"inference pods drawn from the benchmark's mix with --seed.\n\n" +
 			"Nodes are chosen as kube-scheduler's default profile chooses them (docs/packing-scheduler.md):\n" +
 			"a rotating window of feasible nodes, least-allocated scoring that spreads pods, gpufrac's\n" +
-			"packing affinity when --packing is on, and a seeded random choice among equal scores.",
+			"packing node affinity when --packing is on, and a seeded random choice among equal scores.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			cluster := simulate.Cluster{Nodes: nodes, GPUs: gpus}

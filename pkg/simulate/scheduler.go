@@ -20,8 +20,9 @@ import (
 //   - Score: NodeResourcesFit's least-allocated score over CPU and memory
 //     with the scheduler's non-zero defaults for pods without requests
 //     (100m, 200MB), which favours emptier nodes; with Packing, plus
-//     InterPodAffinity (weight 2) for the preferred affinity gpufrac's
-//     webhook gives fraction pods, normalised over the scored nodes to
+//     NodeAffinity (weight 2) for the preferred node affinity gpufrac's
+//     webhook gives fraction pods (one term per GPU in use on the node, as
+//     gpufrac-controller labels it), normalised over the scored nodes to
 //     0-100; other default plugins score every node alike for these pods;
 //   - ties go to a random node (seeded by Seed), as selectHost does.
 //
@@ -66,12 +67,13 @@ func (s Scheduler) numFeasibleNodesToFind(nodes int) int {
 
 // schedState is what the model tracks between pods.
 type schedState struct {
-	s         Scheduler
-	rng       *rand.Rand
-	nodes     []string
-	start     int
-	pods      map[string]int
-	fractions map[string]int
+	s     Scheduler
+	rng   *rand.Rand
+	nodes []string
+	start int
+	pods  map[string]int
+	// gpus are the devices in use per node.
+	gpus map[string]map[string]bool
 }
 
 func newSchedState(s Scheduler, nodes []string) *schedState {
@@ -85,7 +87,7 @@ func newSchedState(s Scheduler, nodes []string) *schedState {
 		s.MaxPods = 110
 	}
 	return &schedState{s: s, rng: rand.New(rand.NewPCG(s.Seed, s.Seed^0x5bd1e995)), nodes: nodes,
-		pods: map[string]int{}, fractions: map[string]int{}}
+		pods: map[string]int{}, gpus: map[string]map[string]bool{}}
 }
 
 func leastRequested(requested, capacity int64) int64 {
@@ -117,21 +119,20 @@ func (st *schedState) place(ctx context.Context, cl *placement.Cluster, fraction
 	}
 	scores := make([]int64, len(fits))
 	affine := st.s.Packing && fraction
-	var lo, hi int
+	var hi int
+	designated := st.designated()
+	levels := make([]int, len(fits))
 	for i, f := range fits {
-		c := st.fractions[f.Node]
-		if i == 0 || c < lo {
-			lo = c
-		}
-		if i == 0 || c > hi {
-			hi = c
-		}
+		levels[i] = st.packingLevel(f.Node, designated)
+		hi = max(hi, levels[i])
 	}
 	for i, f := range fits {
 		n := int64(st.pods[f.Node] + 1)
 		scores[i] = (leastRequested(n*defaultMilliCPURequest, st.s.NodeMilliCPU) + leastRequested(n*defaultMemoryRequest, st.s.NodeMemory)) / 2
-		if affine && hi > lo {
-			scores[i] += 2 * int64(100*float64(st.fractions[f.Node]-lo)/float64(hi-lo))
+		if affine && hi > 0 {
+			// NodeAffinity (weight 2): matched terms' weights, normalised
+			// by the highest over the scored nodes (DefaultNormalizeScore).
+			scores[i] += 2 * int64(levels[i]*100/hi)
 		}
 	}
 	best, ties := 0, 0
@@ -150,10 +151,46 @@ func (st *schedState) place(ctx context.Context, cl *placement.Cluster, fraction
 	chosen := fits[best]
 	cl.Record(chosen.Results...)
 	st.pods[chosen.Node]++
-	if affine {
-		st.fractions[chosen.Node]++
+	// The label counts the GPUs that fraction claims hold (packinglabel).
+	for _, r := range chosen.Results {
+		if !fraction {
+			break
+		}
+		for _, d := range r.Devices.Results {
+			if st.gpus[chosen.Node] == nil {
+				st.gpus[chosen.Node] = map[string]bool{}
+			}
+			st.gpus[chosen.Node][d.Pool+"/"+d.Device] = true
+		}
 	}
 	return &chosen, nil
+}
+
+// packingLevel is how many of the packing webhook's node-affinity terms
+// (webhook.PackingTerms) node matches, with the label the controller keeps
+// (packinglabel): one per GPU that fractions use, up to eight, one on the designated
+// empty node. The model writes labels at once; the controller writes them
+// a watch and a patch after the allocation.
+func (st *schedState) packingLevel(node, designated string) int {
+	switch n := len(st.gpus[node]); {
+	case n > 0:
+		return min(n, 7) + 1
+	case node == designated:
+		return 1
+	}
+	return 0
+}
+
+// designated is the node packinglabel designates: the first by name whose
+// GPUs hold nothing.
+func (st *schedState) designated() string {
+	best := ""
+	for _, n := range st.nodes {
+		if len(st.gpus[n]) == 0 && (best == "" || n < best) {
+			best = n
+		}
+	}
+	return best
 }
 
 // isFraction tells whether a pod's claims ask for a share of a GPU's

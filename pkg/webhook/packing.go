@@ -4,42 +4,51 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/pkg/kai"
+	"github.com/gpufrac/gpufrac/pkg/packinglabel"
 )
 
 // The packing webhook. Upstream kube-scheduler has no DRA scoring: among
 // nodes where a pod's claims fit it picks by its other scores (with the
 // default profile, least allocated CPU and memory, which spreads pods) and
 // at random among equal ones, so fractions end up one per GPU across the
-// cluster. A preferred pod affinity between fraction pods, by hostname,
-// makes the InterPodAffinity score (weight 2 in the default profile) favour
-// the nodes that already hold fractions; inside a node the allocator takes
-// GPUs first fit in slice order, which packs GPUs. Nothing but the pod's own
-// spec changes, so it works with the unmodified scheduler of any cluster,
-// managed ones included, and it never blocks scheduling: when the
-// controller is down pods are admitted without the affinity (the webhook
-// fails open) and only lose packing.
+// cluster. Preferred node-affinity terms over the label gpufrac-controller
+// keeps on GPU nodes (pkg/packinglabel: GPUs in use) make the NodeAffinity
+// score (weight 2 in the default profile) favour the nodes whose GPUs are
+// most in use; inside a node the allocator takes GPUs first fit in slice
+// order, which packs GPUs. A pod affinity among fraction pods did the same
+// but cost the scheduler a pass over every pod in the cluster for every pod
+// (docs/packing-scheduler.md). Nothing but the pod's own spec changes, so
+// it works with the unmodified scheduler of any cluster, managed ones
+// included, and it never blocks scheduling: when the controller is down
+// pods are admitted without the terms (the webhook fails open), labels
+// stop following, and pods only lose packing.
 const (
 	// PathPackPods is the packing webhook's path.
 	PathPackPods = "/pack-pods"
-	// LabelFraction marks pods that hold gpufrac fractions; the affinity
-	// term selects it.
+	// LabelFraction marks pods that hold gpufrac fractions (the webhook
+	// added the packing terms).
 	LabelFraction = "gpufrac.dev/fraction"
 	// AnnotationPacking set to "false" on a pod keeps the webhook away
 	// from it (a workload with placement rules of its own).
 	AnnotationPacking = "gpufrac.dev/packing"
-	// PackingWeight is the preferred term's weight: the highest the API
-	// allows, so packing outweighs the spreading of least-allocated scoring.
-	PackingWeight = 100
+	// PackingWeight is the preferred terms' weight together: the highest
+	// one term may have, so a node with every level matched outweighs the
+	// spreading of least-allocated scoring (normalised, weight 2 in the
+	// default profile, against 1).
+	PackingWeight = 96
+	// PackingLevels is how many GPUs in use the score tells apart: a node
+	// with more scores as one with this many.
+	PackingLevels = 8
 )
 
 // ClaimSpecs finds the specs a pod's resourceClaims refer to; ok is false
@@ -49,17 +58,29 @@ type ClaimSpecs interface {
 	ClaimSpec(ctx context.Context, namespace, name string) (spec *resourceapi.ResourceClaimSpec, ok bool)
 }
 
-// PackingTerm is the preferred pod-affinity term added to fraction pods:
-// towards nodes that run other fraction pods of any namespace.
-func PackingTerm() corev1.WeightedPodAffinityTerm {
-	return corev1.WeightedPodAffinityTerm{
-		Weight: PackingWeight,
-		PodAffinityTerm: corev1.PodAffinityTerm{
-			LabelSelector:     &metav1.LabelSelector{MatchLabels: map[string]string{LabelFraction: "true"}},
-			NamespaceSelector: &metav1.LabelSelector{},
-			TopologyKey:       corev1.LabelHostname,
-		},
+// PackingTerms are the preferred node-affinity terms added to fraction
+// pods, over the label gpufrac-controller keeps
+// (packinglabel.LabelGPUsInUse: GPUs in use on the node, "0" on the one
+// empty node designated next): the label exists, is greater than 0, than 1, ...,
+// so a node matches one term more per GPU in use, up to PackingLevels
+// terms. The NodeAffinity score thus grows with the GPUs a node already
+// shares and the scheduler fills the nodes that hold fractions first,
+// fullest first, then the designated one. Nodes without the label (none
+// of their GPUs shared, or the controller down) score 0 and stay feasible.
+func PackingTerms() []corev1.PreferredSchedulingTerm {
+	terms := make([]corev1.PreferredSchedulingTerm, PackingLevels)
+	for i := range terms {
+		terms[i] = corev1.PreferredSchedulingTerm{
+			Weight: PackingWeight / PackingLevels,
+			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: packinglabel.LabelGPUsInUse, Operator: corev1.NodeSelectorOpGt, Values: []string{strconv.Itoa(i - 1)},
+			}}},
+		}
 	}
+	// "-1" is not a valid label value (the API server warns): the label's
+	// presence is the first level.
+	terms[0].Preference.MatchExpressions[0] = corev1.NodeSelectorRequirement{Key: packinglabel.LabelGPUsInUse, Operator: corev1.NodeSelectorOpExists}
+	return terms
 }
 
 // PatchOp is one JSON patch (RFC 6902) operation.
@@ -70,7 +91,7 @@ type PatchOp struct {
 }
 
 // PackingPatch returns the operations that label pod as a fraction pod and
-// add the packing term, appending to whatever affinity the pod brings
+// add the packing terms, appending to whatever affinity the pod brings
 // (its own terms keep their meaning: required ones still filter, preferred
 // ones still score beside ours). Operations already applied are left out,
 // so a reinvoked webhook adds nothing twice.
@@ -82,30 +103,32 @@ func PackingPatch(pod *corev1.Pod) []PatchOp {
 	case pod.Labels[LabelFraction] != "true":
 		ops = append(ops, PatchOp{Op: "add", Path: "/metadata/labels/" + escapePointer(LabelFraction), Value: "true"})
 	}
-	term := PackingTerm()
+	terms := PackingTerms()
 	a := pod.Spec.Affinity
 	switch {
 	case a == nil:
-		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity", Value: corev1.Affinity{PodAffinity: &corev1.PodAffinity{
-			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{term}}}})
-	case a.PodAffinity == nil:
-		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity/podAffinity", Value: corev1.PodAffinity{
-			PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{term}}})
-	case a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution == nil:
-		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity/podAffinity/preferredDuringSchedulingIgnoredDuringExecution",
-			Value: []corev1.WeightedPodAffinityTerm{term}})
-	case !hasPackingTerm(a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution):
-		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity/podAffinity/preferredDuringSchedulingIgnoredDuringExecution/-", Value: term})
+		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity", Value: corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: terms}}})
+	case a.NodeAffinity == nil:
+		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity/nodeAffinity", Value: corev1.NodeAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: terms}})
+	case a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution == nil:
+		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution",
+			Value: terms})
+	case !hasPackingTerms(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution):
+		for _, t := range terms {
+			ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution/-", Value: t})
+		}
 	}
 	return ops
 }
 
-func hasPackingTerm(terms []corev1.WeightedPodAffinityTerm) bool {
+func hasPackingTerms(terms []corev1.PreferredSchedulingTerm) bool {
 	for _, t := range terms {
-		s := t.PodAffinityTerm.LabelSelector
-		if t.PodAffinityTerm.TopologyKey == corev1.LabelHostname && s != nil && len(s.MatchLabels) == 1 &&
-			s.MatchLabels[LabelFraction] == "true" && len(s.MatchExpressions) == 0 {
-			return true
+		for _, e := range t.Preference.MatchExpressions {
+			if e.Key == packinglabel.LabelGPUsInUse {
+				return true
+			}
 		}
 	}
 	return false

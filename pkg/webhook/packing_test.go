@@ -83,58 +83,60 @@ func TestPackingPatch(t *testing.T) {
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
 
-	own := corev1.WeightedPodAffinityTerm{Weight: 10, PodAffinityTerm: corev1.PodAffinityTerm{
-		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "llm"}}, TopologyKey: "topology.kubernetes.io/zone"}}
-	required := corev1.PodAffinityTerm{LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, TopologyKey: corev1.LabelHostname}
-	nodeAff := &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}}
-	packed := webhook.PackingTerm()
+	own := corev1.PreferredSchedulingTerm{Weight: 10, Preference: corev1.NodeSelectorTerm{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}
+	required := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}
+	podAff := &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, TopologyKey: corev1.LabelHostname}}}
+	packed := webhook.PackingTerms()
+	withOwn := append([]corev1.PreferredSchedulingTerm{own}, packed...)
 
 	for _, tc := range []struct {
 		name string
 		pod  *corev1.Pod
-		// wantTerms is the preferred pod-affinity list after the patch; nil
+		// wantTerms is the preferred node-affinity list after the patch; nil
 		// means the webhook must not patch at all.
-		wantTerms []corev1.WeightedPodAffinityTerm
+		wantTerms []corev1.PreferredSchedulingTerm
 		check     func(t *testing.T, got *corev1.Pod)
 	}{
-		{name: "fraction template, no affinity", pod: claimPod(nil, fromTemplate("frac-16g")), wantTerms: []corev1.WeightedPodAffinityTerm{packed}},
-		{name: "SMSharing class fraction", pod: claimPod(nil, fromTemplate("sm-8g")), wantTerms: []corev1.WeightedPodAffinityTerm{packed}},
+		{name: "fraction template, no affinity", pod: claimPod(nil, fromTemplate("frac-16g")), wantTerms: packed},
+		{name: "SMSharing class fraction", pod: claimPod(nil, fromTemplate("sm-8g")), wantTerms: packed},
 		{name: "shared claim with a fraction", pod: claimPod(nil, corev1.PodResourceClaim{Name: "gpu", ResourceClaimName: ptr.To("shared")}),
-			wantTerms: []corev1.WeightedPodAffinityTerm{packed}},
+			wantTerms: packed},
 		{name: "KAI-translated pod whose template is not created yet",
 			pod:       claimPod(func(p *corev1.Pod) { p.Annotations = map[string]string{kai.AnnotationTranslated: "gpufrac-kai-abc"} }, fromTemplate("gpufrac-kai-abc")),
-			wantTerms: []corev1.WeightedPodAffinityTerm{packed}},
-		{name: "own labels and node affinity are kept",
+			wantTerms: packed},
+		{name: "own labels and pod affinity are kept",
 			pod: claimPod(func(p *corev1.Pod) {
 				p.Labels = map[string]string{"app": "llm"}
-				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: nodeAff}
+				p.Spec.Affinity = &corev1.Affinity{PodAffinity: podAff}
 			}, fromTemplate("frac-16g")),
-			wantTerms: []corev1.WeightedPodAffinityTerm{packed},
+			wantTerms: packed,
 			check: func(t *testing.T, got *corev1.Pod) {
-				if got.Labels["app"] != "llm" || !equality.Semantic.DeepEqual(got.Spec.Affinity.NodeAffinity, nodeAff) {
-					t.Errorf("the pod's own labels or node affinity changed: %v %+v", got.Labels, got.Spec.Affinity.NodeAffinity)
+				if got.Labels["app"] != "llm" || !equality.Semantic.DeepEqual(got.Spec.Affinity.PodAffinity, podAff) {
+					t.Errorf("the pod's own labels or pod affinity changed: %v %+v", got.Labels, got.Spec.Affinity.PodAffinity)
 				}
 			}},
-		{name: "own required pod affinity, no preferred",
+		{name: "own required node affinity, no preferred",
 			pod: claimPod(func(p *corev1.Pod) {
-				p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{required}}}
+				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: required}}
 			}, fromTemplate("frac-16g")),
-			wantTerms: []corev1.WeightedPodAffinityTerm{packed},
+			wantTerms: packed,
 			check: func(t *testing.T, got *corev1.Pod) {
-				if r := got.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution; len(r) != 1 || !equality.Semantic.DeepEqual(r[0], required) {
+				if r := got.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution; !equality.Semantic.DeepEqual(r, required) {
 					t.Errorf("the pod's required term changed: %+v", r)
 				}
 			}},
-		{name: "own preferred terms: ours is appended",
+		{name: "own preferred terms: ours are appended",
 			pod: claimPod(func(p *corev1.Pod) {
-				p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{own}}}
+				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{own}}}
 			}, fromTemplate("frac-16g")),
-			wantTerms: []corev1.WeightedPodAffinityTerm{own, packed}},
+			wantTerms: withOwn},
 		{name: "already packed (reinvocation): no patch",
 			pod: claimPod(func(p *corev1.Pod) {
 				p.Labels = map[string]string{webhook.LabelFraction: "true"}
-				p.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{packed}}}
+				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: packed}}
 			}, fromTemplate("frac-16g"))},
 		{name: "whole GPU (no memory request) is not packed", pod: claimPod(nil, fromTemplate("whole"))},
 		{name: "another driver's memory request is not packed", pod: claimPod(nil, fromTemplate("nvidia-mem"))},
@@ -173,7 +175,7 @@ func TestPackingPatch(t *testing.T) {
 			if got.Labels[webhook.LabelFraction] != "true" {
 				t.Errorf("label %s missing: %v", webhook.LabelFraction, got.Labels)
 			}
-			if terms := got.Spec.Affinity.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution; !equality.Semantic.DeepEqual(terms, tc.wantTerms) {
+			if terms := got.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution; !equality.Semantic.DeepEqual(terms, tc.wantTerms) {
 				t.Errorf("preferred terms:\n got %+v\nwant %+v", terms, tc.wantTerms)
 			}
 			if !equality.Semantic.DeepEqual(got.Spec.ResourceClaims, tc.pod.Spec.ResourceClaims) || !equality.Semantic.DeepEqual(got.Spec.Containers, tc.pod.Spec.Containers) {

@@ -173,7 +173,7 @@ func (cp *ControlPlane) StartPacking(ctx context.Context, namespace string) (_ *
 	c := &Controller{cancel: cancel, done: make(chan error, 1), config: namespace + "-gpufrac-packing", cp: cp}
 	go func() {
 		c.done <- controller.Run(runCtx, controller.Config{
-			Client: cp.Client, WebhookAddress: "127.0.0.1:0", CertDir: dir,
+			Client: cp.Client, WebhookAddress: "127.0.0.1:0", CertDir: dir, PackingLabels: true,
 			Ready: func(addr string) { ready <- addr },
 		})
 	}()

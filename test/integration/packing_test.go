@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/pkg/packinglabel"
 	"github.com/gpufrac/gpufrac/pkg/simulate"
 	"github.com/gpufrac/gpufrac/pkg/webhook"
 	"github.com/gpufrac/gpufrac/test/harness"
@@ -90,6 +92,19 @@ func TestPackingInTheRealScheduler(t *testing.T) {
 			t.Errorf("pod %s was admitted without the packing webhook", pod.Name)
 		}
 	}
+	// The controller labels the nodes by the GPUs their claims hold.
+	e.poll("the GPUs-in-use labels", func() (bool, error) {
+		sum := 0
+		for _, n := range names {
+			node, err := e.client.CoreV1().Nodes().Get(e.ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			v, _ := strconv.Atoi(node.Labels[packinglabel.LabelGPUsInUse])
+			sum += v
+		}
+		return sum == p.GPUs, nil
+	})
 
 	// An outage: the controller is gone, its webhook configuration stays.
 	if err := ctrl.Stop(); err != nil {
