@@ -68,10 +68,10 @@ e2e:
 FUZZTIME ?= 1m
 FUZZ_TARGETS := \
 	FuzzDecodeValidate:./api/gpufrac.dev/v1alpha1 \
-	FuzzTranslate:./pkg/kai \
-	FuzzDecode:./pkg/checkpoint \
-	FuzzReadState:./pkg/cdihook \
-	FuzzParseLimit:./pkg/cdihook
+	FuzzTranslate:./internal/kai \
+	FuzzDecode:./internal/node/checkpoint \
+	FuzzReadState:./internal/node/cdihook \
+	FuzzParseLimit:./internal/node/cdihook
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		echo "== $${t%%:*} ($(FUZZTIME))"; \
@@ -84,12 +84,12 @@ fuzz:
 # (docs/benchmarks.md has figures and method; about 5 minutes here).
 bench:
 	$(GO) run ./test/bench/packing -chart docs/packing.png
-	$(GO) test -run '^$$' -bench 'DurableWriteFloor|Encode500|PrepareUnprepare' -benchtime 1000x -cpu 1,4 ./pkg/checkpoint ./pkg/preparer
-	$(GO) test -run '^$$' -bench PrepareOverGRPC -benchtime 500x ./pkg/nodeplugin
-	$(GO) test -run '^$$' -bench WebhookTranslation -benchtime 2000x ./pkg/controller
-	$(GO) test -run '^$$' -bench ControllerCacheAtScale -benchtime 1x ./pkg/controller
-	$(GO) test -run '^$$' -bench AllocateAtScale -benchtime 100x -timeout 20m ./pkg/placement
-	$(GO) test -run '^$$' -bench WhyAtScale -benchtime 3x ./pkg/why
+	$(GO) test -run '^$$' -bench 'DurableWriteFloor|Encode500|PrepareUnprepare' -benchtime 1000x -cpu 1,4 ./internal/node/checkpoint ./internal/node/preparer
+	$(GO) test -run '^$$' -bench PrepareOverGRPC -benchtime 500x ./internal/node/plugin
+	$(GO) test -run '^$$' -bench WebhookTranslation -benchtime 2000x ./internal/controller
+	$(GO) test -run '^$$' -bench ControllerCacheAtScale -benchtime 1x ./internal/controller
+	$(GO) test -run '^$$' -bench AllocateAtScale -benchtime 100x -timeout 20m ./internal/placement
+	$(GO) test -run '^$$' -bench WhyAtScale -benchtime 3x ./internal/cli/why
 	$(MAKE) bench-realsched
 
 # gpufrac's kubelet plugin beside kubernetes-sigs/dra-example-driver's

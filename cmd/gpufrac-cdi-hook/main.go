@@ -1,6 +1,6 @@
 // Command gpufrac-cdi-hook is the OCI createRuntime hook in gpufrac's CDI
 // specs: it applies a container's GPU memory limits to its cgroup. The logic
-// is in pkg/cdihook; this file is flags and wiring.
+// is in internal/node/cdihook; this file is flags and wiring.
 package main
 
 import (
@@ -10,8 +10,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/spf13/cobra"
 
-	"github.com/gpufrac/gpufrac/pkg/cdihook"
-	"github.com/gpufrac/gpufrac/pkg/gpusim"
+	"github.com/gpufrac/gpufrac/internal/node/cdihook"
+	"github.com/gpufrac/gpufrac/internal/node/gpusim"
 )
 
 func main() {

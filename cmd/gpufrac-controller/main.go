@@ -1,6 +1,6 @@
 // Command gpufrac-controller serves gpufrac's admission webhooks: KAI
 // GPU-sharing annotations become claims, and invalid gpufrac.dev configs are
-// refused. The logic is in pkg/controller and pkg/webhook; this file is
+// refused. The logic is in internal/controller and internal/admission; this file is
 // flags and wiring.
 package main
 
@@ -19,9 +19,9 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/pkg/buildinfo"
-	"github.com/gpufrac/gpufrac/pkg/controller"
-	"github.com/gpufrac/gpufrac/pkg/webhookcert"
+	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
+	"github.com/gpufrac/gpufrac/internal/buildinfo"
+	"github.com/gpufrac/gpufrac/internal/controller"
 )
 
 func main() {

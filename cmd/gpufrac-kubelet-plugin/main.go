@@ -1,6 +1,6 @@
 // Command gpufrac-kubelet-plugin is the node side of gpufrac: it registers
 // with the kubelet, publishes the node's GPUs as ResourceSlices and prepares
-// claims. All logic lives in pkg/nodeplugin; this file is flags and wiring.
+// claims. All logic lives in internal/node/plugin; this file is flags and wiring.
 package main
 
 import (
@@ -26,17 +26,17 @@ import (
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpufrac/gpufrac/pkg/buildinfo"
-	"github.com/gpufrac/gpufrac/pkg/cdispec"
-	"github.com/gpufrac/gpufrac/pkg/checkpoint"
-	"github.com/gpufrac/gpufrac/pkg/claimstatus"
-	"github.com/gpufrac/gpufrac/pkg/gpusim"
-	"github.com/gpufrac/gpufrac/pkg/incident"
-	"github.com/gpufrac/gpufrac/pkg/inventory"
-	"github.com/gpufrac/gpufrac/pkg/metricsserver"
-	"github.com/gpufrac/gpufrac/pkg/mps"
-	"github.com/gpufrac/gpufrac/pkg/mpslauncher"
-	"github.com/gpufrac/gpufrac/pkg/nodeplugin"
+	"github.com/gpufrac/gpufrac/internal/buildinfo"
+	"github.com/gpufrac/gpufrac/internal/metricsserver"
+	"github.com/gpufrac/gpufrac/internal/node/cdispec"
+	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
+	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
+	"github.com/gpufrac/gpufrac/internal/node/gpusim"
+	"github.com/gpufrac/gpufrac/internal/node/incident"
+	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/mps"
+	"github.com/gpufrac/gpufrac/internal/node/mpslauncher"
+	"github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
@@ -161,7 +161,7 @@ func run(ctx context.Context, f *flags) error {
 	if err != nil {
 		return fmt.Errorf("--hard-limit-band: %w", err)
 	}
-	cfg := nodeplugin.Config{
+	cfg := plugin.Config{
 		HardLimitBand: band,
 		NodeName:      f.nodeName,
 		PluginDataDir: f.pluginDataDir,
@@ -171,7 +171,7 @@ func run(ctx context.Context, f *flags) error {
 		SMSharingGPUs: f.smSharingGPUs,
 		// The kubelet tells plugin instances apart by this pod UID.
 		RollingUpdateUID: types.UID(f.podUID),
-		MPS: nodeplugin.MPSConfig{
+		MPS: plugin.MPSConfig{
 			Namespace: f.namespace, Image: f.mpsDaemonImage,
 			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
 		},
@@ -281,7 +281,7 @@ func run(ctx context.Context, f *flags) error {
 
 	// /healthz dials the plugin's own sockets once it has started; before,
 	// discovery and recovery are still running and it answers ok.
-	var started atomic.Pointer[nodeplugin.Plugin]
+	var started atomic.Pointer[plugin.Plugin]
 	if f.metricsAddress != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -303,7 +303,7 @@ func run(ctx context.Context, f *flags) error {
 		defer func() { stopServer(); <-stopped }()
 	}
 
-	plugin, err := nodeplugin.Start(ctx, cfg)
+	plugin, err := plugin.Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -318,8 +318,8 @@ func run(ctx context.Context, f *flags) error {
 	}
 }
 
-func printSlices(ctx context.Context, cfg nodeplugin.Config) error {
-	slices, err := nodeplugin.Slices(ctx, cfg)
+func printSlices(ctx context.Context, cfg plugin.Config) error {
+	slices, err := plugin.Slices(ctx, cfg)
 	if err != nil {
 		return err
 	}

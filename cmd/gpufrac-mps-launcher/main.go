@@ -2,7 +2,7 @@
 // root (nvidia-cuda-mps-control, nvidia-smi, the MPS daemon script's
 // shell) from the plugin's distroless image: the MPS control daemon Pods
 // (templates/mps-control-daemon.yaml) start every container and probe with
-// it. The logic is in pkg/mpslauncher; this file is flags and wiring.
+// it. The logic is in internal/node/mpslauncher; this file is flags and wiring.
 package main
 
 import (
@@ -11,7 +11,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/gpufrac/gpufrac/pkg/mpslauncher"
+	"github.com/gpufrac/gpufrac/internal/node/mpslauncher"
 )
 
 func main() {

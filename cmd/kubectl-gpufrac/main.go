@@ -1,15 +1,15 @@
 // Command kubectl-gpufrac is the kubectl plugin of gpufrac.dev
-// (`kubectl gpufrac ...`); the commands live in pkg/kubectlcmd.
+// (`kubectl gpufrac ...`); the commands live in internal/cli.
 package main
 
 import (
 	"os"
 
-	"github.com/gpufrac/gpufrac/pkg/kubectlcmd"
+	"github.com/gpufrac/gpufrac/internal/cli"
 )
 
 func main() {
-	streams := kubectlcmd.StdStreams()
-	err := kubectlcmd.NewRootCommand(streams).Execute()
-	os.Exit(kubectlcmd.ExitCode(err, streams.ErrOut))
+	streams := cli.StdStreams()
+	err := cli.NewRootCommand(streams).Execute()
+	os.Exit(cli.ExitCode(err, streams.ErrOut))
 }

@@ -11,8 +11,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpufrac/gpufrac/pkg/incident"
-	"github.com/gpufrac/gpufrac/pkg/plan"
+	"github.com/gpufrac/gpufrac/internal/node/incident"
+	"github.com/gpufrac/gpufrac/internal/node/plan"
 )
 
 // fakeCUDAPod runs /fakecuda (test/fakecuda) once with args: an MPS

@@ -9,7 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpufrac/gpufrac/pkg/incident"
+	"github.com/gpufrac/gpufrac/internal/node/incident"
 )
 
 // TestFatalFaultIncidents (issue 22, "an MPS client terminated or

@@ -21,8 +21,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpufrac/gpufrac/pkg/cdispec"
-	"github.com/gpufrac/gpufrac/pkg/gpusim"
+	"github.com/gpufrac/gpufrac/internal/node/cdispec"
+	"github.com/gpufrac/gpufrac/internal/node/gpusim"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 

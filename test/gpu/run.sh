@@ -25,7 +25,7 @@
 #    gpufrac-cdi-hook on it as a createRuntime hook would, and runs memalloc
 #    there: allocation must stop at the hard limit; then, with memalloc
 #    holding its memory, NVML's per-cgroup current use must read as
-#    borrowing and at the hard limit (the signals of pkg/incident).
+#    borrowing and at the hard limit (the signals of internal/node/incident).
 # Prints PASS/FAIL per check and exits non-zero on any FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -52,7 +52,7 @@ ceiling_mib=4096
 limit_slack=512 # the context and allocator granularity
 
 # mps_check VERSION: the daemon container's script and init command,
-# rendered by pkg/mps as the plugin renders them (test/gpu/render), run on
+# rendered by internal/node/mps as the plugin renders them (test/gpu/render), run on
 # the host; memalloc, an MPS client, must stop at the claim's limit.
 mps_check() {
 	version=$1
@@ -179,13 +179,13 @@ eviction_check() {
 		fail "eviction did not uphold B's soft limit (see above)"
 	fi
 	grep -i evict "$work/log/control.log" "$work/log"/*/server.log 2>/dev/null | tail -n 5 | sed 's/^/FACT: daemon log: /'
-	# The MPSClientEvicted incident (pkg/mps/evictions.go) reads a line
+	# The MPSClientEvicted incident (internal/node/mps/evictions.go) reads a line
 	# naming victim and requester by pid and cgroup (item 23, inferred).
 	log_files "eviction"
 	if grep -rqE 'memacct: evicted client pid=[0-9]+ cgroup=[^ ]+ device=[^ ]+ for pid [0-9]+' "$work/log" 2>/dev/null; then
 		pass "eviction: the daemon's log has the line gpufrac's MPSClientEvicted incident reads"
 	else
-		fail "eviction: no 'memacct: evicted client pid=... cgroup=... device=... for pid ...' line in the daemon's logs: MPSClientEvicted cannot fire on this driver until pkg/mps reads the real line (printed above)"
+		fail "eviction: no 'memacct: evicted client pid=... cgroup=... device=... for pid ...' line in the daemon's logs: MPSClientEvicted cannot fire on this driver until internal/node/mps reads the real line (printed above)"
 	fi
 	fault_check
 	kill -TERM $daemon; wait $daemon
@@ -230,7 +230,7 @@ fault_check() {
 	if grep -rqE 'client terminated: pid=[0-9]+ cgroup=[^ ]+ device=[^ ]+ route=[^ ]+: ' "$work/log" 2>/dev/null; then
 		pass "fault: the daemon's log has the line gpufrac's MPSClientTerminated incident reads"
 	else
-		fail "fault: no 'client terminated: pid=... cgroup=... device=... route=...: why' line in the daemon's logs: MPSClientTerminated cannot fire on this driver until pkg/mps reads the real line (printed above)"
+		fail "fault: no 'client terminated: pid=... cgroup=... device=... route=...: why' line in the daemon's logs: MPSClientTerminated cannot fire on this driver until internal/node/mps reads the real line (printed above)"
 	fi
 }
 

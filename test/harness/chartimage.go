@@ -12,7 +12,7 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/gpufrac/gpufrac/pkg/buildinfo"
+	"github.com/gpufrac/gpufrac/internal/buildinfo"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 	"github.com/gpufrac/gpufrac/test/ociimage"
 )

@@ -24,9 +24,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpufrac/gpufrac/pkg/controller"
-	"github.com/gpufrac/gpufrac/pkg/kai"
-	"github.com/gpufrac/gpufrac/pkg/webhook"
+	"github.com/gpufrac/gpufrac/internal/admission"
+	"github.com/gpufrac/gpufrac/internal/controller"
+	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 )
 
@@ -122,7 +122,7 @@ func (cp *ControlPlane) RemoveSliceNodes(ctx context.Context, names []string) er
 	return errors.Join(all...)
 }
 
-// Controller is gpufrac-controller (pkg/controller, in this process)
+// Controller is gpufrac-controller (internal/controller, in this process)
 // serving admission for the control plane.
 type Controller struct {
 	cancel func()
@@ -191,7 +191,7 @@ func (cp *ControlPlane) StartPacking(ctx context.Context, namespace string) (_ *
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	hook.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + webhook.PathPackPods), CABundle: certPEM}
+	hook.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + admission.PathPackPods), CABundle: certPEM}
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: c.config},
 		Webhooks:   []admissionregistrationv1.MutatingWebhook{*hook},
@@ -210,7 +210,7 @@ func (cp *ControlPlane) StartPacking(ctx context.Context, namespace string) (_ *
 	}
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := cp.Client.CoreV1().Pods(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && got.Labels[webhook.LabelFraction] == "true", nil
+		return err == nil && got.Labels[admission.LabelFraction] == "true", nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the API server to call the packing webhook: %w", err)

@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/pkg/controller"
-	"github.com/gpufrac/gpufrac/pkg/kai"
+	"github.com/gpufrac/gpufrac/internal/controller"
+	"github.com/gpufrac/gpufrac/internal/kai"
 )
 
 // Webhook is gpufrac-controller's admission server running against the
@@ -29,7 +29,7 @@ type Webhook struct {
 // Stop ends the server and removes its webhook configuration.
 func (w *Webhook) Stop() error { return w.stop() }
 
-// StartWebhook runs gpufrac-controller's admission server (pkg/controller,
+// StartWebhook runs gpufrac-controller's admission server (internal/controller,
 // in this process) behind TLS on loopback and registers its pod webhook for
 // namespace alone, failing closed, as the reference configuration does for
 // migrated namespaces. It returns once the API server calls the webhook.

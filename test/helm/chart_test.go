@@ -171,7 +171,7 @@ func TestImageHasWhatTheChartRuns(t *testing.T) {
 		}
 		inImage[m[2]] = true
 	}
-	if !strings.Contains(string(raw), "go build -trimpath -ldflags \"-s -w -X github.com/gpufrac/gpufrac/pkg/buildinfo.Version=${VERSION}\" -o /out/ ./cmd/...") {
+	if !strings.Contains(string(raw), "go build -trimpath -ldflags \"-s -w -X github.com/gpufrac/gpufrac/internal/buildinfo.Version=${VERSION}\" -o /out/ ./cmd/...") {
 		t.Error("the Dockerfile no longer builds ./cmd/... as `make build` does")
 	}
 	cmds, err := os.ReadDir(filepath.Join("..", "..", "cmd"))

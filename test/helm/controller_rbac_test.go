@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/gpufrac/gpufrac/pkg/controller"
-	"github.com/gpufrac/gpufrac/pkg/webhookcert"
+	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
+	"github.com/gpufrac/gpufrac/internal/controller"
 )
 
 // TestControllerCertificateWorksUnderTheChartsRBAC runs the controller

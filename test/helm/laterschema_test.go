@@ -16,7 +16,7 @@ import (
 // checkpoint, standing in for a later release's writer (the checksum is
 // recomputed as that writer would). The rolled-back plugin must then keep
 // every prepared claim and carry the field through its own rewrites
-// (pkg/checkpoint: tolerant decoding, entries it does not change keep
+// (internal/node/checkpoint: tolerant decoding, entries it does not change keep
 // their bytes; docs/operations.md).
 const laterSchemaField = "laterReleaseField"
 

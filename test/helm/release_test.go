@@ -20,8 +20,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/pkg/cdispec"
-	"github.com/gpufrac/gpufrac/pkg/gpusim"
+	"github.com/gpufrac/gpufrac/internal/node/cdispec"
+	"github.com/gpufrac/gpufrac/internal/node/gpusim"
 	"github.com/gpufrac/gpufrac/test/harness"
 	"github.com/gpufrac/gpufrac/test/nodebuild"
 )
@@ -32,7 +32,7 @@ const (
 	nodeName         = "helm1"
 	nodeGPUs         = "h200x4"
 	// Two builds of this checkout that differ in their version string
-	// (pkg/buildinfo): the upgrade goes to the second, the rollback back.
+	// (internal/buildinfo): the upgrade goes to the second, the rollback back.
 	version1, version2 = "0.1.0-e2e.1", "0.1.0-e2e.2"
 	// kubeletRegistry and hookDir are the chart's default host paths on
 	// the real node.

@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/pkg/controller"
-	"github.com/gpufrac/gpufrac/pkg/kai"
-	"github.com/gpufrac/gpufrac/pkg/webhookcert"
+	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
+	"github.com/gpufrac/gpufrac/internal/controller"
+	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 

@@ -23,15 +23,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpufrac/gpufrac/pkg/cdispec"
-	"github.com/gpufrac/gpufrac/pkg/checkpoint"
-	"github.com/gpufrac/gpufrac/pkg/nodeplugin"
+	"github.com/gpufrac/gpufrac/internal/node/cdispec"
+	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
+	"github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/test/harness"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 )
 
-// crashPoints are the preparer's failpoints (pkg/preparer) and the status
-// writer's (pkg/claimstatus), with the phase in which each is reached.
+// crashPoints are the preparer's failpoints (internal/node/preparer) and the status
+// writer's (internal/node/claimstatus), with the phase in which each is reached.
 var crashPoints = []struct{ name, phase string }{
 	{"prepare-before-checkpoint-started", "prepare"},
 	{"prepare-after-checkpoint-started", "prepare"},
@@ -208,7 +208,7 @@ func (e *env) converged(node *harness.Node, port int, want, all []crashClaim, sm
 
 	// Checkpoint: exactly the prepared claims, each Completed.
 	ckpt := map[types.UID]checkpoint.Entry{}
-	raw, err := os.ReadFile(filepath.Join(node.PluginDataDir, nodeplugin.CheckpointFile))
+	raw, err := os.ReadFile(filepath.Join(node.PluginDataDir, plugin.CheckpointFile))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/pkg/packinglabel"
-	"github.com/gpufrac/gpufrac/pkg/simulate"
-	"github.com/gpufrac/gpufrac/pkg/webhook"
+	"github.com/gpufrac/gpufrac/internal/admission"
+	"github.com/gpufrac/gpufrac/internal/cli/simulate"
+	"github.com/gpufrac/gpufrac/internal/packinglabel"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 
@@ -88,7 +88,7 @@ func TestPackingInTheRealScheduler(t *testing.T) {
 		t.Errorf("packing on: %d GPUs used, want at most the lower bound %d plus one", p.GPUs, p.LowerBound)
 	}
 	for _, pod := range e.pods() {
-		if pod.Labels[webhook.LabelFraction] != "true" {
+		if pod.Labels[admission.LabelFraction] != "true" {
 			t.Errorf("pod %s was admitted without the packing webhook", pod.Name)
 		}
 	}
@@ -115,7 +115,7 @@ func TestPackingInTheRealScheduler(t *testing.T) {
 	}
 	waitBound(48)
 	for _, pod := range e.pods() {
-		if _, unpacked := pod.Labels[webhook.LabelFraction]; len(pod.Name) > 6 && pod.Name[:6] == "outage" && unpacked {
+		if _, unpacked := pod.Labels[admission.LabelFraction]; len(pod.Name) > 6 && pod.Name[:6] == "outage" && unpacked {
 			t.Errorf("pod %s went through a stopped webhook", pod.Name)
 		}
 	}

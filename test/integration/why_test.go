@@ -12,8 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gpufrac/gpufrac/pkg/kubectlcmd"
-	"github.com/gpufrac/gpufrac/pkg/why"
+	"github.com/gpufrac/gpufrac/internal/cli"
+	"github.com/gpufrac/gpufrac/internal/cli/why"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 
@@ -169,7 +169,7 @@ func nodeVerdict(t *testing.T, e why.Explanation, node string) why.NodeResult {
 func runWhyText(t *testing.T, kubeconfig string, args ...string) string {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	root := kubectlcmd.NewRootCommand(kubectlcmd.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+	root := cli.NewRootCommand(cli.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 	root.SetArgs(append([]string{"why", "--kubeconfig", kubeconfig}, args...))
 	if err := root.ExecuteContext(context.Background()); err != nil {
 		t.Fatalf("kubectl gpufrac why %v: %v\n%s", args, err, errOut.String())

@@ -15,7 +15,7 @@ import (
 // GPU exception raised by one client reaches every client sharing that
 // GPU, and clients of other GPUs go on. The double terminates them and
 // logs the fault before the terminations it caused, each line naming the
-// client's pid, cgroup and device (the lines pkg/mps reads for the
+// client's pid, cgroup and device (the lines internal/node/mps reads for the
 // MPSClientTerminated incident; their format is the double's).
 func TestFatalFaultEndsTheGPUsClients(t *testing.T) {
 	w := startWorld(t, "GPU-a=81920,GPU-b=81920", strings.Replace(gpufracTOML, `"GPU-a"`, `"GPU-a,GPU-b"`, 1))
@@ -48,7 +48,7 @@ func TestFatalFaultEndsTheGPUsClients(t *testing.T) {
 // every client the exception reached has exited (NVIDIA's error
 // containment): a client that lingers wedges the GPU for newcomers, who get
 // CUDA_ERROR_MPS_SERVER_NOT_READY, and the log names the lingering client
-// (the line pkg/mps reads for the MPSClientWedged incident).
+// (the line internal/node/mps reads for the MPSClientWedged incident).
 func TestLingeringClientWedgesTheGPU(t *testing.T) {
 	w := startWorld(t, "GPU-a=81920", gpufracTOML)
 	// A client that ignores the exception: this test process, connected

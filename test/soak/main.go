@@ -42,8 +42,8 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/pkg/checkpoint"
-	"github.com/gpufrac/gpufrac/pkg/nodeplugin"
+	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
+	"github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/test/harness"
 	"github.com/gpufrac/gpufrac/test/kubeletstandin"
 )
@@ -409,7 +409,7 @@ func (s *soak) leftoversNow(ctx context.Context) error {
 	if len(specs) > 0 {
 		return fmt.Errorf("%d CDI specs left in %s", len(specs), s.node.CDIRoot)
 	}
-	raw, err := os.ReadFile(filepath.Join(s.node.PluginDataDir, nodeplugin.CheckpointFile))
+	raw, err := os.ReadFile(filepath.Join(s.node.PluginDataDir, plugin.CheckpointFile))
 	if err != nil {
 		return err
 	}

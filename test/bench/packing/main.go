@@ -16,9 +16,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/gpufrac/gpufrac/pkg/packing"
-	"github.com/gpufrac/gpufrac/pkg/simulate"
+	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/templates"
+	"github.com/gpufrac/gpufrac/test/bench/internal/packing"
 )
 
 func main() {
@@ -55,7 +55,7 @@ func run(n int, seed uint64, nodes, replicas int, chart string) error {
 		return err
 	}
 	elapsed := time.Since(start)
-	// The real scheduler's choice of node, modelled (pkg/simulate), without
+	// The real scheduler's choice of node, modelled (internal/cli/simulate), without
 	// and with gpufrac's packing webhook; test/bench/realsched measures it.
 	off, err := packing.GpufracWith(ctx, trace, slices, classes, gpuBytes, simulate.Scheduler{Seed: seed}, "gpufrac (scheduler)")
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/gpufrac/gpufrac/pkg/simulate"
+	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/templates"
 	"github.com/gpufrac/gpufrac/test/harness"
 )

@@ -20,8 +20,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/pkg/kai"
-	"github.com/gpufrac/gpufrac/pkg/simulate"
+	"github.com/gpufrac/gpufrac/internal/cli/simulate"
+	"github.com/gpufrac/gpufrac/internal/kai"
 )
 
 // workload is what the benchmark applies, in order.

@@ -7,7 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/gpufrac/gpufrac/pkg/simulate"
+	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 )
 
 func TestLoadWorkload(t *testing.T) {

@@ -31,7 +31,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
-	"github.com/gpufrac/gpufrac/pkg/kai"
+	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/test/harness"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 )

@@ -20,8 +20,8 @@ import (
 	"k8s.io/utils/ptr"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/gpufrac/gpufrac/pkg/cdispec"
-	"github.com/gpufrac/gpufrac/pkg/gpusim"
+	"github.com/gpufrac/gpufrac/internal/node/cdispec"
+	"github.com/gpufrac/gpufrac/internal/node/gpusim"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
-	"github.com/gpufrac/gpufrac/pkg/clusterstatus"
+	"github.com/gpufrac/gpufrac/internal/cli/status"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 
@@ -149,7 +149,7 @@ func (r *reporter) waitPrepared() error {
 		if err != nil {
 			return false, fmt.Errorf("listing ResourceClaims: %w", err)
 		}
-		for _, g := range clusterstatus.Build(sliceList.Items, claims.Items, "") {
+		for _, g := range status.Build(sliceList.Items, claims.Items, "") {
 			for _, c := range g.Claims {
 				if !c.Prepared {
 					return false, nil

@@ -1,5 +1,5 @@
 // Command render prints the MPS daemon container's script and startup
-// probe from templates/mps-control-daemon.yaml, rendered by pkg/mps exactly
+// probe from templates/mps-control-daemon.yaml, rendered by internal/node/mps exactly
 // as the plugin renders it, for test/gpu/run.sh to run without Kubernetes.
 package main
 
@@ -8,8 +8,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gpufrac/gpufrac/pkg/mps"
-	"github.com/gpufrac/gpufrac/pkg/plan"
+	"github.com/gpufrac/gpufrac/internal/node/mps"
+	"github.com/gpufrac/gpufrac/internal/node/plan"
 	"github.com/gpufrac/gpufrac/templates"
 )
 

@@ -1,0 +1,173 @@
+// Package webhook is gpufrac's admission: a mutating webhook that turns
+// KAI-Scheduler GPU-sharing annotations on new Pods into claims (internal/kai),
+// and a validating webhook that refuses gpufrac.dev opaque configs the
+// driver would refuse later (internal/manifestcheck), with field paths. Both
+// answer AdmissionReview v1 over HTTPS; the controller binary serves them.
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufrac/gpufrac/internal/kai"
+)
+
+// Paths the webhook configurations point at.
+const (
+	PathMutatePods = "/mutate-pods"
+	PathValidate   = "/validate-resources"
+)
+
+// Cluster is what admission reads from the cluster, from informer caches
+// so an admission never waits on an API call it need not make.
+type Cluster interface {
+	// GPUMemorySizes are the distinct memory capacities of gpufrac GPUs.
+	GPUMemorySizes() []resource.Quantity
+	// DeviceClasses are the classes claims may refer to.
+	DeviceClasses() []*resourceapi.DeviceClass
+	// MaxGPUsPerNode is the most gpufrac GPUs one node publishes (0: none).
+	MaxGPUsPerNode() int
+	// ClaimSpec is the spec a pod's claim will have: its template's or its
+	// claim's, nil when neither exists (yet).
+	ClaimSpec(namespace string, claim corev1.PodResourceClaim) *resourceapi.ResourceClaimSpec
+}
+
+// Server answers admission requests.
+type Server struct {
+	Cluster Cluster
+	// Reader serves the read-only lookups of the Pod validation (one
+	// guarantee per claim: which pods hold a claim now). The webhooks never
+	// write through it: nothing an admission request says creates anything.
+	Reader kubernetes.Interface
+	// Options for class names; GPU sizes come from Cluster.
+	KAI kai.Options
+	// Claims, when set, serves the packing webhook (packing.go).
+	Claims ClaimSpecs
+}
+
+// Handler routes the two webhooks.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc(PathMutatePods, s.serve(s.mutatePod))
+	mux.HandleFunc(PathValidate, s.serve(s.validate))
+	mux.HandleFunc(PathValidatePods, s.serve(s.validatePod))
+	s.handlePacking(mux)
+	return mux
+}
+
+type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
+
+func (s *Server) serve(admit admitFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		logger := klog.FromContext(r.Context())
+		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		if err != nil {
+			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		var review admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+			http.Error(w, "the body is not an AdmissionReview v1 request", http.StatusBadRequest)
+			return
+		}
+		resp := admit(r.Context(), review.Request)
+		resp.UID = review.Request.UID
+		review.Response, review.Request = resp, nil
+		out, err := json.Marshal(review)
+		if err != nil {
+			logger.Error(err, "Encoding an admission response")
+			http.Error(w, "encoding the response", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(out)
+	}
+}
+
+func allow() *admissionv1.AdmissionResponse { return &admissionv1.AdmissionResponse{Allowed: true} }
+
+func deny(code int32, msg string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
+		Status: metav1.StatusFailure, Code: code, Reason: metav1.StatusReasonInvalid, Message: msg,
+	}}
+}
+
+// mutatePod translates KAI annotations on Pod create. It only computes its
+// patch: the ResourceClaimTemplate the patched pod names is created by
+// gpufrac-controller's own loop from the pod it sees (internal/controller), so
+// no admission request, dry-run or forged, makes this handler create
+// anything.
+func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	logger := klog.FromContext(ctx)
+	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
+		return allow()
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+		return deny(http.StatusBadRequest, "decoding the pod: "+err.Error())
+	}
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace
+	}
+	opts := s.KAI
+	opts.GPUMemorySizes = s.Cluster.GPUMemorySizes()
+	opts.MaxGPUsPerNode = s.Cluster.MaxGPUsPerNode()
+	res, err := kai.Translate(&pod, opts)
+	if err != nil {
+		return deny(http.StatusUnprocessableEntity, err.Error())
+	}
+	if res != nil {
+		// Template names are hashes of their spec, so an existing template
+		// of that name is the same one, unless someone made it first with
+		// another spec: the pod would run on what they wrote.
+		existing := s.Cluster.ClaimSpec(pod.Namespace, corev1.PodResourceClaim{ResourceClaimTemplateName: &res.Template.Name})
+		if existing != nil && !equality.Semantic.DeepEqual(*existing, res.Template.Spec.Spec) {
+			return deny(http.StatusConflict, fmt.Sprintf("ResourceClaimTemplate %s/%s exists with a spec other than the one gpufrac computes from the pod's KAI annotations; delete it or rename it",
+				pod.Namespace, res.Template.Name))
+		}
+	}
+	after := pod.DeepCopy()
+	var warnings []string
+	if res != nil {
+		after = res.Pod
+		warnings = append(warnings, fmt.Sprintf("gpufrac translated KAI GPU-sharing annotations into a claim from ResourceClaimTemplate %s", res.Template.Name))
+		warnings = append(warnings, res.Warnings...)
+	}
+	warnings = append(warnings, s.stripGPUFracContainers(&pod, after)...)
+	if len(warnings) == 0 {
+		return allow()
+	}
+	ops, err := podPatch(req.Object.Raw, &pod, after)
+	if err != nil {
+		return deny(http.StatusBadRequest, err.Error())
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		return deny(http.StatusInternalServerError, "encoding the patch: "+err.Error())
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	if res == nil {
+		return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: warnings}
+	}
+	logger.V(2).Info("Translated KAI annotations", "pod", klog.KRef(pod.Namespace, podName(&pod)), "template", res.Template.Name, "dryRun", req.DryRun != nil && *req.DryRun)
+	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: warnings}
+}
+
+func podName(pod *corev1.Pod) string {
+	if pod.Name != "" {
+		return pod.Name
+	}
+	return pod.GenerateName
+}

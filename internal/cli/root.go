@@ -1,0 +1,75 @@
+// Package kubectlcmd is the command tree of the kubectl plugin
+// kubectl-gpufrac. Each subcommand lives in its own file and is added to the
+// root in NewRootCommand; the logic it drives lives in its own package
+// (validate: internal/manifestcheck), so this package only parses flags, reads
+// input and prints.
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// IOStreams are where commands read and write, so that tests can run them
+// without a terminal.
+type IOStreams struct {
+	In     io.Reader
+	Out    io.Writer
+	ErrOut io.Writer
+}
+
+// StdStreams are the process's own streams.
+func StdStreams() IOStreams {
+	return IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+}
+
+// ExitError ends the command with a status code and nothing more to say:
+// the command has already printed what went wrong (for validate, one line
+// per problem), so main must not print it again, nor cobra its usage.
+type ExitError struct {
+	Code int
+}
+
+func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// NewRootCommand builds `kubectl gpufrac` with all its subcommands.
+func NewRootCommand(streams IOStreams) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "kubectl-gpufrac",
+		Short: "Work with gpufrac.dev fractional GPU claims",
+		Long: "kubectl gpufrac works with the claims and DeviceClasses of the gpufrac.dev DRA driver:\n" +
+			"memory-enforced fractions of GPUs, with a guaranteed request, a burstable limit and a\n" +
+			"compute mode (TimeSlicing or SMSharing).",
+		Annotations: map[string]string{
+			// Installed as a kubectl plugin, it is invoked as `kubectl gpufrac`.
+			cobra.CommandDisplayNameAnnotation: "kubectl gpufrac",
+		},
+		// Errors are printed once, by main (see ExitCode); usage is for
+		// --help and for mistakes in flags, not for problems in manifests.
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	root.AddCommand(newValidateCommand(streams), newTranslateCommand(streams), newSimulateCommand(streams), newStatusCommand(streams, kubeconfigClient), newWhyCommand(streams, kubeconfigClient))
+	return root
+}
+
+// ExitCode maps the error of Execute to the process's exit status, and
+// prints it unless the command has already reported (ExitError).
+func ExitCode(err error, errOut io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	var exit *ExitError
+	if errors.As(err, &exit) {
+		return exit.Code
+	}
+	fmt.Fprintf(errOut, "error: %v\n", err)
+	return 1
+}

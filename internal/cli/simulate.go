@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpufrac/gpufrac/internal/cli/simulate"
+	"github.com/gpufrac/gpufrac/templates"
+)
+
+// newSimulateCommand places a workload on a simulated cluster with the
+// scheduler's own allocator and prints where everything went.
+func newSimulateCommand(streams IOStreams) *cobra.Command {
+	var filenames []string
+	var nodes, generate int
+	var gpus, output, scheduler string
+	var seed uint64
+	var packing bool
+	cmd := &cobra.Command{
+		Use:   "simulate (-f WORKLOAD.yaml | --generate N) --nodes N --gpus h200x8 [-o json]",
+		Short: "Place a workload on a simulated cluster, as the scheduler would",
+		Long: "simulate builds the ResourceSlices gpufrac's kubelet plugin would publish for --nodes nodes of\n" +
+			"--gpus GPUs each, and places the workload's pods in order with the scheduler's own DRA\n" +
+			"allocator. The workload is Pods with ResourceClaimTemplates (a gpufrac.dev/replicas annotation\n" +
+			"multiplies a pod), KAI-annotated Pods (translated as the webhook does), or --generate N\n" +
+			"inference pods drawn from the benchmark's mix with --seed.\n\n" +
+			"Nodes are chosen as kube-scheduler's default profile chooses them (docs/packing-scheduler.md):\n" +
+			"a rotating window of feasible nodes, least-allocated scoring that spreads pods, gpufrac's\n" +
+			"packing node affinity when --packing is on, and a seeded random choice among equal scores.",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			cluster := simulate.Cluster{Nodes: nodes, GPUs: gpus}
+			slices, err := cluster.Slices(ctx)
+			if err != nil {
+				return err
+			}
+			classes, err := templates.DeviceClassObjects()
+			if err != nil {
+				return err
+			}
+			var pods []simulate.Pod
+			switch {
+			case generate > 0:
+				sizes := simulate.MemorySizes(slices)
+				pods = simulate.Pods(simulate.Generate(generate, seed, sizes[0]))
+			case len(filenames) > 0:
+				inputs, err := readInputs(filenames, streams.In)
+				if err != nil {
+					return err
+				}
+				for _, in := range inputs {
+					p, c, err := simulate.Load(in.Data, simulate.MemorySizes(slices))
+					if err != nil {
+						return fmt.Errorf("%s: %w", in.Name, err)
+					}
+					pods, classes = append(pods, p...), append(classes, c...)
+				}
+			default:
+				return fmt.Errorf("give a workload with -f or --generate")
+			}
+			var sched simulate.Scheduler
+			switch scheduler {
+			case "kube-scheduler":
+				sched = simulate.Scheduler{Seed: seed, Packing: packing}
+			case "first-fit":
+				sched = simulate.Scheduler{FirstFit: true}
+			default:
+				return fmt.Errorf("--scheduler=%q: want kube-scheduler or first-fit", scheduler)
+			}
+			res, err := simulate.RunWith(ctx, slices, classes, pods, sched)
+			if err != nil {
+				return err
+			}
+			if output == "json" {
+				enc := json.NewEncoder(streams.Out)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			return printSimulation(streams.Out, res)
+		},
+	}
+	cmd.Flags().StringArrayVarP(&filenames, "filename", "f", nil, "workload file or directory (- for stdin); repeatable")
+	cmd.Flags().IntVar(&generate, "generate", 0, "instead of -f: this many inference pods from the benchmark's mix")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of --generate and of the scheduler's choice among equally scored nodes")
+	cmd.Flags().StringVar(&scheduler, "scheduler", "kube-scheduler", "kube-scheduler: node choice as the default kube-scheduler makes it; first-fit: the first node where a pod fits")
+	cmd.Flags().BoolVar(&packing, "packing", true, "with --scheduler=kube-scheduler: gpufrac's packing webhook is on (chart value controller.packing.enabled)")
+	cmd.Flags().IntVar(&nodes, "nodes", 1, "number of nodes")
+	cmd.Flags().StringVar(&gpus, "gpus", "h200x8", "GPUs per node, as the plugin's --simulate-gpus takes them")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "json for a machine-readable result")
+	return cmd
+}
+
+func printSimulation(out io.Writer, res *simulate.Result) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "NODE\tGPU\tGUARANTEED\tCAPACITY\tCLAIMS")
+	for _, g := range res.GPUs {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", g.Node, g.Device, bytesQ(g.Guaranteed), bytesQ(g.Capacity), len(g.Claims))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, np := range res.NotPlaced {
+		fmt.Fprintf(out, "not placed: %s: %s\n", np.Pod, np.Reason)
+	}
+	s := res.Summarize()
+	_, err := fmt.Fprintf(out, "%d pods placed, %d not placed; %d of %d GPUs used; guaranteed memory %.1f%% of the GPUs used\n",
+		s.PodsPlaced, s.PodsNotPlaced, s.GPUsUsed, res.TotalGPUs, 100*s.MemoryUtilisation)
+	return err
+}
+
+func bytesQ(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }

@@ -1,0 +1,226 @@
+package simulate
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/internal/placement"
+)
+
+// Scheduler is how pods pick nodes. The zero value is kube-scheduler's
+// default profile as it treats DRA pods (v1.37, no DRA node scoring):
+//
+//   - Filter: nodes are tried from a start index that rotates by the nodes
+//     tried for the previous pod, until percentageOfNodesToScore of them
+//     (adaptive: 50% - nodes/125, at least 5% and 100 nodes) fit;
+//   - Score: NodeResourcesFit's least-allocated score over CPU and memory
+//     with the scheduler's non-zero defaults for pods without requests
+//     (100m, 200MB), which favours emptier nodes; with Packing, plus
+//     NodeAffinity (weight 2) for the preferred node affinity gpufrac's
+//     webhook gives fraction pods (one term per GPU in use on the node, as
+//     gpufrac-controller labels it), normalised over the scored nodes to
+//     0-100; other default plugins score every node alike for these pods;
+//   - ties go to a random node (seeded by Seed), as selectHost does.
+//
+// Inside the chosen node the allocator takes GPUs first fit in slice order,
+// as the scheduler's does.
+type Scheduler struct {
+	// FirstFit places each pod on the first node, in order, where it fits:
+	// the simulator's original model, a scheduler that does not exist.
+	FirstFit bool
+	// Packing models gpufrac's packing webhook (chart value
+	// controller.packing.enabled).
+	Packing bool
+	Seed    uint64
+	// PercentageOfNodesToScore as KubeSchedulerConfiguration sets it; 0 is
+	// the adaptive default.
+	PercentageOfNodesToScore int
+	// Node allocatable for scoring; zero values are those of the test
+	// harness's nodes (64 CPUs, 512Gi, 110 pods).
+	NodeMilliCPU, NodeMemory int64
+	MaxPods                  int
+}
+
+// The scheduler's defaults (pkg/scheduler/util and schedule_one.go, v1.37).
+const (
+	defaultMilliCPURequest   = 100
+	defaultMemoryRequest     = 200 << 20
+	minFeasibleNodesToFind   = 100
+	minFeasiblePercentToFind = 5
+)
+
+// numFeasibleNodesToFind is schedule_one.go's.
+func (s Scheduler) numFeasibleNodesToFind(nodes int) int {
+	if nodes < minFeasibleNodesToFind {
+		return nodes
+	}
+	pct := s.PercentageOfNodesToScore
+	if pct == 0 {
+		pct = max(50-nodes/125, minFeasiblePercentToFind)
+	}
+	return max(nodes*pct/100, minFeasibleNodesToFind)
+}
+
+// schedState is what the model tracks between pods.
+type schedState struct {
+	s     Scheduler
+	rng   *rand.Rand
+	nodes []string
+	start int
+	pods  map[string]int
+	// gpus are the devices in use per node.
+	gpus map[string]map[string]bool
+}
+
+func newSchedState(s Scheduler, nodes []string) *schedState {
+	if s.NodeMilliCPU == 0 {
+		s.NodeMilliCPU = 64_000
+	}
+	if s.NodeMemory == 0 {
+		s.NodeMemory = 512 << 30
+	}
+	if s.MaxPods == 0 {
+		s.MaxPods = 110
+	}
+	return &schedState{s: s, rng: rand.New(rand.NewPCG(s.Seed, s.Seed^0x5bd1e995)), nodes: nodes,
+		pods: map[string]int{}, gpus: map[string]map[string]bool{}}
+}
+
+func leastRequested(requested, capacity int64) int64 {
+	if requested > capacity {
+		return 0
+	}
+	return (capacity - requested) * 100 / capacity
+}
+
+// place picks a node for one pod and records its allocation; nil when it
+// fits nowhere.
+func (st *schedState) place(ctx context.Context, cl *placement.Cluster, fraction bool, claims []*resourceapi.ResourceClaim) (*placement.Fit, error) {
+	if st.s.FirstFit {
+		results, node, err := cl.Allocate(ctx, claims...)
+		if err != nil || results == nil {
+			return nil, err
+		}
+		st.pods[node]++
+		return &placement.Fit{Node: node, Results: results}, nil
+	}
+	full := func(node string) bool { return st.pods[node] >= st.s.MaxPods }
+	fits, tried, err := cl.FitsFrom(ctx, st.start, st.s.numFeasibleNodesToFind(len(st.nodes)), full, claims...)
+	if err != nil {
+		return nil, err
+	}
+	st.start = (st.start + tried) % max(len(st.nodes), 1)
+	if len(fits) == 0 {
+		return nil, nil
+	}
+	scores := make([]int64, len(fits))
+	affine := st.s.Packing && fraction
+	var hi int
+	designated := st.designated()
+	levels := make([]int, len(fits))
+	for i, f := range fits {
+		levels[i] = st.packingLevel(f.Node, designated)
+		hi = max(hi, levels[i])
+	}
+	for i, f := range fits {
+		n := int64(st.pods[f.Node] + 1)
+		scores[i] = (leastRequested(n*defaultMilliCPURequest, st.s.NodeMilliCPU) + leastRequested(n*defaultMemoryRequest, st.s.NodeMemory)) / 2
+		if affine && hi > 0 {
+			// NodeAffinity (weight 2): matched terms' weights, normalised
+			// by the highest over the scored nodes (DefaultNormalizeScore).
+			scores[i] += 2 * int64(levels[i]*100/hi)
+		}
+	}
+	best, ties := 0, 0
+	for i := range fits {
+		switch {
+		case scores[i] > scores[best]:
+			best, ties = i, 1
+		case scores[i] == scores[best]:
+			// Reservoir sampling, as selectHost does.
+			ties++
+			if st.rng.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	chosen := fits[best]
+	cl.Record(chosen.Results...)
+	st.pods[chosen.Node]++
+	// The label counts the GPUs that fraction claims hold (packinglabel).
+	for _, r := range chosen.Results {
+		if !fraction {
+			break
+		}
+		for _, d := range r.Devices.Results {
+			if st.gpus[chosen.Node] == nil {
+				st.gpus[chosen.Node] = map[string]bool{}
+			}
+			st.gpus[chosen.Node][d.Pool+"/"+d.Device] = true
+		}
+	}
+	return &chosen, nil
+}
+
+// packingLevel is how many of the packing webhook's node-affinity terms
+// (webhook.PackingTerms) node matches, with the label the controller keeps
+// (packinglabel): one per GPU that fractions use, up to eight, one on the designated
+// empty node. The model writes labels at once; the controller writes them
+// a watch and a patch after the allocation.
+func (st *schedState) packingLevel(node, designated string) int {
+	switch n := len(st.gpus[node]); {
+	case n > 0:
+		return min(n, 7) + 1
+	case node == designated:
+		return 1
+	}
+	return 0
+}
+
+// designated is the node packinglabel designates: the first by name whose
+// GPUs hold nothing.
+func (st *schedState) designated() string {
+	best := ""
+	for _, n := range st.nodes {
+		if len(st.gpus[n]) == 0 && (best == "" || n < best) {
+			best = n
+		}
+	}
+	return best
+}
+
+// isFraction tells whether a pod's claims ask for a share of a GPU's
+// memory: the pods gpufrac's packing webhook gives the affinity to.
+func isFraction(claims []resourceapi.ResourceClaimSpec) bool {
+	for _, spec := range claims {
+		for _, r := range spec.Devices.Requests {
+			if r.Exactly != nil && r.Exactly.Capacity != nil {
+				if _, ok := r.Exactly.Capacity.Requests[resourceslices.MemoryCapacity]; ok {
+					return true
+				}
+			}
+			for _, sub := range r.FirstAvailable {
+				if sub.Capacity != nil {
+					if _, ok := sub.Capacity.Requests[resourceslices.MemoryCapacity]; ok {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
+func (s Scheduler) String() string {
+	switch {
+	case s.FirstFit:
+		return "first fit"
+	case s.Packing:
+		return fmt.Sprintf("kube-scheduler with gpufrac packing (seed %d)", s.Seed)
+	}
+	return fmt.Sprintf("kube-scheduler (seed %d)", s.Seed)
+}

@@ -1,0 +1,121 @@
+// Package clusterstatus summarises gpufrac in a cluster for people: per node
+// and GPU, the model, memory, what is guaranteed, the limits, the
+// over-commit, the claims with their pods and compute modes, and taints.
+// It is a pure function of the ResourceSlices and ResourceClaims, so
+// `kubectl gpufrac status` and tests share it.
+package status
+
+import (
+	"encoding/json"
+	"sort"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
+	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+)
+
+// Claim is one claim's share of a GPU.
+type Claim struct {
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	Pods      []string `json:"pods"`
+	Request   int64    `json:"requestBytes"`
+	// Limit and Mode come from the plugin's status.devices once prepared.
+	Limit       int64  `json:"limitBytes,omitempty"`
+	Mode        string `json:"computeMode,omitempty"`
+	Enforcement string `json:"enforcement,omitempty"`
+	Prepared    bool   `json:"prepared"`
+}
+
+// GPU is one device of a node.
+type GPU struct {
+	Node       string   `json:"node"`
+	Device     string   `json:"device"`
+	UUID       string   `json:"uuid"`
+	Model      string   `json:"model"`
+	Memory     int64    `json:"memoryBytes"`
+	Guaranteed int64    `json:"guaranteedBytes"`
+	LimitSum   int64    `json:"limitSumBytes"`
+	Overcommit float64  `json:"overcommit"`
+	Claims     []Claim  `json:"claims"`
+	Taints     []string `json:"taints,omitempty"`
+}
+
+// Build lists every gpufrac GPU (optionally of one node) with its claims.
+func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClaim, node string) []GPU {
+	gpus := map[string]*GPU{}
+	for _, s := range slices {
+		if s.Spec.Driver != v1alpha1.DriverName || s.Spec.NodeName == nil || (node != "" && *s.Spec.NodeName != node) {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			capacity := d.Capacity[resourceslices.MemoryCapacity].Value
+			g := &GPU{Node: *s.Spec.NodeName, Device: d.Name, Memory: capacity.Value()}
+			g.UUID = ptr.Deref(d.Attributes[resourceslices.AttrUUID].StringValue, "")
+			g.Model = ptr.Deref(d.Attributes[resourceslices.AttrProductName].StringValue, "")
+			for _, t := range d.Taints {
+				g.Taints = append(g.Taints, t.Key+"="+t.Value+":"+string(t.Effect))
+			}
+			gpus[s.Spec.Pool.Name+"/"+d.Name] = g
+		}
+	}
+	for _, c := range claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		var pods []string
+		for _, r := range c.Status.ReservedFor {
+			if r.Resource == "pods" {
+				pods = append(pods, r.Name)
+			}
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			g := gpus[r.Pool+"/"+r.Device]
+			if r.Driver != v1alpha1.DriverName || g == nil {
+				continue
+			}
+			mem := r.ConsumedCapacity[resourceslices.MemoryCapacity]
+			cl := Claim{Namespace: c.Namespace, Name: c.Name, Pods: pods, Request: mem.Value(), Limit: mem.Value()}
+			if data, ok := deviceData(c, r); ok {
+				cl.Prepared, cl.Mode, cl.Enforcement = true, data.ComputeMode, data.Enforcement
+				if q, err := parseQuantity(data.MemoryLimit); err == nil {
+					cl.Limit = q
+				}
+			}
+			g.Guaranteed += cl.Request
+			g.LimitSum += cl.Limit
+			g.Claims = append(g.Claims, cl)
+		}
+	}
+	out := make([]GPU, 0, len(gpus))
+	for _, g := range gpus {
+		if g.Memory > 0 {
+			g.Overcommit = float64(g.LimitSum) / float64(g.Memory)
+		}
+		out = append(out, *g)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Node != out[j].Node {
+			return out[i].Node < out[j].Node
+		}
+		return deviceOrder(out[i].Device) < deviceOrder(out[j].Device)
+	})
+	return out
+}
+
+// deviceData finds the plugin's status entry for one allocated share.
+func deviceData(c resourceapi.ResourceClaim, r resourceapi.DeviceRequestAllocationResult) (claimstatus.DeviceData, bool) {
+	for _, d := range c.Status.Devices {
+		if d.Driver != r.Driver || d.Pool != r.Pool || d.Device != r.Device || ptr.Deref(d.ShareID, "") != string(ptr.Deref(r.ShareID, "")) || d.Data == nil {
+			continue
+		}
+		var data claimstatus.DeviceData
+		if json.Unmarshal(d.Data.Raw, &data) == nil {
+			return data, true
+		}
+	}
+	return claimstatus.DeviceData{}, false
+}

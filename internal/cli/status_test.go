@@ -1,0 +1,78 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+)
+
+func TestStatusCommand(t *testing.T) {
+	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("141Gi")}}
+	attrs := func(uuid string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+		return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			"uuid": {StringValue: ptr.To(uuid)}, "productName": {StringValue: ptr.To("NVIDIA H200 141GB HBM3e")}}
+	}
+	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: "gpufrac.dev", NodeName: ptr.To("node-a"), Pool: resourceapi.ResourcePool{Name: "node-a", ResourceSliceCount: 1},
+		Devices: []resourceapi.Device{
+			{Name: "gpu-0", Attributes: attrs("GPU-0"), Capacity: capacity},
+			{Name: "gpu-1", Attributes: attrs("GPU-1"), Capacity: capacity, Taints: []resourceapi.DeviceTaint{{Key: "gpufrac.dev/unhealthy", Value: "XID-79", Effect: "NoSchedule"}}},
+		}}}
+	data, _ := json.Marshal(map[string]string{"uuid": "GPU-0", "memoryRequest": "40Gi", "memoryLimit": "60Gi", "computeMode": "TimeSlicing", "enforcement": "dmem"})
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "team"}, Status: resourceapi.ResourceClaimStatus{
+		Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: "gpu", Driver: "gpufrac.dev", Pool: "node-a", Device: "gpu-0", ShareID: ptr.To(types.UID("s1")),
+			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("40Gi")}}}}},
+		ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "llm-0", UID: "p"}},
+		Devices: []resourceapi.AllocatedDeviceStatus{{Driver: "gpufrac.dev", Pool: "node-a", Device: "gpu-0", ShareID: ptr.To("s1"),
+			Data: &runtime.RawExtension{Raw: data}}},
+	}}
+	client := fake.NewClientset(slice, claim)
+	clientFor := func(string, string) (kubernetes.Interface, error) { return client, nil }
+
+	var out bytes.Buffer
+	cmd := newStatusCommand(IOStreams{Out: &out, ErrOut: &out}, clientFor)
+	cmd.SetArgs(nil)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	lines := strings.Split(got, "\n")
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "node-a gpu-0 NVIDIA H200 141GB HBM3e 141Gi 40Gi 60Gi 0.43 1" {
+		t.Errorf("gpu-0 row %q", lines[1])
+	}
+	for _, want := range []string{"team/llm", "pods: llm-0", "TimeSlicing", "gpufrac.dev/unhealthy=XID-79:NoSchedule"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("status lacks %q:\n%s", want, got)
+		}
+	}
+
+	out.Reset()
+	cmd = newStatusCommand(IOStreams{Out: &out, ErrOut: &out}, clientFor)
+	cmd.SetArgs([]string{"-o", "json", "--node", "node-a"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	var gpus []struct {
+		Device     string
+		Guaranteed int64 `json:"guaranteedBytes"`
+		LimitSum   int64 `json:"limitSumBytes"`
+		Claims     []struct{ Prepared bool }
+	}
+	if err := json.Unmarshal(out.Bytes(), &gpus); err != nil {
+		t.Fatal(err)
+	}
+	if len(gpus) != 2 || gpus[0].Guaranteed != 40<<30 || gpus[0].LimitSum != 60<<30 || !gpus[0].Claims[0].Prepared || len(gpus[1].Claims) != 0 {
+		t.Errorf("json %+v", gpus)
+	}
+}

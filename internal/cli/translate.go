@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gpufrac/gpufrac/internal/kai"
+)
+
+// newTranslateCommand previews, offline, what the admission webhook makes of
+// KAI-annotated pods: the mutated pods and the claim templates, with the
+// same code the webhook runs.
+func newTranslateCommand(streams IOStreams) *cobra.Command {
+	var filenames []string
+	var memory []string
+	cmd := &cobra.Command{
+		Use:   "translate -f POD.yaml [--gpu-memory 141Gi ...]",
+		Short: "Show what gpufrac makes of KAI-Scheduler GPU-sharing annotations",
+		Long: "translate prints, for each Pod in the input, what KAI-Scheduler would do with it next to what\n" +
+			"gpufrac does (rows marked != differ), then the claim template and the changed Pod the\n" +
+			"gpufrac admission webhook would produce. --gpu-memory stands in for the GPU memory sizes\n" +
+			"the webhook reads from the cluster's ResourceSlices (needed for gpu-fraction and portions).",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if len(filenames) == 0 {
+				return fmt.Errorf("-f is required")
+			}
+			opts := kai.Options{}
+			for _, m := range memory {
+				q, err := resource.ParseQuantity(m)
+				if err != nil {
+					return fmt.Errorf("--gpu-memory %q: %w", m, err)
+				}
+				if q.Sign() <= 0 || q.Cmp(resource.MustParse("1Pi")) > 0 {
+					return fmt.Errorf("--gpu-memory %q: must be a GPU memory size above 0 and at most 1Pi", m)
+				}
+				opts.GPUMemorySizes = append(opts.GPUMemorySizes, q)
+			}
+			inputs, err := readInputs(filenames, streams.In)
+			if err != nil {
+				return err
+			}
+			failed := false
+			for _, in := range inputs {
+				ok, err := translateDocuments(streams.Out, streams.ErrOut, in.Name, in.Data, opts)
+				if err != nil {
+					return err
+				}
+				failed = failed || !ok
+			}
+			if failed {
+				return &ExitError{Code: 1}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringArrayVarP(&filenames, "filename", "f", nil, "file or directory of Pods (- for stdin); repeatable")
+	cmd.Flags().StringArrayVar(&memory, "gpu-memory", nil, "a GPU memory size in the cluster, e.g. 141Gi; repeatable")
+	return cmd
+}
+
+// translateDocuments prints the translation of every Pod in data; it
+// reports false if any Pod was refused.
+func translateDocuments(out, errOut io.Writer, source string, data []byte, opts kai.Options) (bool, error) {
+	ok := true
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for doc := 1; ; doc++ {
+		raw, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			return ok, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("%s: document %d: %w", source, doc, err)
+		}
+		if len(bytes.TrimSpace(raw)) == 0 {
+			continue
+		}
+		var pod corev1.Pod
+		if err := yaml.UnmarshalStrict(raw, &pod); err != nil || pod.Kind != "Pod" {
+			fmt.Fprintf(errOut, "%s: document %d: not a Pod, skipped\n", source, doc)
+			continue
+		}
+		printComparison(out, pod.Name, kai.Compare(&pod, opts))
+		res, err := kai.Translate(&pod, opts)
+		switch {
+		case err != nil:
+			fmt.Fprintf(out, "# Pod/%s: refused: %v\n", pod.Name, err)
+			ok = false
+		case res == nil:
+			fmt.Fprintf(out, "# Pod/%s: nothing to translate\n", pod.Name)
+		default:
+			for _, w := range res.Warnings {
+				fmt.Fprintf(errOut, "Warning: Pod/%s: %s\n", pod.Name, w)
+			}
+			if err := printYAML(out, res.Template); err != nil {
+				return false, err
+			}
+			if err := printYAML(out, res.Pod); err != nil {
+				return false, err
+			}
+		}
+	}
+}
+
+// printComparison prints, as YAML comments, what KAI-Scheduler would do
+// with the pod next to what gpufrac does; rows that differ are marked "!=".
+func printComparison(out io.Writer, name string, rows []kai.Row) {
+	fmt.Fprintf(out, "# Pod/%s: KAI-Scheduler vs gpufrac\n", name)
+	width := [2]int{len("aspect"), len("KAI-Scheduler")}
+	for _, r := range rows {
+		width[0], width[1] = max(width[0], len(r.Aspect)), max(width[1], len(r.KAI))
+	}
+	line := func(mark, a, k, g string) {
+		fmt.Fprintf(out, "# %-2s %-*s | %-*s | %s\n", mark, width[0], a, width[1], k, g)
+	}
+	line("", "aspect", "KAI-Scheduler", "gpufrac")
+	for _, r := range rows {
+		mark := ""
+		if r.Differs() {
+			mark = "!="
+		}
+		line(mark, r.Aspect, r.KAI, r.Gpufrac)
+	}
+}
+
+func printYAML(out io.Writer, obj any) error {
+	raw, err := yaml.Marshal(obj)
+	if err != nil {
+		return fmt.Errorf("rendering YAML: %w", err)
+	}
+	_, err = fmt.Fprintf(out, "---\n%s", raw)
+	return err
+}

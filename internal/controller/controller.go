@@ -1,0 +1,149 @@
+// Package controller runs gpufrac-controller: the admission webhooks of
+// internal/admission behind TLS, fed by informer caches, with metrics and health
+// endpoints. Every replica serves admission; the only shared state, the
+// serving certificate's Secret, is created race-free by whichever replica
+// comes first, so no leader election is needed.
+package controller
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufrac/gpufrac/internal/admission"
+	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
+	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/metricsserver"
+	"github.com/gpufrac/gpufrac/internal/packinglabel"
+)
+
+// Config of the controller.
+type Config struct {
+	Client kubernetes.Interface
+	// WebhookAddress is where the HTTPS admission server listens.
+	WebhookAddress string
+	// MetricsAddress serves /metrics, /healthz and /readyz (informers
+	// synced and a certificate served); empty disables.
+	MetricsAddress string
+	Metrics        prometheus.Gatherer
+	// CertDir, when set, holds tls.crt and tls.key, renewed by another
+	// tool (cert-manager) and reloaded when they change; else a
+	// certificate is made, renewed and kept as Cert says.
+	CertDir string
+	Cert    webhookcert.Config
+	KAI     kai.Options
+	// PackingLabels keeps the node label the packing webhook's node
+	// affinity prefers (internal/packinglabel); it needs nodes patch rights.
+	PackingLabels bool
+	// Ready is called once the webhooks serve (tests wait on it).
+	Ready func(address string)
+}
+
+// Run serves until ctx ends, and returns once everything it started has
+// stopped.
+func Run(ctx context.Context, cfg Config) error {
+	logger := klog.FromContext(ctx)
+	certs, err := newCertSource(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		if err := certs.Run(ctx); err != nil {
+			logger.Error(err, "Webhook certificate stopped")
+		}
+	})
+	ready := &readiness{synced: make(chan struct{}), certs: certs}
+	if cfg.MetricsAddress != "" && cfg.Metrics != nil {
+		_, stopped, err := metricsserver.StartWithChecks(ctx, cfg.MetricsAddress, cfg.Metrics, metricsserver.Checks{Readyz: ready.check})
+		if err != nil {
+			return err
+		}
+		defer func() { <-stopped }()
+	}
+
+	factory := informers.NewSharedInformerFactory(cfg.Client, 10*time.Minute)
+	cluster := admission.NewInformerCluster(factory)
+	claims := admission.NewInformerClaims(factory, cfg.Client)
+	// The node label the packing webhook's node affinity prefers.
+	var labels *packinglabel.Loop
+	if cfg.PackingLabels {
+		if labels, err = packinglabel.New(factory, cfg.Client); err != nil {
+			return err
+		}
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	if err := cluster.WaitForSync(ctx); err != nil {
+		return err
+	}
+	if err := claims.WaitForSync(ctx); err != nil {
+		return err
+	}
+	close(ready.synced)
+	if err := waitForCertificate(ctx, certs); err != nil {
+		return fmt.Errorf("waiting for the webhook certificate: %w", err)
+	}
+
+	// The templates translated pods name are created here, from the pods
+	// the API server holds, never by the webhook.
+	loop, loopFactories := newTemplateLoop(ctx, cfg.Client, cfg.KAI)
+	for _, f := range loopFactories {
+		f.Start(ctx.Done())
+		defer f.Shutdown()
+	}
+	wg.Go(func() { loop.run(ctx, 2) })
+	if labels != nil {
+		wg.Go(func() { labels.Run(ctx, 2) })
+	}
+
+	srv := &admission.Server{Cluster: cluster, Reader: cfg.Client, KAI: cfg.KAI, Claims: claims}
+	lis, err := net.Listen("tcp", cfg.WebhookAddress)
+	if err != nil {
+		return fmt.Errorf("listening for admission on %s: %w", cfg.WebhookAddress, err)
+	}
+	httpSrv := &http.Server{
+		Handler: srv.Handler(),
+		// Asked on every handshake, so a renewed certificate is served
+		// without a restart.
+		TLSConfig: &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12},
+		// Every read and write is bounded: a client that trickles its body
+		// holds a connection for at most ReadTimeout.
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       90 * time.Second,
+	}
+	errs := make(chan error, 1)
+	go func() { errs <- httpSrv.ServeTLS(lis, "", "") }()
+	logger.Info("Serving admission webhooks", "address", lis.Addr().String())
+	if cfg.Ready != nil {
+		cfg.Ready(lis.Addr().String())
+	}
+	select {
+	case <-ctx.Done():
+		shutdownCtx, cancelShutdown := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancelShutdown()
+		err := httpSrv.Shutdown(shutdownCtx)
+		<-errs //nolint:errcheck // after Shutdown, Serve returns ErrServerClosed
+		return err
+	case err := <-errs:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return fmt.Errorf("admission server: %w", err)
+	}
+}

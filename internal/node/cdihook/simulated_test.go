@@ -1,0 +1,219 @@
+package cdihook_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpufrac/gpufrac/internal/node/cdihook"
+	"github.com/gpufrac/gpufrac/internal/node/gpusim"
+	"github.com/gpufrac/gpufrac/internal/node/inventory"
+)
+
+// A simulated node's hook takes the real hook's path (library lookup under
+// the driver root, cgroup from /proc, the symbol check, NVML's refusals);
+// only NVML's final, accepted call is recorded instead of made. So what
+// fails on a real node of each kind fails here.
+func TestSimulatedNodesAreAsStrictAsRealOnes(t *testing.T) {
+	const leaf = "kubepods/burstable/podX/abc"
+	for _, tc := range []struct {
+		name     string
+		node     gpusim.NodeOptions
+		libDir   string // where the node's driver installs NVML under its root
+		hookRoot string // the --driver-root the hook gets, relative to the host; "" = the node's
+		proc     string
+		gone     bool // the cgroup is removed before the hook runs
+		soft     uint64
+		hard     uint64
+		want     string // error; "" = recorded
+	}{
+		{name: "r615, cgroup v2", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem}, proc: "0::/" + leaf + "\n", soft: 40 << 30, hard: 60 << 30},
+		{name: "GPU Operator node: NVML only under /run/nvidia/driver", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem},
+			libDir: "run/nvidia/driver/usr/lib64", hookRoot: "run/nvidia/driver", proc: "0::/" + leaf + "\n", soft: 1 << 30, hard: 1 << 30},
+		{name: "GPU Operator node, hook told the host root", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem},
+			libDir: "run/nvidia/driver/usr/lib64", hookRoot: ".", proc: "0::/" + leaf + "\n", soft: 1, hard: 1,
+			want: "libnvidia-ml.so.1 not found under the driver root"},
+		{name: "r615 on cgroup v2, simulated on a cgroup v1 host", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem},
+			proc: "4:memory:/" + leaf + "\n", soft: 1, hard: 1},
+		{name: "cgroup v1 node", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem, CgroupV1: true},
+			proc: "4:memory:/" + leaf + "\n", soft: 1, hard: 1, want: "NVIDIA per-container GPU memory limits need cgroup v2"},
+		{name: "older driver (mps node)", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementMPS}, proc: "0::/" + leaf + "\n",
+			soft: 1, hard: 1, want: "nvmlDeviceSetMemoryLimits_v1 missing"},
+		{name: "older driver without MPS (none node)", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementNone}, proc: "0::/" + leaf + "\n",
+			soft: 1, hard: 1, want: "nvmlDeviceSetMemoryLimits_v1 missing"},
+		{name: "a cgroup that no longer exists", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem}, proc: "0::/" + leaf + "\n",
+			gone: true, soft: 0, hard: nvml.DEVICE_MEMORY_LIMIT_MAX, want: "ERROR_OPERATING_SYSTEM"},
+		{name: "a limit above the GPU's memory", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem}, proc: "0::/" + leaf + "\n",
+			soft: 1 << 30, hard: 200 << 30, want: "a limit is above the GPU's total memory"},
+		{name: "no limit (hard = NVML's maximum)", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem}, proc: "0::/" + leaf + "\n",
+			soft: 0, hard: nvml.DEVICE_MEMORY_LIMIT_MAX},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			host := t.TempDir()
+			node, err := gpusim.NewNodeWith("h200x2", "n", tc.node)
+			if err != nil {
+				t.Fatal(err)
+			}
+			libDir := tc.libDir
+			if libDir == "" {
+				libDir = "sim-driver/usr/lib/x86_64-linux-gnu"
+			}
+			if _, err := gpusim.InstallDriver(host, libDir, node.Driver); err != nil {
+				t.Fatal(err)
+			}
+			hookRoot := filepath.Join(host, "sim-driver")
+			if tc.hookRoot != "" {
+				hookRoot = filepath.Join(host, tc.hookRoot)
+			}
+			cgroupRoot := filepath.Join(host, "cgroup")
+			cgDir := filepath.Join(cgroupRoot, leaf)
+			if strings.Contains(tc.proc, "memory") {
+				cgDir = filepath.Join(cgroupRoot, "memory", leaf)
+			}
+			if err := os.MkdirAll(cgDir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if tc.gone {
+				if err := os.Remove(cgDir); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rec := filepath.Join(host, gpusim.RecordFile)
+			uuid := node.Driver.GPUs[1].UUID
+			err = cdihook.Run(strings.NewReader(state), cdihook.Options{
+				Limits:   []cdihook.Limit{{UUID: uuid, Soft: tc.soft, Hard: tc.hard}},
+				ProcRoot: procTree(t, "42", tc.proc), CgroupRoot: cgroupRoot, DriverRoot: hookRoot,
+				Open: func(path string) (nvml.Interface, error) { return gpusim.OpenDriver(path, rec) },
+			})
+			records, rerr := gpusim.ReadRecords(rec)
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.want)
+				}
+				if len(records) != 0 {
+					t.Errorf("a refused call was recorded: %+v", records)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := gpusim.LimitRecord{UUID: uuid, Cgroup: cgDir, Soft: tc.soft, Hard: tc.hard}
+			if len(records) != 1 || records[0] != want {
+				t.Errorf("records %+v, want [%+v]", records, want)
+			}
+		})
+	}
+}
+
+// The simulated driver refuses to pose as a real library and a real
+// library file is not a simulated driver.
+func TestOpenDriverRefusesARealLibrary(t *testing.T) {
+	lib := writeLib(t, t.TempDir(), "libnvidia-ml.so.1")
+	if _, err := gpusim.OpenDriver(lib, filepath.Join(t.TempDir(), "rec")); err == nil || !strings.Contains(err.Error(), "is not a simulated NVIDIA driver") {
+		t.Errorf("got %v", err)
+	}
+}
+
+// Containers that end (stopped, exited by themselves, OOM-killed: for the
+// driver all three are a cgroup removed with its soft limit still set)
+// leave their soft limit reserved in every ancestor. 50 containers of 10Gi
+// come and go in waves of up to 8 on one GPU; after every start the
+// ancestors hold exactly what the live containers hold, where without the
+// rebalance the kubepods reservation would grow by 10Gi per container.
+func TestAncestorReservationsFollowTheLiveContainers(t *testing.T) {
+	for _, rebalance := range []bool{true, false} {
+		t.Run(map[bool]string{true: "rebalanced", false: "leaking without records"}[rebalance], func(t *testing.T) {
+			host := t.TempDir()
+			node, err := gpusim.NewNodeWith("h200x1", "n", gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem})
+			if err != nil {
+				t.Fatal(err)
+			}
+			driverRoot := filepath.Join(host, "driver")
+			if _, err := gpusim.InstallDriver(driverRoot, "usr/lib64", node.Driver); err != nil {
+				t.Fatal(err)
+			}
+			cgroupRoot := filepath.Join(host, "cgroup")
+			rec := filepath.Join(host, gpusim.RecordFile)
+			recordDir := ""
+			if rebalance {
+				recordDir = filepath.Join(host, "containers")
+			}
+			uuid := node.Driver.GPUs[0].UUID
+			const soft = 10 << 30
+			live := map[string]bool{}
+			started := 0
+			run := func(pod, ctr int) {
+				t.Helper()
+				rel := fmt.Sprintf("kubepods/burstable/pod%d/c%d", pod, ctr)
+				if err := os.MkdirAll(filepath.Join(cgroupRoot, rel), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				st := fmt.Sprintf(`{"ociVersion":"1.2.0","id":"c%d-%d","status":"created","pid":42}`, pod, ctr)
+				err := cdihook.Run(strings.NewReader(st), cdihook.Options{
+					Limits:   []cdihook.Limit{{UUID: uuid, Soft: soft, Hard: 2 * soft}},
+					ProcRoot: procTree(t, "42", "0::/"+rel+"\n"), CgroupRoot: cgroupRoot, DriverRoot: driverRoot,
+					Open:     func(path string) (nvml.Interface, error) { return gpusim.OpenDriver(path, rec) },
+					ClaimUID: fmt.Sprintf("claim-%d", pod), RecordDir: recordDir,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				live[rel] = true
+				started++
+			}
+			end := func(rel string) {
+				// The runtime removes the cgroup; nothing resets it first.
+				if err := os.Remove(filepath.Join(cgroupRoot, rel)); err != nil {
+					t.Fatal(err)
+				}
+				delete(live, rel)
+			}
+			check := func() {
+				t.Helper()
+				records, err := gpusim.ReadRecords(rec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := gpusim.Reservations(records, cgroupRoot)[uuid][filepath.Join(cgroupRoot, "kubepods")]
+				want := uint64(len(live)) * soft
+				if !rebalance {
+					want = uint64(started) * soft
+				}
+				if got != want {
+					t.Fatalf("after %d containers (%d live): kubepods reserves %dGi, want %dGi", started, len(live), got>>30, want>>30)
+				}
+			}
+			for wave := 0; wave < 10; wave++ {
+				for c := 0; c < 5; c++ {
+					run(wave, c)
+					check()
+				}
+				// Three of five end: stopped, exited, OOM-killed alike.
+				for c := 0; c < 3; c++ {
+					end(fmt.Sprintf("kubepods/burstable/pod%d/c%d", wave, c))
+				}
+				if wave%2 == 1 {
+					// The pod ends: its other containers and its cgroup go.
+					for rel := range live {
+						if strings.HasPrefix(rel, fmt.Sprintf("kubepods/burstable/pod%d/", wave-1)) || strings.HasPrefix(rel, fmt.Sprintf("kubepods/burstable/pod%d/", wave)) {
+							end(rel)
+						}
+					}
+				}
+			}
+			if started != 50 {
+				t.Fatalf("started %d containers, want 50", started)
+			}
+			run(99, 0)
+			check()
+		})
+	}
+}

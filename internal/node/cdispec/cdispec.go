@@ -1,0 +1,261 @@
+// Package cdispec renders a claim plan as a CDI spec, the file the container
+// runtime reads to wire a container to its GPU share, and writes and removes
+// those files through the CDI library (validated, atomic). The spec carries
+// everything a container needs: device nodes, the NVIDIA environment
+// contract, MPS wiring for SMSharing and, only where the node enforces
+// per-cgroup limits, the gpufrac-cdi-hook that applies the memory limits to
+// the container's cgroup.
+package cdispec
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/gpufrac/gpufrac/internal/node/filewrite"
+	"github.com/gpufrac/gpufrac/internal/node/plan"
+)
+
+// CDI vendor and class of every device gpufrac hands out.
+const (
+	Vendor = "k8s.gpufrac.dev"
+	Class  = "fraction"
+	Kind   = Vendor + "/" + Class
+)
+
+// Paths inside the container for SMSharing clients. The pipe directory is
+// where MPS clients look by default, so CUDA programs that ignore
+// CUDA_MPS_PIPE_DIRECTORY still find the server.
+const (
+	ContainerMPSPipeDir = "/tmp/nvidia-mps"
+	ContainerMPSLogDir  = "/var/log/nvidia-mps"
+	ContainerShmDir     = "/dev/shm"
+)
+
+// Control device nodes every CUDA container needs besides its GPUs.
+var controlDeviceNodes = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"}
+
+// GPUDeviceNode is the device node of the GPU with the given minor number.
+func GPUDeviceNode(minor int) string { return "/dev/nvidia" + strconv.Itoa(minor) }
+
+// Options are the node facts a spec depends on.
+type Options struct {
+	// HookPath is the host path of gpufrac-cdi-hook.
+	HookPath string
+	// HookArgs are appended to the hook's arguments (the simulator points
+	// the hook at its recording NVML with them).
+	HookArgs []string
+	// DriverRoot is the host root of the NVIDIA driver installation the
+	// hook loads NVML under ("/" for a host install, /run/nvidia/driver
+	// with the GPU Operator's driver container); empty: the hook's default.
+	DriverRoot string
+	// RecordDir, when set, is where the hook records each container's
+	// cgroup for per-fraction metrics.
+	RecordDir string
+	// DeviceNode fills in the type and numbers of a device node. Giving them
+	// explicitly means the runtime need not stat the node when it injects.
+	DeviceNode func(path string) (cdispec.DeviceNode, error)
+	// Counter, when set, counts spec files written (and fsyncs: none).
+	Counter *filewrite.Counter
+}
+
+// SpecName is the transient spec file name of a claim: one file per claim,
+// named after its UID so a recreated claim never reuses a cached spec.
+func SpecName(claimUID types.UID) string {
+	return cdi.GenerateTransientSpecName(Vendor, Class, string(claimUID)) + ".json"
+}
+
+// DeviceName names one share's CDI device. The claim UID and the share ID
+// make it unique even for two shares of one GPU in one claim.
+func DeviceName(claimUID types.UID, d plan.Device) string {
+	share := "whole"
+	if d.ShareID != nil {
+		share = string(*d.ShareID)
+	}
+	return fmt.Sprintf("%s-%s-%s", claimUID, d.Device, share)
+}
+
+// DeviceID is the fully qualified CDI device ID the kubelet passes on.
+func DeviceID(claimUID types.UID, d plan.Device) string {
+	return Kind + "=" + DeviceName(claimUID, d)
+}
+
+// Build renders the spec of a claim plan.
+func Build(c *plan.Claim, opts Options) (*cdispec.Spec, error) {
+	spec := &cdispec.Spec{Kind: Kind}
+	claimEdits := cdispec.ContainerEdits{Env: env(c)}
+	for _, path := range controlDeviceNodes {
+		node, err := opts.DeviceNode(path)
+		if err != nil {
+			return nil, fmt.Errorf("resolving device node %s: %w", path, err)
+		}
+		claimEdits.DeviceNodes = append(claimEdits.DeviceNodes, &node)
+	}
+	if mps := c.MPS(); mps != nil {
+		claimEdits.Mounts = []*cdispec.Mount{
+			bind(mps.ClientPipeDir(), ContainerMPSPipeDir),
+			bind(mps.LogDir, ContainerMPSLogDir),
+			bind(mps.ShmDir, ContainerShmDir),
+		}
+	}
+	if h := hook(c, opts); h != nil {
+		claimEdits.Hooks = []*cdispec.Hook{h}
+	}
+	spec.ContainerEdits = claimEdits
+
+	for _, d := range c.Devices {
+		node, err := opts.DeviceNode(GPUDeviceNode(d.GPU.Minor))
+		if err != nil {
+			return nil, fmt.Errorf("resolving the device node of GPU %s: %w", d.GPU.UUID, err)
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{
+			Name:           DeviceName(c.UID, d),
+			ContainerEdits: cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{&node}},
+		})
+	}
+	version, err := cdispec.MinimumRequiredVersion(spec)
+	if err != nil {
+		return nil, fmt.Errorf("finding the CDI version of the spec: %w", err)
+	}
+	spec.Version = version
+	return spec, nil
+}
+
+func bind(host, container string) *cdispec.Mount {
+	return &cdispec.Mount{HostPath: host, ContainerPath: container, Options: []string{"rbind", "rw"}}
+}
+
+// MiB renders bytes in the unit of NVIDIA's memory environment contract,
+// rounded down so a limit never grows by rounding.
+func MiB(bytes int64) int64 { return bytes >> 20 }
+
+// env is claim-wide: several CDI devices of one claim share one container,
+// and per-device variables of the same name would overwrite each other.
+// Lists follow the order of NVIDIA_VISIBLE_DEVICES.
+func env(c *plan.Claim) []string {
+	gpus := c.PerGPU()
+	uuids := make([]string, len(gpus))
+	for i, g := range gpus {
+		uuids[i] = g.UUID
+	}
+	out := []string{"NVIDIA_VISIBLE_DEVICES=" + strings.Join(uuids, ",")}
+	out = append(out, limitEnv(c)...)
+	out = append(out, "GPUFRAC_CLAIM="+c.Namespace+"/"+c.Name)
+	if mps := c.MPS(); mps != nil {
+		var hard int64
+		var atp *int32
+		for _, d := range c.Devices {
+			if d.MPS != nil {
+				hard += d.HardLimitBytes
+				if d.ActiveThreadPercentage != nil {
+					atp = d.ActiveThreadPercentage
+				}
+			}
+		}
+		out = append(out,
+			"CUDA_MPS_PIPE_DIRECTORY="+ContainerMPSPipeDir,
+			"CUDA_MPS_LOG_DIRECTORY="+ContainerMPSLogDir,
+			// A client can only lower what the daemon set, never raise it.
+			fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s=%dM", mps.GPUUUID, MiB(hard)))
+		if atp != nil {
+			out = append(out, fmt.Sprintf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d", *atp))
+		}
+	}
+	return out
+}
+
+// Writer writes and removes claim specs in one CDI directory.
+type Writer struct {
+	dir   string
+	cache *cdi.Cache
+	opts  Options
+}
+
+// NewWriter writes into dir (created if missing).
+func NewWriter(dir string, opts Options) (*Writer, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating CDI directory %s: %w", dir, err)
+	}
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		return nil, fmt.Errorf("opening CDI directory %s: %w", dir, err)
+	}
+	return &Writer{dir: dir, cache: cache, opts: opts}, nil
+}
+
+// Write renders and writes the spec of c, replacing any earlier one, and
+// returns the CDI device IDs in the order of c.Devices. The CDI library
+// validates the spec before it writes it, and renames it into place.
+//
+// The write is atomic and not durable: the library (v1.1.2, pkg/cdi
+// spec.go write) writes a temp file in the spec directory and renames it
+// over the spec (renameat2), with no fsync. That is what this file needs: a
+// container runtime never reads a torn spec, and after a power loss every
+// container that used it is gone and Recover removes specs the (void)
+// checkpoint does not account for (docs/reliability.md).
+func (w *Writer) Write(c *plan.Claim) ([]string, error) {
+	spec, err := Build(c, w.opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := w.cache.WriteSpec(spec, SpecName(c.UID)); err != nil {
+		return nil, fmt.Errorf("writing CDI spec for claim %s/%s: %w", c.Namespace, c.Name, err)
+	}
+	w.opts.Counter.AddWrite()
+	return DeviceIDs(c), nil
+}
+
+// DeviceIDs are the CDI device IDs of c, in the order of c.Devices.
+func DeviceIDs(c *plan.Claim) []string {
+	ids := make([]string, len(c.Devices))
+	for i, d := range c.Devices {
+		ids[i] = DeviceID(c.UID, d)
+	}
+	return ids
+}
+
+// Exists tells whether the spec of a claim is on disk.
+func (w *Writer) Exists(claimUID types.UID) (bool, error) {
+	_, err := os.Stat(w.Path(claimUID))
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Path is where the spec of a claim lives.
+func (w *Writer) Path(claimUID types.UID) string { return filepath.Join(w.dir, SpecName(claimUID)) }
+
+// Remove deletes the spec of a claim; a missing spec is not an error.
+func (w *Writer) Remove(claimUID types.UID) error {
+	if err := w.cache.RemoveSpec(SpecName(claimUID)); err != nil {
+		return fmt.Errorf("removing CDI spec of claim %s: %w", claimUID, err)
+	}
+	return nil
+}
+
+// List returns the claim UIDs whose specs are in the directory, so that
+// start-up can remove specs no checkpoint entry accounts for.
+func (w *Writer) List() ([]types.UID, error) {
+	entries, err := os.ReadDir(w.dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing CDI directory %s: %w", w.dir, err)
+	}
+	prefix := strings.TrimSuffix(SpecName("X"), "X.json")
+	var out []types.UID
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, prefix) && strings.HasSuffix(name, ".json") {
+			out = append(out, types.UID(strings.TrimSuffix(strings.TrimPrefix(name, prefix), ".json")))
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,240 @@
+package cdispec_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	oci "github.com/opencontainers/runtime-spec/specs-go"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/node/cdispec"
+	"github.com/gpufrac/gpufrac/internal/node/gpusim"
+	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/plan"
+)
+
+const gib = int64(1) << 30
+
+func device(dev string, minor int, share string, soft, hard int64) plan.Device {
+	return plan.Device{
+		Request: "gpu", Pool: "node-a", Device: dev, ShareID: ptr.To(types.UID(share)),
+		GPU:            inventory.GPU{UUID: "GPU-" + dev, Index: minor, Minor: minor, MemoryBytes: uint64(141 * gib)},
+		SoftLimitBytes: soft, HardLimitBytes: hard, ComputeMode: v1alpha1.TimeSlicing, Enforcement: inventory.EnforcementDMem,
+	}
+}
+
+func opts() cdispec.Options {
+	return cdispec.Options{
+		HookPath:   "/var/lib/gpufrac/bin/gpufrac-cdi-hook",
+		HookArgs:   []string{"--simulate-record=/tmp/rec.jsonl"},
+		DeviceNode: gpusim.DeviceNode,
+	}
+}
+
+// inject runs the code containerd runs: a CDI cache over the spec directory
+// and InjectDevices onto a container's OCI spec.
+func inject(t *testing.T, dir string, ids []string) *oci.Spec {
+	t.Helper()
+	cache, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs := cache.GetErrors(); len(errs) > 0 {
+		t.Fatalf("the CDI library refuses our specs: %v", errs)
+	}
+	spec := &oci.Spec{Process: &oci.Process{Env: []string{"PATH=/usr/bin"}}, Linux: &oci.Linux{}}
+	unresolved, err := cache.InjectDevices(spec, ids...)
+	if err != nil {
+		t.Fatalf("InjectDevices(%v): unresolved %v: %v", ids, unresolved, err)
+	}
+	return spec
+}
+
+func envOf(spec *oci.Spec) map[string]string {
+	out := map[string]string{}
+	for _, kv := range spec.Process.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		out[k] = v
+	}
+	return out
+}
+
+func TestInjectTimeSlicingClaim(t *testing.T) {
+	dir := t.TempDir()
+	w, err := cdispec.NewWriter(dir, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := &plan.Claim{UID: "uid-1", Namespace: "ns", Name: "llm", Devices: []plan.Device{
+		device("gpu-0", 0, "s1", 40*gib, 60*gib),
+		device("gpu-3", 3, "s2", 20*gib, 20*gib),
+	}}
+	ids, err := w.Write(claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"k8s.gpufrac.dev/fraction=uid-1-gpu-0-s1", "k8s.gpufrac.dev/fraction=uid-1-gpu-3-s2"}; !slices.Equal(ids, want) {
+		t.Errorf("ids %v, want %v", ids, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "k8s.gpufrac.dev-fraction_uid-1.json")); err != nil {
+		t.Errorf("spec file: %v", err)
+	}
+	spec := inject(t, dir, ids)
+
+	env := envOf(spec)
+	for k, want := range map[string]string{
+		"NVIDIA_VISIBLE_DEVICES":      "GPU-gpu-0,GPU-gpu-3",
+		"GPUFRAC_GPU_MEMORY_REQUESTS": "40960,20480",
+		"GPUFRAC_GPU_MEMORY_LIMITS":   "61440,20480",
+		"GPUFRAC_CLAIM":               "ns/llm",
+		"PATH":                        "/usr/bin",
+	} {
+		if env[k] != want {
+			t.Errorf("env %s=%q, want %q", k, env[k], want)
+		}
+	}
+	if _, ok := env["CUDA_MPS_PIPE_DIRECTORY"]; ok {
+		t.Error("a TimeSlicing container must not join an MPS server")
+	}
+
+	var nodes []string
+	for _, d := range spec.Linux.Devices {
+		nodes = append(nodes, d.Path)
+		if d.Path == "/dev/nvidia3" && (d.Type != "c" || d.Major != 195 || d.Minor != 3) {
+			t.Errorf("/dev/nvidia3 = %s %d:%d, want c 195:3", d.Type, d.Major, d.Minor)
+		}
+	}
+	slices.Sort(nodes)
+	if want := []string{"/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0", "/dev/nvidia3", "/dev/nvidiactl"}; !slices.Equal(nodes, want) {
+		t.Errorf("device nodes %v, want %v", nodes, want)
+	}
+	// The device cgroup must allow exactly those devices.
+	allowed := 0
+	for _, r := range spec.Linux.Resources.Devices {
+		if r.Allow {
+			allowed++
+		}
+	}
+	if allowed != 5 {
+		t.Errorf("%d device cgroup rules allow access, want 5", allowed)
+	}
+
+	if spec.Hooks == nil || len(spec.Hooks.CreateRuntime) != 1 {
+		t.Fatalf("hooks %+v, want one createRuntime hook", spec.Hooks)
+	}
+	h := spec.Hooks.CreateRuntime[0]
+	wantArgs := []string{"gpufrac-cdi-hook", "apply",
+		"--gpu", "GPU-gpu-0=42949672960:64424509440",
+		"--gpu", "GPU-gpu-3=21474836480:21474836480",
+		"--simulate-record=/tmp/rec.jsonl"}
+	if h.Path != "/var/lib/gpufrac/bin/gpufrac-cdi-hook" || !slices.Equal(h.Args, wantArgs) {
+		t.Errorf("hook %s %v, want %v", h.Path, h.Args, wantArgs)
+	}
+}
+
+// An SMSharing container joins the GPU's MPS server: on legacy MPS through
+// the daemon's pipe directory, on MPS v3 through its own namespace's
+// directory only, so it cannot reach another claim's namespace.
+func TestInjectSMSharingClaim(t *testing.T) {
+	root := filepath.Dir(plan.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-gpu-1").PipeDir)
+	for _, tc := range []struct {
+		version, namespace, pipe string
+	}{
+		{version: "", pipe: root + "/pipe"},
+		{version: inventory.MPSVersionV3, namespace: "c1234", pipe: root + "/pipe/gpufrac/c1234"},
+	} {
+		t.Run("mps "+tc.version, func(t *testing.T) {
+			dir := t.TempDir()
+			w, err := cdispec.NewWriter(dir, opts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := device("gpu-1", 1, "s1", 16*gib, 24*gib)
+			d.ComputeMode = v1alpha1.SMSharing
+			d.ActiveThreadPercentage = ptr.To[int32](30)
+			d.MPS = plan.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", d.GPU.UUID)
+			d.MPS.Version, d.MPS.Namespace = tc.version, tc.namespace
+			claim := &plan.Claim{UID: "uid-2", Namespace: "ns", Name: "sm", Devices: []plan.Device{d}}
+			ids, err := w.Write(claim)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := inject(t, dir, ids)
+			env := envOf(spec)
+			for k, want := range map[string]string{
+				"CUDA_MPS_PIPE_DIRECTORY":           "/tmp/nvidia-mps",
+				"CUDA_MPS_LOG_DIRECTORY":            "/var/log/nvidia-mps",
+				"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  "GPU-gpu-1=24576M",
+				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
+			} {
+				if env[k] != want {
+					t.Errorf("env %s=%q, want %q", k, env[k], want)
+				}
+			}
+			mounts := map[string]string{}
+			for _, m := range spec.Mounts {
+				mounts[m.Destination] = m.Source
+			}
+			for dst, src := range map[string]string{"/tmp/nvidia-mps": tc.pipe, "/var/log/nvidia-mps": root + "/log", "/dev/shm": root + "/shm"} {
+				if mounts[dst] != src {
+					t.Errorf("mount %s from %q, want %q", dst, mounts[dst], src)
+				}
+			}
+		})
+	}
+}
+
+func TestRemoveAndList(t *testing.T) {
+	dir := t.TempDir()
+	w, err := cdispec.NewWriter(dir, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []types.UID{"a", "b"} {
+		if _, err := w.Write(&plan.Claim{UID: uid, Namespace: "ns", Name: string(uid), Devices: []plan.Device{device("gpu-0", 0, "s-"+string(uid), gib, gib)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "other-vendor.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := w.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, []types.UID{"a", "b"}) {
+		t.Errorf("List = %v, want [a b]", got)
+	}
+	if err := w.Remove("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Remove("a"); err != nil {
+		t.Errorf("removing a missing spec: %v", err)
+	}
+	if ok, _ := w.Exists("a"); ok {
+		t.Error("spec a still exists")
+	}
+	if ok, _ := w.Exists("b"); !ok {
+		t.Error("spec b is gone")
+	}
+}
+
+func TestHostDeviceNode(t *testing.T) {
+	node, err := cdispec.HostDeviceNode("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Type != "c" || node.Major != 1 || node.Minor != 3 {
+		t.Errorf("/dev/null = %s %d:%d, want c 1:3", node.Type, node.Major, node.Minor)
+	}
+	if _, err := cdispec.HostDeviceNode("/dev/nvidia-does-not-exist"); err == nil || !strings.Contains(err.Error(), "is the NVIDIA driver loaded?") {
+		t.Errorf("got %v, want an error that suggests the driver", err)
+	}
+}

@@ -1,0 +1,597 @@
+package mps
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/keymutex"
+
+	"github.com/gpufrac/gpufrac/internal/node/incident"
+	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/plan"
+)
+
+// Config of the manager.
+type Config struct {
+	Client    kubernetes.Interface
+	Namespace string
+	NodeName  string
+	// Template is the text of templates/mps-control-daemon.yaml.
+	Template string
+	// Image is the plugin's own image, which holds gpufrac-mps-launcher;
+	// the daemon runs the node's MPS binaries under DriverRoot with it.
+	Image string
+	// DriverRoot is the host path of the node's NVIDIA driver root.
+	DriverRoot string
+	// Version is the node's MPS version (inventory.MPSVersionV3 or
+	// inventory.MPSVersionLegacy).
+	Version string
+	// DriverVersion ("615.23.01") selects the MPS v3 configuration keys
+	// the node's driver accepts.
+	DriverVersion string
+	// ReadyTimeout bounds how long Prepare waits for a new daemon.
+	ReadyTimeout time.Duration
+	// Events reports daemon trouble on the claims that use it; optional.
+	// Clients the daemon terminates are reported through
+	// WatchTerminations (evictions.go).
+	Events Events
+	// RecordDir is where gpufrac-cdi-hook records containers; it maps an
+	// evicted client's cgroup to its claim.
+	RecordDir string
+	// DefaultNamespaceLimits are the MPS v3 shared server's default
+	// namespace limits; zero fields take DefaultSafetyLimits'.
+	DefaultNamespaceLimits NamespaceLimits
+	// KeepUnused, when set and returning a reason, stops the removal of
+	// daemons no known claim uses: the caller cannot name every claim
+	// (a quarantined checkpoint entry may be using one).
+	KeepUnused func() string
+}
+
+// Events are reported on claims whose daemon had trouble.
+type Events interface {
+	// DaemonRestarted: the claim's daemon died and a new one was created;
+	// the claim's clients lost their server.
+	DaemonRestarted(c *plan.Claim, reason string)
+	// DaemonRecovered: the new daemon is ready.
+	DaemonRecovered(c *plan.Claim)
+}
+
+// user is one claim's use of a GPU's daemon.
+type user struct {
+	claim   plan.Claim
+	hardMiB int64
+	// namespace and threads are the claim's MPS v3 namespace and its
+	// active thread percentage (100 when the claim sets none).
+	namespace string
+	threads   int32
+}
+
+// users map claim UIDs to their use of one GPU's daemon.
+type users = map[types.UID]user
+
+// Manager implements preparer.MPS.
+type Manager struct {
+	cfg   Config
+	locks keymutex.KeyMutex // per GPU: one daemon change at a time
+
+	mu    sync.Mutex
+	users map[string]users // GPU UUID → claim → use
+	// restarted are GPUs whose daemon was recreated and has not been
+	// seen ready since; only the reconcile loop touches it.
+	restarted map[string]bool
+	// logOffsets: how far each daemon's control.log was scanned for
+	// terminated clients, and report (WatchTerminations) who hears of
+	// them, under scanMu.
+	scanMu     sync.Mutex
+	logOffsets map[string]int64
+	report     func(incident.MPSEvent)
+	// lister is the watch's cache while Run watches.
+	lister atomic.Pointer[podLister]
+	// beforeCollect, in tests, runs between reconcile's decision that a
+	// GPU's daemon looks unused and its removal.
+	beforeCollect func(gpu string)
+}
+
+// NewManager validates cfg.
+func NewManager(cfg Config) (*Manager, error) {
+	if cfg.Client == nil || cfg.Namespace == "" || cfg.NodeName == "" || cfg.Template == "" || cfg.Image == "" || cfg.DriverRoot == "" {
+		return nil, errors.New("the MPS manager needs a client, namespace, node name, template, image and driver root")
+	}
+	if !filepath.IsAbs(cfg.DriverRoot) {
+		return nil, fmt.Errorf("MPS daemon driver root %q: must be an absolute host path (the chart's nvidiaDriverRoot)", cfg.DriverRoot)
+	}
+	limits, err := cfg.DefaultNamespaceLimits.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cfg.DefaultNamespaceLimits = limits
+	if cfg.Version != inventory.MPSVersionV3 && cfg.Version != inventory.MPSVersionLegacy {
+		return nil, fmt.Errorf("MPS version %q: this node has no usable MPS", cfg.Version)
+	}
+	if cfg.Version == inventory.MPSVersionV3 {
+		if _, err := DaemonTOML(cfg.DriverVersion, plan.MPSServerName, "GPU-check"); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 60 * time.Second
+	}
+	return &Manager{cfg: cfg, locks: keymutex.NewHashed(0), users: map[string]users{}, restarted: map[string]bool{}, logOffsets: map[string]int64{}}, nil
+}
+
+// useOf is what a claim asks of a GPU's daemon: the sum of its SMSharing
+// shares' hard limits there, its namespace and thread percentage. A
+// TimeSlicing claim (MPS v3 nodes with per-cgroup limits) asks only that
+// the daemon runs: it has no namespace.
+func useOf(c *plan.Claim, gpu string) user {
+	u := user{claim: *c, threads: 100}
+	var sum int64
+	for _, d := range c.Devices {
+		if d.MPS != nil && d.GPU.UUID == gpu && (d.MPS.Namespace != "" || d.MPS.Version != inventory.MPSVersionV3) {
+			sum += d.HardLimitBytes
+			u.namespace = d.MPS.Namespace
+			if d.ActiveThreadPercentage != nil {
+				u.threads = *d.ActiveThreadPercentage
+			}
+		}
+	}
+	u.hardMiB = sum >> 20
+	return u
+}
+
+// Acquire implements preparer.MPS: the GPU's daemon runs and is ready, and
+// its ceiling covers this claim, before it returns.
+func (m *Manager) Acquire(ctx context.Context, b plan.MPSBinding, c *plan.Claim) error {
+	m.locks.LockKey(b.GPUUUID)
+	defer func() { _ = m.locks.UnlockKey(b.GPUUUID) }()
+
+	m.mu.Lock()
+	if m.users[b.GPUUUID] == nil {
+		m.users[b.GPUUUID] = users{}
+	}
+	_, had := m.users[b.GPUUUID][c.UID]
+	m.users[b.GPUUUID][c.UID] = useOf(c, b.GPUUUID)
+	file, content := desired(m.cfg.Version, m.users[b.GPUUUID])
+	m.mu.Unlock()
+
+	err := m.ensure(ctx, b, file, content)
+	if err != nil && !had {
+		if ctx.Err() != nil {
+			// The caller (the kubelet's Prepare deadline) gave up, not the
+			// daemon: drop the claim's use but let the daemon finish
+			// starting for the retry, instead of deleting and re-creating
+			// it on every attempt. Garbage collection spares it for
+			// ReadyTimeout after its creation.
+			m.dropUser(b, c.UID)
+			return err
+		}
+		// The daemon itself failed: leave nothing behind, neither the use
+		// nor, if it was the only one, the daemon.
+		if relErr := m.release(context.WithoutCancel(ctx), b, c.UID); relErr != nil {
+			err = errors.Join(err, relErr)
+		}
+	}
+	return err
+}
+
+func (m *Manager) dropUser(b plan.MPSBinding, uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.users[b.GPUUUID], uid)
+	if len(m.users[b.GPUUUID]) == 0 {
+		delete(m.users, b.GPUUUID)
+	}
+}
+
+// ensure makes the daemon exist with the settings and waits until it is
+// ready and has applied them.
+func (m *Manager) ensure(ctx context.Context, b plan.MPSBinding, file, content string) error {
+	logger := klog.FromContext(ctx).WithValues("gpu", b.GPUUUID)
+	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
+	name := PodName(m.cfg.NodeName, b.GPUUUID)
+	pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		pod, err = m.create(ctx, b, file, content)
+		if err != nil {
+			return err
+		}
+		logger.Info("Started MPS control daemon", "pod", klog.KObj(pod), "version", m.cfg.Version, "settings", strings.TrimSpace(content))
+	case err != nil:
+		return fmt.Errorf("looking up MPS daemon %s/%s: %w", m.cfg.Namespace, name, err)
+	case pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+		return fmt.Errorf("MPS daemon %s/%s of GPU %s is terminating or has stopped (%s); it is being replaced, retry shortly", m.cfg.Namespace, name, b.GPUUUID, pod.Status.Phase)
+	default:
+		// A running daemon picks up changed settings from its config.
+		if err := writeConfig(b, file, content); err != nil {
+			return err
+		}
+	}
+	// One ReadyTimeout for the daemon to start and to apply the settings.
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+	defer cancel()
+	if err := m.waitReady(ctx, b, name); err != nil {
+		return err
+	}
+	return m.waitApplied(ctx, b, file, content)
+}
+
+func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content string) (*corev1.Pod, error) {
+	for _, dir := range []string{b.PipeDir, b.LogDir, b.ShmDir} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("creating MPS directory %s: %w", dir, err)
+		}
+	}
+	// A stale .applied from a daemon that died must not pass for the new
+	// one's answer.
+	_ = os.Remove(filepath.Join(ConfigDir(b), file+AppliedSuffix))
+	if err := writeConfig(b, file, content); err != nil {
+		return nil, err
+	}
+	if m.cfg.Version == inventory.MPSVersionV3 {
+		toml, err := DaemonTOML(m.cfg.DriverVersion, plan.MPSServerName, b.GPUUUID)
+		if err != nil {
+			return nil, err
+		}
+		if err := writeConfig(b, ConfigTOMLFile, toml); err != nil {
+			return nil, err
+		}
+	}
+	pod, err := Render(m.cfg.Template, DaemonParams{
+		Name: PodName(m.cfg.NodeName, b.GPUUUID), Namespace: m.cfg.Namespace, NodeName: m.cfg.NodeName,
+		GPUUUID: b.GPUUUID, Image: m.cfg.Image, DriverRoot: m.cfg.DriverRoot, Version: m.cfg.Version,
+		PipeDir: b.PipeDir, LogDir: b.LogDir, ShmDir: b.ShmDir, ConfigDir: ConfigDir(b),
+		ServerName: plan.MPSServerName, GPUMemoryMiB: m.gpuMemoryMiB(b.GPUUUID),
+		SafetyMemoryMiB:        m.cfg.DefaultNamespaceLimits.PinnedMemoryMiB,
+		SafetyThreadPercentage: m.cfg.DefaultNamespaceLimits.ActiveThreadPercentage,
+	})
+	if err != nil {
+		return nil, err
+	}
+	created, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating MPS daemon %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return created, nil
+}
+
+// gpuMemoryMiB is the GPU's memory as the claims using it know it.
+func (m *Manager) gpuMemoryMiB(gpu string) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, u := range m.users[gpu] {
+		for _, d := range u.claim.Devices {
+			if d.GPU.UUID == gpu {
+				return int64(d.GPU.MemoryBytes >> 20)
+			}
+		}
+	}
+	return 0
+}
+
+// waitReady polls the daemon Pod's Ready condition, which its startup
+// probe gates on the control daemon answering, with a bounded backoff.
+func (m *Manager) waitReady(ctx context.Context, b plan.MPSBinding, name string) error {
+	var last *corev1.Pod
+	start := time.Now()
+	// A real daemon takes seconds (init container, then a startup probe
+	// every second).
+	ready := poll(ctx, 50*time.Millisecond, func(ctx context.Context) bool {
+		pod, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		last = pod
+		return podReady(pod)
+	})
+	if ready {
+		return nil
+	}
+	state := "not found"
+	if last != nil {
+		state = describePod(last)
+	}
+	return fmt.Errorf("MPS daemon %s/%s of GPU %s is not ready after %s (%s); last daemon log lines: %s",
+		m.cfg.Namespace, name, b.GPUUUID, time.Since(start).Round(100*time.Millisecond), state, tailLog(b.LogDir, 5))
+}
+
+func podReady(pod *corev1.Pod) bool {
+	if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func describePod(pod *corev1.Pod) string {
+	parts := []string{"phase " + string(pod.Status.Phase)}
+	for _, cs := range pod.Status.ContainerStatuses {
+		switch {
+		case cs.State.Waiting != nil:
+			parts = append(parts, fmt.Sprintf("%s waiting: %s %s", cs.Name, cs.State.Waiting.Reason, cs.State.Waiting.Message))
+		case cs.State.Terminated != nil:
+			parts = append(parts, fmt.Sprintf("%s terminated: %s (exit %d)", cs.Name, cs.State.Terminated.Reason, cs.State.Terminated.ExitCode))
+		case cs.RestartCount > 0:
+			parts = append(parts, fmt.Sprintf("%s restarted %d times", cs.Name, cs.RestartCount))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// tailLog returns the last lines of the control daemon's log, the first
+// thing anyone debugging a daemon that will not start needs.
+func tailLog(dir string, n int) string {
+	raw, err := os.ReadFile(filepath.Join(dir, "control.log"))
+	if err != nil || len(raw) == 0 {
+		return "(no control.log in " + dir + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	// Events carry this and are limited to 1024 characters.
+	for i, l := range lines {
+		if len(l) > 120 {
+			lines[i] = l[:117] + "..."
+		}
+	}
+	return strings.Join(lines, " | ")
+}
+
+// Release implements preparer.MPS.
+func (m *Manager) Release(ctx context.Context, b plan.MPSBinding, claimUID types.UID) error {
+	m.locks.LockKey(b.GPUUUID)
+	defer func() { _ = m.locks.UnlockKey(b.GPUUUID) }()
+	return m.release(ctx, b, claimUID)
+}
+
+func (m *Manager) release(ctx context.Context, b plan.MPSBinding, claimUID types.UID) error {
+	// An eviction ends the victim's container, and so its pod's claim may
+	// be unprepared before the next reconcile: read the daemon's log while
+	// the claim is still a user.
+	m.scanEvictions(ctx, map[string]string{b.GPUUUID: b.LogDir})
+	m.mu.Lock()
+	if _, user := m.users[b.GPUUUID][claimUID]; !user {
+		// Not a user (never was, or its use was dropped when the kubelet
+		// gave up): the daemon is not this claim's to stop; garbage
+		// collection removes it if no claim comes for it.
+		m.mu.Unlock()
+		return nil
+	}
+	delete(m.users[b.GPUUUID], claimUID)
+	remaining := len(m.users[b.GPUUUID])
+	file, content := desired(m.cfg.Version, m.users[b.GPUUUID])
+	if remaining == 0 {
+		delete(m.users, b.GPUUUID)
+	}
+	m.mu.Unlock()
+	if remaining > 0 {
+		// Lowering the ceiling to the remaining claims (legacy), or
+		// deleting the claim's namespace (v3), keeps a departed claim's
+		// limit from lingering. Not awaited: nothing new depends on it.
+		return writeConfig(b, file, content)
+	}
+	return m.stop(ctx, b)
+}
+
+// stop deletes the GPU's daemon and its directories.
+func (m *Manager) stop(ctx context.Context, b plan.MPSBinding) error {
+	name := PodName(m.cfg.NodeName, b.GPUUUID)
+	err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting MPS daemon %s/%s: %w", m.cfg.Namespace, name, err)
+	}
+	klog.FromContext(ctx).Info("Stopped MPS control daemon: no claims use it", "gpu", b.GPUUUID, "pod", klog.KRef(m.cfg.Namespace, name))
+	// Orphaned pipe and shm directories are a known cause of a new daemon
+	// failing to start; the log stays for inspection.
+	for _, dir := range []string{b.PipeDir, b.ShmDir, ConfigDir(b)} {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("removing MPS directory %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// Users returns how many claims use each GPU's daemon.
+func (m *Manager) Users() map[string]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int{}
+	for gpu, us := range m.users {
+		out[gpu] = len(us)
+	}
+	return out
+}
+
+// Restore rebuilds the reference counts from the prepared claims (the
+// checkpoint) and then reconciles the daemons with them.
+func (m *Manager) Restore(ctx context.Context, prepared []plan.Claim) error {
+	m.mu.Lock()
+	for i := range prepared {
+		c := &prepared[i]
+		if b := c.MPS(); b != nil {
+			if m.users[b.GPUUUID] == nil {
+				m.users[b.GPUUUID] = users{}
+			}
+			m.users[b.GPUUUID][c.UID] = useOf(c, b.GPUUUID)
+		}
+	}
+	m.mu.Unlock()
+	return m.reconcile(ctx)
+}
+
+// reconcile deletes daemons of GPUs no claim uses (left by a crash or an
+// upgrade) and recreates daemons that died while claims use them.
+func (m *Manager) reconcile(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	pods, err := m.daemons(ctx)
+	if err != nil {
+		return fmt.Errorf("listing MPS daemons: %w", err)
+	}
+	running := map[string]*corev1.Pod{}
+	for i := range pods {
+		running[pods[i].Labels[LabelGPU]] = &pods[i]
+	}
+	m.mu.Lock()
+	users := map[string][]user{}
+	logs := map[string]string{}
+	for gpu, us := range m.users {
+		for _, u := range us {
+			users[gpu] = append(users[gpu], u)
+			if b := u.claim.MPS(); b != nil {
+				logs[gpu] = b.LogDir
+			}
+		}
+	}
+	m.mu.Unlock()
+	m.scanEvictions(ctx, logs)
+
+	var errs []error
+	keep := ""
+	if m.cfg.KeepUnused != nil {
+		keep = m.cfg.KeepUnused()
+	}
+	for gpu, pod := range running {
+		if len(users[gpu]) > 0 {
+			continue
+		}
+		if keep != "" {
+			logger.Info("Keeping an MPS daemon no known claim uses", "pod", klog.KObj(pod), "gpu", gpu, "reason", keep)
+			continue
+		}
+		if time.Since(pod.CreationTimestamp.Time) < m.cfg.ReadyTimeout {
+			// Still starting for a Prepare the kubelet will retry.
+			continue
+		}
+		if m.beforeCollect != nil {
+			m.beforeCollect(gpu)
+		}
+		deleted, err := m.collect(ctx, gpu, pod)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if deleted {
+			logger.Info("Deleted an MPS daemon no claim uses", "pod", klog.KObj(pod), "gpu", gpu)
+		}
+	}
+	for gpu, us := range users {
+		pod := running[gpu]
+		if pod != nil && pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded {
+			if m.restarted[gpu] && podReady(pod) {
+				delete(m.restarted, gpu)
+				logger.Info("A recreated MPS daemon is ready", "gpu", gpu, "claims", len(us))
+				if m.cfg.Events != nil {
+					for _, u := range us {
+						m.cfg.Events.DaemonRecovered(&u.claim)
+					}
+				}
+			}
+			continue
+		}
+		reason := "the MPS daemon of GPU " + gpu + " is gone"
+		if pod != nil {
+			reason = fmt.Sprintf("the MPS daemon of GPU %s stopped (%s)", gpu, describePod(pod))
+		}
+		created, err := m.recreate(ctx, us[0].claim, gpu, pod)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !created {
+			continue
+		}
+		m.restarted[gpu] = true
+		logger.Info("Recreated an MPS daemon claims depend on", "gpu", gpu, "claims", len(us), "reason", reason)
+		if m.cfg.Events != nil {
+			for _, u := range us {
+				m.cfg.Events.DaemonRestarted(&u.claim, reason+"; it was recreated, and its clients must reconnect")
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// collect deletes pod, the daemon of gpu, if it is still unused. The
+// check is repeated under the GPU's lock, which Acquire holds while it
+// hands the daemon out: the users seen before taking the lock may be out
+// of date. The deletion is of that very Pod (its UID), not of a
+// successor with the same name.
+func (m *Manager) collect(ctx context.Context, gpu string, pod *corev1.Pod) (bool, error) {
+	m.locks.LockKey(gpu)
+	defer func() { _ = m.locks.UnlockKey(gpu) }()
+	m.mu.Lock()
+	used := len(m.users[gpu]) > 0
+	m.mu.Unlock()
+	if used {
+		return false, nil
+	}
+	uid := pod.UID
+	err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return false, nil // gone already, or replaced by a new daemon
+	default:
+		return false, fmt.Errorf("deleting unused MPS daemon %s: %w", pod.Name, err)
+	}
+}
+
+// recreate replaces a dead daemon; it reports whether a new Pod was
+// created (a stopped one is deleted first, and replaced on a later pass
+// because the new Pod takes the same name).
+func (m *Manager) recreate(ctx context.Context, c plan.Claim, gpu string, old *corev1.Pod) (bool, error) {
+	m.locks.LockKey(gpu)
+	defer func() { _ = m.locks.UnlockKey(gpu) }()
+	b := c.MPS()
+	m.mu.Lock()
+	used := len(m.users[gpu]) > 0
+	m.mu.Unlock()
+	if b == nil || !used {
+		// Released since reconcile looked: nothing to bring back.
+		return false, nil
+	}
+	if old != nil {
+		if old.DeletionTimestamp == nil {
+			uid := old.UID
+			err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, old.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return false, fmt.Errorf("deleting stopped MPS daemon %s: %w", old.Name, err)
+			}
+		}
+		return false, nil
+	}
+	// The watch's cache may not show a daemon an Acquire just created:
+	// only the API can say it is gone.
+	if _, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, PodName(m.cfg.NodeName, gpu), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	m.mu.Lock()
+	file, content := desired(m.cfg.Version, m.users[gpu])
+	m.mu.Unlock()
+	if _, err := m.create(ctx, *b, file, content); err != nil {
+		return false, err
+	}
+	return true, nil
+}

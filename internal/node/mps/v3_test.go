@@ -1,0 +1,120 @@
+package mps_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/mps"
+	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/templates"
+)
+
+func v3Claim(root, name, gpu string, hardGiB int64, threads *int32) *plan.Claim {
+	c := smClaim(root, name, gpu, hardGiB)
+	c.Devices[0].MPS.Version = inventory.MPSVersionV3
+	c.Devices[0].MPS.Namespace = plan.MPSNamespaceFor(c.UID)
+	c.Devices[0].ActiveThreadPercentage = threads
+	return c
+}
+
+func namespaces(t *testing.T, b *plan.MPSBinding) string {
+	raw, err := os.ReadFile(filepath.Join(mps.ConfigDir(*b), mps.NamespacesFile))
+	if err != nil {
+		return "<none>"
+	}
+	return string(raw)
+}
+
+// On MPS v3 every SMSharing claim of a GPU gets its own namespace on the
+// one shared server, with its own limit and thread percentage, instead of
+// the legacy daemon's single ceiling.
+func TestV3NamespacePerClaim(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	kubelet(ctx, t, client, true)
+	root := t.TempDir()
+	m, err := mps.NewManager(mps.Config{
+		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
+		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: inventory.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := v3Claim(root, "first", "GPU-a", 24, nil)
+	second := v3Claim(root, "second", "GPU-a", 40, ptr.To[int32](30))
+	b := first.MPS()
+	for _, c := range []*plan.Claim{first, second} {
+		if err := m.Acquire(ctx, *c.MPS(), c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pods := daemonPods(t, client)
+	if len(pods) != 1 {
+		t.Fatalf("%d daemon pods, want one shared server", len(pods))
+	}
+	if got := pods[0].Spec.InitContainers[0].Command; !strings.HasSuffix(strings.Join(got, " "), " -- nvidia-smi -i GPU-a -c DEFAULT") || got[0] != "/usr/local/bin/gpufrac-mps-launcher" {
+		t.Errorf("v3 init container %q, want the driver root's nvidia-smi setting the DEFAULT compute mode, through the launcher", got)
+	}
+	nsFirst, nsSecond := plan.MPSNamespaceFor(first.UID), plan.MPSNamespaceFor(second.UID)
+	want := nsFirst + " 24576 100\n" + nsSecond + " 40960 30\n"
+	if nsSecond < nsFirst {
+		want = nsSecond + " 40960 30\n" + nsFirst + " 24576 100\n"
+	}
+	if got := namespaces(t, b); got != want {
+		t.Errorf("namespaces %q, want %q", got, want)
+	}
+	if err := m.Release(ctx, *b, first.UID); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := namespaces(t, b), nsSecond+" 40960 30\n"; got != want {
+		t.Errorf("namespaces after release %q, want %q", got, want)
+	}
+	if err := m.Release(ctx, *b, second.UID); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(daemonPods(t, client)); n != 0 {
+		t.Errorf("%d daemon pods after the last release", n)
+	}
+}
+
+// A daemon that is Ready but never applies a new claim's settings fails
+// that claim's Prepare, naming the daemon and what it still has, rather
+// than letting a container start before its namespace exists.
+func TestSettingsNeverAppliedFailsPrepare(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	kubeletApplying(ctx, client, true, false) // Ready, but deaf to the config directory
+	m, err := mps.NewManager(mps.Config{
+		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
+		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: inventory.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := v3Claim(t.TempDir(), "c", "GPU-a", 8, nil)
+	err = m.Acquire(ctx, *c.MPS(), c)
+	if err == nil {
+		t.Fatal("Acquire succeeded though the daemon never created the namespace")
+	}
+	for _, want := range []string{mps.PodName(node, "GPU-a"), "did not apply its settings", plan.MPSNamespaceFor(c.UID) + " 8192 100"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if len(m.Users()) != 0 || len(daemonPods(t, client)) != 0 {
+		t.Errorf("left behind: users %v, %d daemon pods", m.Users(), len(daemonPods(t, client)))
+	}
+}

@@ -1,0 +1,97 @@
+package plan
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+)
+
+// One guarantee per claim. The scheduler accounts a claim's memory once;
+// the node applies a share's soft and hard limit to the cgroup of each
+// container that uses the claim (NVIDIA's limits are per cgroup, and
+// every container has its own). A claim used by two containers at once,
+// or by two pods, would be guaranteed twice what was accounted, so such a
+// claim is refused with the reason: at admission (internal/admission) and at
+// Prepare. docs/node-contract.md says why no shared limit is used instead.
+
+// SharedClaimError is a claim that more than one container or pod would
+// hold at the same time.
+type SharedClaimError struct {
+	Namespace, Name string
+	Holders         []string
+}
+
+func (e *SharedClaimError) Error() string {
+	return fmt.Sprintf("ResourceClaim %s/%s would give its guaranteed GPU memory to %s at once; gpufrac applies a claim's limits to each container that uses it, "+
+		"so the memory the scheduler accounted once would be guaranteed %d times. Give each container its own claim (a ResourceClaimTemplate per pod, one request per container)",
+		e.Namespace, e.Name, strings.Join(e.Holders, " and "), len(e.Holders))
+}
+
+// ClaimHolders lists who would hold the claim named claimName of pod at
+// the same time: the pod's app containers and sidecars (restartable init
+// containers) that reference it; and a plain init container that
+// references it while a sidecar declared before it does, since sidecars
+// keep running while later init containers run. Plain init containers run
+// one at a time and end before the app containers start, so they do not
+// add up with each other or with the app containers.
+func ClaimHolders(pod *corev1.Pod, podClaimName string) []string {
+	uses := func(c *corev1.Container) bool {
+		return slices.ContainsFunc(c.Resources.Claims, func(r corev1.ResourceClaim) bool { return r.Name == podClaimName })
+	}
+	var holders []string
+	sidecarBefore := false
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if !uses(c) {
+			continue
+		}
+		sidecar := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+		switch {
+		case sidecar:
+			holders = append(holders, "sidecar "+c.Name)
+			sidecarBefore = true
+		case sidecarBefore:
+			holders = append(holders, "init container "+c.Name)
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if uses(&pod.Spec.Containers[i]) {
+			holders = append(holders, "container "+pod.Spec.Containers[i].Name)
+		}
+	}
+	return holders
+}
+
+// CheckOneGuarantee refuses claim when it is reserved for more than one
+// pod, or when one of pods (those it is reserved for, as far as they are
+// known) would hand it to more than one container at once.
+func CheckOneGuarantee(claim *resourceapi.ResourceClaim, pods []*corev1.Pod) error {
+	var reservedPods []string
+	for _, r := range claim.Status.ReservedFor {
+		if r.Resource == "pods" && r.APIGroup == "" {
+			reservedPods = append(reservedPods, "pod "+r.Name)
+		}
+	}
+	if len(reservedPods) > 1 {
+		return &SharedClaimError{Namespace: claim.Namespace, Name: claim.Name, Holders: reservedPods}
+	}
+	for _, pod := range pods {
+		for _, pc := range pod.Spec.ResourceClaims {
+			name, _, err := resourceclaim.Name(pod, &pc)
+			if err != nil || name == nil || *name != claim.Name {
+				continue
+			}
+			if holders := ClaimHolders(pod, pc.Name); len(holders) > 1 {
+				for i := range holders {
+					holders[i] += " of pod " + pod.Name
+				}
+				return &SharedClaimError{Namespace: claim.Namespace, Name: claim.Name, Holders: holders}
+			}
+		}
+	}
+	return nil
+}

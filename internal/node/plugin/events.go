@@ -1,0 +1,69 @@
+package plugin
+
+import (
+	"context"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+
+	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
+	"github.com/gpufrac/gpufrac/internal/node/plan"
+)
+
+// eventReporter puts Prepare failures on the claim, where `kubectl describe
+// resourceclaim` shows them next to the allocation.
+type eventReporter struct {
+	broadcaster events.EventBroadcaster
+	recorder    events.EventRecorder
+	// status carries the MPS server's state into the claim's
+	// status.devices conditions.
+	status *claimstatus.Writer
+}
+
+func newEventReporter(ctx context.Context, client kubernetes.Interface, nodeName string, status *claimstatus.Writer) *eventReporter {
+	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
+	broadcaster.StartRecordingToSink(ctx.Done())
+	return &eventReporter{broadcaster: broadcaster, recorder: broadcaster.NewRecorder(scheme.Scheme, "gpufrac-kubelet-plugin/"+nodeName), status: status}
+}
+
+// shutdown stops the broadcaster's goroutines; events recorded after it
+// are dropped.
+func (r *eventReporter) shutdown() { r.broadcaster.Shutdown() }
+
+func claimRef(c *plan.Claim) *resourceapi.ResourceClaim {
+	return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID}}
+}
+
+// DaemonRestarted tells a claim's users that the MPS server they joined
+// died and was recreated: their CUDA contexts on it are lost. The Event is
+// for people; the MPSServerReady=False condition is for controllers that
+// restart such pods.
+func (r *eventReporter) DaemonRestarted(c *plan.Claim, reason string) {
+	r.recorder.Eventf(claimRef(c), nil, v1.EventTypeWarning, "MPSDaemonRestarted", "RestartMPSDaemon", "%s", reason)
+	r.status.MPSServerState(c, claimstatus.MPSServer{Reason: "DaemonRestarted", Message: reason, Since: time.Now()})
+}
+
+// DaemonRecovered: the recreated server accepts clients again.
+func (r *eventReporter) DaemonRecovered(c *plan.Claim) {
+	r.recorder.Eventf(claimRef(c), nil, v1.EventTypeNormal, "MPSDaemonReady", "RestartMPSDaemon", "the recreated MPS daemon is ready; restart the claim's containers to reconnect")
+	r.status.MPSServerState(c, claimstatus.MPSServer{Ready: true, Reason: "DaemonReady",
+		Message: "the recreated MPS daemon is ready; containers that used the old one must restart", Since: time.Now()})
+}
+
+func (r *eventReporter) PrepareFailed(claim *resourceapi.ResourceClaim, err error) {
+	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "PrepareFailed", "Prepare", "%s", err.Error())
+}
+
+// UnprepareFailed matters as much as a failed Prepare: until the kubelet's
+// retry succeeds, the claim's share stays reserved on the GPU (and its MPS
+// server running), and the pod stays Terminating.
+func (r *eventReporter) UnprepareFailed(c kubeletplugin.NamespacedObject, err error) {
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID}}
+	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "UnprepareFailed", "Unprepare", "%s", err.Error())
+}

@@ -1,0 +1,593 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/node/cdispec"
+	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
+	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
+	"github.com/gpufrac/gpufrac/internal/node/filewrite"
+	"github.com/gpufrac/gpufrac/internal/node/fractionmetrics"
+	"github.com/gpufrac/gpufrac/internal/node/health"
+	"github.com/gpufrac/gpufrac/internal/node/incident"
+	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/mps"
+	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/internal/node/preparer"
+	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+)
+
+// Config is what the plugin needs from its command line.
+type Config struct {
+	NodeName   string
+	KubeClient kubernetes.Interface
+	// NVML is the library discovery runs against: the real one, or a
+	// simulated server.
+	NVML             nvml.Interface
+	InventoryOptions inventory.Options
+	// PluginDataDir holds the DRA socket, the checkpoint and the MPS
+	// directories.
+	PluginDataDir string
+	// RegistrarDir is the kubelet's plugin registry directory.
+	RegistrarDir string
+	// CDIRoot is where CDI specs for prepared claims are written.
+	CDIRoot string
+	// CDI holds the spec options: hook path and arguments, device nodes.
+	CDI cdispec.Options
+	// BootID invalidates the checkpoint after a reboot.
+	BootID string
+	// SMSharingGPUs reserves GPUs per compute mode (see
+	// inventory.AssignComputeModes); empty leaves every GPU open to both.
+	SMSharingGPUs string
+	// MPS configures the managed MPS servers. Without an image the node
+	// refuses SMSharing claims, saying why.
+	MPS MPSConfig
+	// Health configures where GPU health comes from.
+	Health HealthConfig
+	// Metrics, when set, gets the per-fraction and driver metrics.
+	Metrics prometheus.Registerer
+	// HardLimitBand is how close to its hard limit a container counts as
+	// at it (incident.Band); zero is incident.DefaultBand.
+	HardLimitBand incident.Band
+	// WriteCounter, when set, counts the checkpoint's and CDI specs' file
+	// writes and fsyncs (benchmarks report them per claim).
+	WriteCounter *filewrite.Counter
+	// Failpoint is for crash tests only; see preparer.Config.
+	Failpoint func(name string) error
+	// StatusClearDelay holds back the write that clears an unprepared
+	// claim's status (claimstatus.Writer.SetClearDelay); 0 writes at once.
+	StatusClearDelay time.Duration
+	// OnFatal is called for background errors that retrying cannot fix,
+	// such as slices the API server rejects; the caller should shut down.
+	OnFatal func(error)
+	// RollingUpdateUID is this instance's pod UID. When set, the instance
+	// registers under its own socket names beside an old instance during a
+	// DaemonSet rolling update (kubeletplugin.RollingUpdate) and takes over
+	// the node's state once the old one exits (see InstanceLockFile).
+	RollingUpdateUID types.UID
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("node name is required (--node-name or NODE_NAME)"))
+	}
+	if c.KubeClient == nil {
+		errs = append(errs, errors.New("a Kubernetes client is required"))
+	}
+	if c.NVML == nil {
+		errs = append(errs, errors.New("an NVML library is required"))
+	}
+	if c.PluginDataDir == "" || c.RegistrarDir == "" || c.CDIRoot == "" {
+		errs = append(errs, errors.New("plugin data, registrar and CDI directories are required"))
+	}
+	if c.CDI.HookPath == "" || c.CDI.DeviceNode == nil {
+		errs = append(errs, errors.New("the CDI hook path and a device node resolver are required"))
+	}
+	if c.BootID == "" {
+		errs = append(errs, errors.New("the boot id is required"))
+	}
+	return errors.Join(errs...)
+}
+
+// HealthConfig says where GPU health comes from.
+type HealthConfig struct {
+	// SimulatedFile, when set, replaces NVML events: a JSON object of GPU
+	// UUID to reason, re-read every second (see health.WatchFile).
+	SimulatedFile string
+	// IgnoredXIDs are application errors that do not make a GPU unhealthy.
+	IgnoredXIDs []uint64
+}
+
+// MPSConfig is what the MPS daemons need from the command line.
+type MPSConfig struct {
+	// Namespace is the plugin's own namespace, where daemon Pods live.
+	Namespace    string
+	Image        string
+	Template     string
+	ReadyTimeout time.Duration
+	// DefaultNamespaceLimits bind the MPS v3 shared server's default
+	// namespace; zero fields take mps.DefaultSafetyLimits'.
+	DefaultNamespaceLimits mps.NamespaceLimits
+}
+
+// CheckpointFile is the checkpoint's name under the plugin data directory.
+const CheckpointFile = "checkpoint.json"
+
+// Plugin is a running kubelet plugin.
+type Plugin struct {
+	cfg       Config
+	inventory *inventory.Inventory
+	health    *health.Monitor
+	preparer  *preparer.Preparer
+	metrics   *fractionmetrics.Collector
+	events    *eventReporter
+	helper    *kubeletplugin.Helper
+	status    *claimstatus.Writer
+	cancel    context.CancelFunc
+	done      sync.WaitGroup
+	// ready is closed once this instance holds the instance lock and has
+	// loaded the checkpoint; kubelet calls wait for it.
+	ready chan struct{}
+	lock  *os.File
+	// calls counts kubelet calls in flight, so Stop releases the lock only
+	// after the last checkpoint write of this instance.
+	calls sync.WaitGroup
+}
+
+// Start discovers GPUs, recovers the checkpoint, starts the kubelet plugin
+// servers (registration and DRA sockets) and publishes the node's
+// ResourceSlices. It returns once the sockets listen; publishing and status
+// writes continue in the background until Stop.
+func Start(ctx context.Context, cfg Config) (*Plugin, error) {
+	logger := klog.FromContext(ctx)
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("configuring the kubelet plugin: %w", err)
+	}
+	inv, resources, err := describeNode(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, dir := range []string{cfg.PluginDataDir, cfg.RegistrarDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("creating directory %s: %w", dir, err)
+		}
+	}
+	bgCtx, cancel := context.WithCancel(ctx)
+	p := &Plugin{cfg: cfg, inventory: inv, cancel: cancel, health: health.NewMonitor(), ready: make(chan struct{})}
+	started := false
+	defer func() {
+		if !started {
+			p.Stop()
+		}
+	}()
+	if cfg.RollingUpdateUID != "" {
+		// Registered before the old instance is gone: the kubelet is never
+		// without an instance of this driver, and calls wait (waitReady).
+		if err := p.startHelper(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if p.lock, err = lockInstance(ctx, cfg.PluginDataDir); err != nil {
+		return nil, err
+	}
+	ckpt, err := checkpoint.Open(ctx, filepath.Join(cfg.PluginDataDir, CheckpointFile), cfg.BootID, checkpoint.WithCounter(cfg.WriteCounter))
+	if err != nil {
+		return nil, err
+	}
+	// The hook records each container here for per-fraction metrics.
+	cfg.CDI.RecordDir = filepath.Join(cfg.PluginDataDir, "containers")
+	cfg.CDI.Counter = cfg.WriteCounter
+	cdi, err := cdispec.NewWriter(cfg.CDIRoot, cfg.CDI)
+	if err != nil {
+		return nil, err
+	}
+
+	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
+	status.SetFailpoint(cfg.Failpoint)
+	status.SetClearDelay(cfg.StatusClearDelay)
+	p.status = status
+	events := newEventReporter(bgCtx, cfg.KubeClient, cfg.NodeName, status)
+	p.events = events
+	p.done.Add(1)
+	go func() {
+		defer p.done.Done()
+		status.Run(bgCtx, 4)
+	}()
+	// The preparer is built below; until then nothing is uncertain.
+	var uncertain func() string
+	mpsManager, err := newMPSManager(ctx, cfg, inv, events, func() string { return uncertain() })
+	if err != nil {
+		return nil, err
+	}
+	pcfg := preparer.Config{
+		Inventory:   inv,
+		PlanOptions: plan.Options{NodeName: cfg.NodeName, MPSRoot: filepath.Join(cfg.PluginDataDir, "mps")},
+		Checkpoint:  ckpt,
+		CDI:         cdi,
+		Status:      status,
+		Events:      events,
+		Failpoint:   cfg.Failpoint,
+		Pods:        podGetter(cfg.KubeClient),
+	}
+	if mpsManager != nil {
+		pcfg.MPS = mpsManager
+	}
+	p.preparer = preparer.New(pcfg)
+	uncertain = p.preparer.Uncertain
+	if err := p.preparer.Recover(ctx); err != nil {
+		return nil, fmt.Errorf("recovering prepared claims from the checkpoint: %w", err)
+	}
+	var mpsDaemons func() map[string]int
+	if mpsManager != nil {
+		mpsDaemons = mpsManager.Users
+	}
+	usage := usageNVML(bgCtx, cfg.NVML)
+	p.metrics = fractionmetrics.New(fractionmetrics.Config{
+		NodeName: cfg.NodeName, Inventory: inv, Prepared: p.preparer.Prepared,
+		RecordDir: cfg.CDI.RecordDir, NVML: usage, MPSDaemons: mpsDaemons,
+		CgroupRoot:  cfg.InventoryOptions.CgroupRoot,
+		Quarantined: func() int { return len(ckpt.Quarantined()) },
+	})
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(p.metrics); err != nil {
+			return nil, fmt.Errorf("registering metrics: %w", err)
+		}
+		// Scrapes only read the hook's container records; this removes
+		// those of containers and claims that are gone.
+		p.done.Add(1)
+		go func() {
+			defer p.done.Done()
+			p.metrics.RunPruner(bgCtx, time.Minute)
+		}()
+	}
+	var mpsSource any
+	if mpsManager != nil {
+		mpsSource = mpsManager
+	}
+	p.watchIncidents(bgCtx, usage, cfg.CDI.RecordDir, mpsSource)
+	if mpsManager != nil {
+		// Reference counts come from the checkpoint; daemons of GPUs no
+		// claim uses any more go, missing ones come back.
+		if err := mpsManager.Restore(ctx, p.preparer.Prepared()); err != nil {
+			logger.Error(err, "Reconciling MPS daemons at start; retrying in the background")
+		}
+		p.done.Add(1)
+		go func() {
+			defer p.done.Done()
+			mpsManager.Run(bgCtx, 10*time.Second)
+		}()
+	}
+
+	if p.helper == nil {
+		if err := p.startHelper(ctx); err != nil {
+			return nil, err
+		}
+	}
+	close(p.ready)
+	// Published only by the instance that owns the node's state, so that
+	// two instances never fight over the slices.
+	if err := p.helper.PublishResources(ctx, resources); err != nil {
+		return nil, fmt.Errorf("publishing ResourceSlices: %w", err)
+	}
+	p.watchHealth(bgCtx)
+	started = true
+	logger.Info("Kubelet plugin started", "node", cfg.NodeName, "gpus", len(inv.GPUs),
+		"enforcement", inv.Enforcement, "prepared", len(p.preparer.Prepared()), "rollingUpdate", cfg.RollingUpdateUID != "",
+		"pluginDataDir", cfg.PluginDataDir, "registrarDir", cfg.RegistrarDir, "cdiRoot", cfg.CDIRoot)
+	return p, nil
+}
+
+func (p *Plugin) startHelper(ctx context.Context) error {
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(v1alpha1.DriverName),
+		kubeletplugin.KubeClient(p.cfg.KubeClient),
+		kubeletplugin.NodeName(p.cfg.NodeName),
+		kubeletplugin.PluginDataDirectoryPath(p.cfg.PluginDataDir),
+		kubeletplugin.RegistrarDirectoryPath(p.cfg.RegistrarDir),
+		// Claims of different pods prepare in parallel; the preparer
+		// serialises calls for one claim itself, and the instance lock
+		// keeps a second instance out (the helper's own cross-instance
+		// lock would serialise every call).
+		kubeletplugin.Serialize(false),
+	}
+	if p.cfg.RollingUpdateUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(p.cfg.RollingUpdateUID))
+	}
+	helper, err := kubeletplugin.Start(ctx, p, opts...)
+	if err != nil {
+		return fmt.Errorf("starting the kubelet plugin helper: %w", err)
+	}
+	p.helper = helper
+	return nil
+}
+
+// newMPSManager returns nil, and says why, where SMSharing cannot run.
+func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, events *eventReporter, keepUnused func() string) (*mps.Manager, error) {
+	logger := klog.FromContext(ctx)
+	switch {
+	case inv.MPSVersion == inventory.MPSVersionNone:
+		logger.Info("MPS is off on this node (no nvidia-cuda-mps-control under the driver root, or MPS turned off)")
+		return nil, nil
+	case cfg.MPS.Image == "" || cfg.MPS.Namespace == "":
+		return nil, nil
+	}
+	driverRoot := cfg.CDI.DriverRoot
+	if driverRoot == "" {
+		driverRoot = "/"
+	}
+	m, err := mps.NewManager(mps.Config{
+		Client: cfg.KubeClient, Namespace: cfg.MPS.Namespace, NodeName: cfg.NodeName,
+		Template: cfg.MPS.Template, Image: cfg.MPS.Image, DriverRoot: driverRoot, Version: inv.MPSVersion, DriverVersion: inv.DriverVersion,
+		ReadyTimeout: cfg.MPS.ReadyTimeout, DefaultNamespaceLimits: cfg.MPS.DefaultNamespaceLimits, Events: events, RecordDir: cfg.CDI.RecordDir, KeepUnused: keepUnused,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("configuring MPS daemons: %w", err)
+	}
+	return m, nil
+}
+
+// Inventory is what discovery found at start.
+func (p *Plugin) Inventory() *inventory.Inventory { return p.inventory }
+
+// Stop closes the sockets and ends background work. Published slices stay:
+// a restarted plugin takes them over, and removing them would make the
+// scheduler forget the node's GPUs during an upgrade.
+//
+// The instance lock goes last, after the last call of this instance ended,
+// so that a waiting new instance loads a checkpoint nobody writes any more.
+func (p *Plugin) Stop() {
+	if p.helper != nil {
+		p.helper.Stop()
+	}
+	p.cancel()
+	p.done.Wait()
+	p.calls.Wait()
+	if p.events != nil {
+		p.events.shutdown()
+	}
+	if p.lock != nil {
+		_ = p.lock.Close()
+	}
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin: every claim is
+// prepared concurrently and fails or succeeds on its own.
+func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	p.calls.Add(1)
+	defer p.calls.Done()
+	if err := p.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	results := make([]kubeletplugin.PrepareResult, len(claims))
+	var wg sync.WaitGroup
+	for i, claim := range claims {
+		wg.Go(func() {
+			start := time.Now()
+			// The helper just read the claim: its status write needs no GET.
+			p.status.Seen(claim)
+			devs, err := p.preparer.Prepare(ctx, claim)
+			if err != nil {
+				p.status.ForgetSeen(claim.Namespace, claim.Name, claim.UID)
+			}
+			p.metrics.ObservePrepare(time.Since(start), failureReason(err))
+			results[i] = kubeletplugin.PrepareResult{Devices: devs, Err: err}
+		})
+	}
+	wg.Wait()
+	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
+	for i, claim := range claims {
+		out[claim.UID] = results[i]
+	}
+	return out, nil
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin.
+func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	p.calls.Add(1)
+	defer p.calls.Done()
+	if err := p.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	results := make([]error, len(claims))
+	var wg sync.WaitGroup
+	for i, claim := range claims {
+		wg.Go(func() {
+			start := time.Now()
+			results[i] = p.preparer.Unprepare(ctx, claim)
+			p.metrics.ObserveUnprepare(time.Since(start))
+			if results[i] != nil {
+				p.events.UnprepareFailed(claim, results[i])
+			}
+		})
+	}
+	wg.Wait()
+	out := make(map[types.UID]error, len(claims))
+	for i, claim := range claims {
+		out[claim.UID] = results[i]
+	}
+	return out, nil
+}
+
+// failureReason labels a Prepare error for the errors metric.
+func failureReason(err error) string {
+	var invalid *plan.InvalidError
+	var conflict *plan.ModeConflictError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &invalid):
+		return "invalid_claim"
+	case errors.As(err, &conflict):
+		return "mode_conflict"
+	case errors.Is(err, preparer.ErrNoMPS):
+		return "no_mps"
+	default:
+		return "internal"
+	}
+}
+
+// usageNVML opens NVML for the plugin's lifetime so that each scrape reads
+// usage without initialising the library; nil (no usage series) if it
+// cannot.
+func usageNVML(ctx context.Context, lib nvml.Interface) nvml.Interface {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		klog.FromContext(ctx).Info("Per-container GPU memory usage is not collected", "reason", ret.Error())
+		return nil
+	}
+	go func() {
+		<-ctx.Done()
+		_ = lib.Shutdown()
+	}()
+	return lib
+}
+
+// HandleError implements kubeletplugin.DRAPlugin: recoverable errors are
+// retried by the helper; anything else (slices the API server refuses,
+// dropped fields) will not fix itself, so the process should stop loudly.
+func (p *Plugin) HandleError(ctx context.Context, err error, msg string) {
+	logger := klog.FromContext(ctx)
+	if errors.Is(err, kubeletplugin.ErrRecoverable) {
+		logger.Error(err, msg, "recoverable", true)
+		return
+	}
+	logger.Error(err, msg, "recoverable", false)
+	if p.cfg.OnFatal != nil {
+		p.cfg.OnFatal(fmt.Errorf("%s: %w", msg, err))
+	}
+}
+
+// healthRefresh re-sends reports well within the kubelet's 30 s timeout.
+const healthRefresh = 10 * time.Second
+
+// WatchHealthStatus implements kubeletplugin.DRAPlugin: a report of every
+// GPU now, again on every change, and every healthRefresh.
+func (p *Plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	if err := p.waitReady(ctx); err != nil {
+		return nil
+	}
+	ticker := time.NewTicker(healthRefresh)
+	defer ticker.Stop()
+	for {
+		changed := p.health.Changed()
+		report := kubeletplugin.DeviceHealthReport{}
+		now := time.Now()
+		for _, gpu := range p.inventory.GPUs {
+			st := p.health.Get(gpu.UUID)
+			h := kubeletplugin.DeviceHealth{PoolName: p.cfg.NodeName, DeviceName: resourceslices.DeviceName(gpu.Index),
+				Health: kubeletplugin.HealthStatusHealthy, LastUpdated: now, HealthCheckTimeout: 3 * healthRefresh}
+			if !st.Healthy {
+				h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, st.Reason
+			}
+			report.Devices = append(report.Devices, h)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- report:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-ticker.C:
+		}
+	}
+}
+
+// watchHealth starts the health source and republishes the slices, with
+// unhealthy GPUs tainted, whenever health changes.
+func (p *Plugin) watchHealth(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	uuids := make([]string, len(p.inventory.GPUs))
+	for i, g := range p.inventory.GPUs {
+		uuids[i] = g.UUID
+	}
+	p.done.Add(2)
+	go func() {
+		defer p.done.Done()
+		if p.cfg.Health.SimulatedFile != "" {
+			health.WatchFile(ctx, p.cfg.Health.SimulatedFile, uuids, time.Second, p.health)
+			return
+		}
+		if err := health.WatchNVML(ctx, p.cfg.NVML, uuids, p.cfg.Health.IgnoredXIDs, p.health); err != nil {
+			logger.Error(err, "GPU health is not watched")
+		}
+	}()
+	go func() {
+		defer p.done.Done()
+		for {
+			changed := p.health.Changed()
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+			unhealthy := map[string]string{}
+			for uuid, st := range p.health.Unhealthy() {
+				unhealthy[uuid] = st.Reason
+			}
+			res, err := resourceslices.DriverResourcesWithHealth(p.cfg.NodeName, p.inventory, unhealthy)
+			if err == nil {
+				err = p.helper.PublishResources(ctx, res)
+			}
+			if err != nil {
+				logger.Error(err, "Republishing ResourceSlices after a health change")
+				continue
+			}
+			logger.Info("Republished ResourceSlices after a health change", "unhealthy", len(unhealthy))
+		}
+	}()
+}
+
+// describeNode discovers the node's GPUs, applies the compute-mode
+// reservation and builds the slices to publish.
+func describeNode(ctx context.Context, cfg Config) (*inventory.Inventory, resourceslice.DriverResources, error) {
+	inv, err := inventory.Discover(ctx, cfg.NVML, cfg.InventoryOptions)
+	if err != nil {
+		return nil, resourceslice.DriverResources{}, fmt.Errorf("discovering GPUs: %w", err)
+	}
+	if err := inv.AssignComputeModes(cfg.SMSharingGPUs); err != nil {
+		return nil, resourceslice.DriverResources{}, err
+	}
+	if inv.MPSVersion != inventory.MPSVersionNone && (cfg.MPS.Image == "" || cfg.MPS.Namespace == "") {
+		// MPS is off on the plugin: the slices and the plans say so (no
+		// SMSharing; with per-cgroup limits no borrowing above the
+		// request, since no daemon could evict the borrower).
+		klog.FromContext(ctx).Info("MPS is off on this node: MPS turned off (no --mps-daemon-image: the chart's mps.enabled=false) or no --namespace; SMSharing is refused and, with per-cgroup limits, so is a memoryLimit above the request",
+			"detectedMPSVersion", inv.MPSVersion)
+		inv.MPSVersion = inventory.MPSVersionNone
+	}
+	resources, err := resourceslices.DriverResources(cfg.NodeName, inv)
+	if err != nil {
+		return nil, resourceslice.DriverResources{}, fmt.Errorf("building ResourceSlices: %w", err)
+	}
+	return inv, resources, nil
+}
+
+// Slices discovers the GPUs of cfg and returns the ResourceSlices the plugin
+// would publish, without registering or talking to the API server: what an
+// operator checks before rolling the plugin out to a node.
+func Slices(ctx context.Context, cfg Config) ([]*resourceapi.ResourceSlice, error) {
+	_, resources, err := describeNode(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return resourceslices.Objects(v1alpha1.DriverName, resources), nil
+}

@@ -1,0 +1,384 @@
+// Package preparer carries out claim preparation on a node: it computes a
+// claim's plan, records it in the checkpoint, joins the MPS server for
+// SMSharing shares, writes the CDI spec and reports status, and undoes all
+// of it on Unprepare. The order makes crashes safe: the checkpoint records
+// intent (Started) before any side effect and completion (Completed) after
+// the last, so a restarted plugin knows what to finish or roll back, and a
+// Prepare that fails leaves no CDI file, no checkpoint entry and no MPS
+// reference behind.
+package preparer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/gpufrac/gpufrac/internal/node/cdispec"
+	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
+	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/plan"
+)
+
+// MPS manages the per-GPU MPS control daemons SMSharing shares join.
+type MPS interface {
+	// Acquire makes sure the GPU's daemon runs and is ready, counting the
+	// claim as one of its users. It must be idempotent per claim.
+	Acquire(ctx context.Context, binding plan.MPSBinding, c *plan.Claim) error
+	// Release drops the claim's use; the last user's release stops the
+	// daemon. Releasing an unknown claim is not an error.
+	Release(ctx context.Context, binding plan.MPSBinding, claimUID types.UID) error
+}
+
+// Status receives what was prepared; the claimstatus writer implements it.
+type Status interface {
+	Prepared(c *plan.Claim)
+	Unprepared(namespace, name string, uid types.UID)
+}
+
+// Events reports failures on the claim object.
+type Events interface {
+	PrepareFailed(claim *resourceapi.ResourceClaim, err error)
+}
+
+// Config holds the preparer's collaborators.
+type Config struct {
+	Inventory   *inventory.Inventory
+	PlanOptions plan.Options
+	Checkpoint  *checkpoint.Checkpoint
+	CDI         *cdispec.Writer
+	Status      Status
+	Events      Events
+	// MPS is nil on nodes where SMSharing cannot run yet; such claims
+	// then fail with that reason.
+	MPS MPS
+	// Pods, when set, reads the pods a claim is reserved for, so Prepare
+	// refuses a claim that several of their containers would hold.
+	Pods PodGetter
+	// Failpoint, when set (tests only), is called at every step boundary
+	// of Prepare and Unprepare with the step's name; an error it returns
+	// fails the step there, as a crash or an I/O error would.
+	Failpoint func(name string) error
+}
+
+// Preparer is safe for concurrent use: different claims proceed in
+// parallel, calls for the same claim one after the other.
+type Preparer struct {
+	cfg   Config
+	locks *claimLocks
+	// admit serialises the mode-conflict check with staging the Started
+	// record, so two claims of different modes cannot both pass it for one
+	// GPU. The record's file write happens after admit is released.
+	admit sync.Mutex
+}
+
+// New returns a Preparer. Call Recover before serving the kubelet.
+func New(cfg Config) *Preparer {
+	return &Preparer{cfg: cfg, locks: newClaimLocks()}
+}
+
+// ErrNoMPS fails claims whose plan binds them to an MPS server (SMSharing
+// shares, and every share on a node with per-cgroup limits and MPS v3)
+// where this plugin runs no MPS manager.
+var ErrNoMPS = errors.New("the plan makes this claim a client of the managed MPS server (SMSharing, or any share on a node with per-cgroup limits), which this plugin does not run")
+
+func (p *Preparer) failpoint(name string) error {
+	if p.cfg.Failpoint == nil {
+		return nil
+	}
+	if err := p.cfg.Failpoint(name); err != nil {
+		return fmt.Errorf("failpoint %s: %w", name, err)
+	}
+	return nil
+}
+
+// Prepare prepares one allocated claim and returns its devices for the
+// kubelet. A claim prepared before (even by an earlier process) returns the
+// same devices without redoing its side effects.
+func (p *Preparer) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	defer p.locks.lock(claim.UID)()
+
+	if entry, ok := p.cfg.Checkpoint.Get(claim.UID); ok {
+		if entry.State == checkpoint.Completed {
+			return p.resume(ctx, &entry.Plan)
+		}
+		// An earlier attempt stopped halfway (crash or error): undo it and
+		// start over, so every side effect comes from one attempt.
+		klog.FromContext(ctx).Info("Rolling back an unfinished earlier Prepare", "claim", klog.KObj(claim), "claimUID", claim.UID)
+		if err := p.rollback(ctx, &entry.Plan); err != nil {
+			return nil, fmt.Errorf("rolling back the unfinished Prepare of claim %s/%s: %w", claim.Namespace, claim.Name, err)
+		}
+	}
+
+	pl, err := plan.Compute(claim, p.cfg.Inventory, p.cfg.PlanOptions)
+	if err == nil && pl.MPS() != nil && p.cfg.MPS == nil {
+		err = fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, ErrNoMPS)
+	}
+	if err == nil {
+		err = p.checkOneGuarantee(ctx, claim, pl)
+	}
+	if err != nil {
+		p.report(claim, err)
+		return nil, err
+	}
+	if err := p.apply(ctx, pl); err != nil {
+		if rbErr := p.rollback(ctx, pl); rbErr != nil {
+			err = errors.Join(err, fmt.Errorf("rolling back: %w", rbErr))
+		}
+		p.report(claim, err)
+		return nil, err
+	}
+	if logger := klog.FromContext(ctx).V(2); logger.Enabled() {
+		logger.Info("Prepared claim", "claim", klog.KObj(claim), "claimUID", claim.UID, "devices", len(pl.Devices))
+	}
+	return devices(pl), nil
+}
+
+func (p *Preparer) report(claim *resourceapi.ResourceClaim, err error) {
+	if p.cfg.Events != nil {
+		p.cfg.Events.PrepareFailed(claim, err)
+	}
+}
+
+// apply performs the side effects of a plan, recording progress.
+func (p *Preparer) apply(ctx context.Context, pl *plan.Claim) error {
+	if err := p.failpoint("prepare-before-checkpoint-started"); err != nil {
+		return err
+	}
+	if err := p.admitClaim(pl); err != nil {
+		return err
+	}
+	if err := p.failpoint("prepare-after-checkpoint-started"); err != nil {
+		return err
+	}
+	if mps := pl.MPS(); mps != nil {
+		if err := p.cfg.MPS.Acquire(ctx, *mps, pl); err != nil {
+			return fmt.Errorf("joining the MPS server of GPU %s: %w", mps.GPUUUID, err)
+		}
+		if err := p.failpoint("prepare-after-mps"); err != nil {
+			return err
+		}
+	}
+	if _, err := p.cfg.CDI.Write(pl); err != nil {
+		return err
+	}
+	if err := p.failpoint("prepare-after-cdi-write"); err != nil {
+		return err
+	}
+	if err := p.cfg.Checkpoint.Put(checkpoint.Entry{State: checkpoint.Completed, Plan: *pl}); err != nil {
+		return fmt.Errorf("recording completion of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	}
+	if err := p.failpoint("prepare-after-checkpoint-completed"); err != nil {
+		// Past this point the claim is prepared; a crash here is resumed.
+		return err
+	}
+	p.cfg.Status.Prepared(pl)
+	return nil
+}
+
+// admitClaim records the start of a Prepare unless the claim's compute
+// mode conflicts with a claim prepared (or being prepared) on its GPUs.
+// The Started record is staged under admit, so the next claim's check sees
+// it, and written after admit is released, so concurrent Prepares share
+// the write (group commit) instead of queueing one write each behind admit.
+func (p *Preparer) admitClaim(pl *plan.Claim) error {
+	persist, err := p.stageStarted(pl)
+	if err != nil {
+		return err
+	}
+	if err := persist(); err != nil {
+		return fmt.Errorf("recording Prepare of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	}
+	return nil
+}
+
+func (p *Preparer) stageStarted(pl *plan.Claim) (persist func() error, err error) {
+	p.admit.Lock()
+	defer p.admit.Unlock()
+	var others []plan.Claim
+	for _, e := range p.cfg.Checkpoint.Entries() {
+		others = append(others, e.Plan)
+	}
+	if err := plan.CheckModeConflicts(pl, others); err != nil {
+		return nil, err
+	}
+	persist, err = p.cfg.Checkpoint.Stage(checkpoint.Entry{State: checkpoint.Started, Plan: *pl})
+	if err != nil {
+		return nil, fmt.Errorf("recording Prepare of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	}
+	return persist, nil
+}
+
+// resume answers a repeated Prepare of a completed claim. Only a CDI spec
+// lost since (the CDI root is often a tmpfs) is written again.
+func (p *Preparer) resume(ctx context.Context, pl *plan.Claim) ([]kubeletplugin.Device, error) {
+	exists, err := p.cfg.CDI.Exists(pl.UID)
+	if err != nil {
+		return nil, fmt.Errorf("checking the CDI spec of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	}
+	if !exists {
+		klog.FromContext(ctx).Info("CDI spec of a prepared claim is missing; writing it again", "claim", klog.KRef(pl.Namespace, pl.Name))
+		if _, err := p.cfg.CDI.Write(pl); err != nil {
+			return nil, err
+		}
+	}
+	p.cfg.Status.Prepared(pl)
+	return devices(pl), nil
+}
+
+// rollback undoes whatever part of pl was applied. Every step tolerates
+// work that was never done.
+func (p *Preparer) rollback(ctx context.Context, pl *plan.Claim) error {
+	var errs []error
+	if err := p.cfg.CDI.Remove(pl.UID); err != nil {
+		errs = append(errs, err)
+	}
+	if mps := pl.MPS(); mps != nil && p.cfg.MPS != nil {
+		if err := p.cfg.MPS.Release(ctx, *mps, pl.UID); err != nil {
+			errs = append(errs, fmt.Errorf("releasing the MPS server of GPU %s: %w", mps.GPUUUID, err))
+		}
+	}
+	if len(errs) > 0 {
+		// Keep the entry so that the next attempt retries the cleanup.
+		return errors.Join(errs...)
+	}
+	if err := p.cfg.Checkpoint.Delete(pl.UID); err != nil {
+		return fmt.Errorf("forgetting claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	}
+	return nil
+}
+
+// Unprepare undoes Prepare. A claim this node never prepared (or already
+// unprepared) succeeds.
+func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedObject) error {
+	defer p.locks.lock(ref.UID)()
+
+	entry, ok := p.cfg.Checkpoint.Get(ref.UID)
+	if !ok {
+		// Nothing recorded; a spec file may still be an orphan of a crash
+		// before the first checkpoint write of an older version, or of an
+		// entry this version could not understand (quarantined), which the
+		// kubelet now says is done with.
+		if err := p.cfg.CDI.Remove(ref.UID); err != nil {
+			return err
+		}
+		if err := p.cfg.Checkpoint.Delete(ref.UID); err != nil {
+			return fmt.Errorf("forgetting the quarantined entry of claim %s/%s: %w", ref.Namespace, ref.Name, err)
+		}
+		// A process killed after forgetting the claim but before its status
+		// write was queued left Ready entries in the claim; this retry by
+		// the kubelet is the only chance to clear them. (For a claim whose
+		// status never had entries the write is a no-op.)
+		p.cfg.Status.Unprepared(ref.Namespace, ref.Name, ref.UID)
+		return nil
+	}
+	if err := p.failpoint("unprepare-before-rollback"); err != nil {
+		return err
+	}
+	if err := p.rollback(ctx, &entry.Plan); err != nil {
+		return fmt.Errorf("unpreparing claim %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	if err := p.failpoint("unprepare-after-rollback"); err != nil {
+		return err
+	}
+	p.cfg.Status.Unprepared(ref.Namespace, ref.Name, ref.UID)
+	return nil
+}
+
+// Recover makes the node consistent after a restart: claims whose Prepare
+// stopped halfway are rolled back, and CDI specs no checkpoint entry
+// accounts for are removed. Completed claims are kept as they are. Nothing
+// is removed for an entry that could not be understood (quarantined), nor
+// anything at all when the checkpoint could not be read: the kubelet's
+// Unprepare removes those specs when their pods end.
+func (p *Preparer) Recover(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	known := map[types.UID]bool{}
+	for _, q := range p.cfg.Checkpoint.Quarantined() {
+		known[q.UID] = true
+	}
+	unreadable := p.cfg.Checkpoint.Unreadable()
+	var errs []error
+	for _, e := range p.cfg.Checkpoint.Entries() {
+		if e.State == checkpoint.Completed {
+			known[e.Plan.UID] = true
+			continue
+		}
+		logger.Info("Rolling back a Prepare interrupted by a restart", "claim", klog.KRef(e.Plan.Namespace, e.Plan.Name), "claimUID", e.Plan.UID)
+		if err := p.rollback(ctx, &e.Plan); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	specs, err := p.cfg.CDI.List()
+	if err != nil {
+		return err
+	}
+	for _, uid := range specs {
+		if known[uid] {
+			continue
+		}
+		if _, ok := p.cfg.Checkpoint.Get(uid); ok {
+			continue // a rollback above failed and kept its entry
+		}
+		if unreadable != "" {
+			logger.Info("Keeping a CDI spec no readable checkpoint entry accounts for: the checkpoint was unreadable", "claimUID", uid, "checkpoint", unreadable)
+			continue
+		}
+		logger.Info("Removing a CDI spec no prepared claim accounts for", "claimUID", uid)
+		if err := p.cfg.CDI.Remove(uid); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Uncertain says why the preparer cannot name every claim this node
+// serves (an unreadable checkpoint, or entries quarantined because this
+// version does not understand them), or "" when it can. While it is
+// uncertain, nothing may be removed for not being in use: the MPS manager
+// keeps daemons no known claim uses.
+func (p *Preparer) Uncertain() string {
+	if r := p.cfg.Checkpoint.Unreadable(); r != "" {
+		return "the checkpoint was unreadable at start (" + r + ")"
+	}
+	if q := p.cfg.Checkpoint.Quarantined(); len(q) > 0 {
+		uids := make([]string, len(q))
+		for i, e := range q {
+			uids[i] = string(e.UID)
+		}
+		return fmt.Sprintf("%d checkpoint entries are quarantined (claims %s): written by a version this one does not understand", len(q), strings.Join(uids, ", "))
+	}
+	return ""
+}
+
+// Prepared returns the plans of every prepared claim, for metrics and the
+// MPS reference counts.
+func (p *Preparer) Prepared() []plan.Claim {
+	var out []plan.Claim
+	for _, e := range p.cfg.Checkpoint.Entries() {
+		if e.State == checkpoint.Completed {
+			out = append(out, e.Plan)
+		}
+	}
+	return out
+}
+
+func devices(pl *plan.Claim) []kubeletplugin.Device {
+	out := make([]kubeletplugin.Device, len(pl.Devices))
+	for i, d := range pl.Devices {
+		out[i] = kubeletplugin.Device{
+			Requests:     []string{d.Request},
+			PoolName:     d.Pool,
+			DeviceName:   d.Device,
+			CDIDeviceIDs: []string{cdispec.DeviceID(pl.UID, d)},
+			ShareID:      d.ShareID,
+		}
+	}
+	return out
+}

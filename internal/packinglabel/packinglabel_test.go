@@ -1,0 +1,192 @@
+package packinglabel_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpufrac/gpufrac/internal/packinglabel"
+)
+
+func claim(name, node string, devices ...string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}
+	c.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpufrac.dev",
+		Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("16Gi")}}}}}
+	if node == "" {
+		return c
+	}
+	a := &resourceapi.AllocationResult{NodeSelector: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+		MatchFields: []v1.NodeSelectorRequirement{{Key: "metadata.name", Operator: v1.NodeSelectorOpIn, Values: []string{node}}}}}}}
+	for _, d := range devices {
+		a.Devices.Results = append(a.Devices.Results, resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: "gpufrac.dev", Pool: node, Device: d})
+	}
+	c.Status.Allocation = a
+	return c
+}
+
+func TestGPUsInUse(t *testing.T) {
+	whole := claim("whole", "n1", "gpu-2")
+	whole.Spec.Devices.Requests[0].Exactly.Capacity = nil
+	other := claim("other", "n1", "gpu-0")
+	other.Status.Allocation.Devices.Results[0].Driver = "gpu.nvidia.com"
+	for _, tc := range []struct {
+		name   string
+		claims []*resourceapi.ResourceClaim
+		want   int
+		label  string
+	}{
+		{name: "none", want: 0, label: ""},
+		{name: "unallocated", claims: []*resourceapi.ResourceClaim{claim("a", "")}, want: 0, label: ""},
+		{name: "two shares of one GPU", claims: []*resourceapi.ResourceClaim{claim("a", "n1", "gpu-0"), claim("b", "n1", "gpu-0")}, want: 1, label: "1"},
+		{name: "two GPUs", claims: []*resourceapi.ResourceClaim{claim("a", "n1", "gpu-0"), claim("b", "n1", "gpu-3")}, want: 2, label: "2"},
+		{name: "a whole-GPU claim is not counted", claims: []*resourceapi.ResourceClaim{whole, claim("b", "n1", "gpu-1")}, want: 1, label: "1"},
+		{name: "another driver's device is not counted", claims: []*resourceapi.ResourceClaim{other, claim("b", "n1", "gpu-1")}, want: 1, label: "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := packinglabel.GPUsInUse(tc.claims)
+			if got != tc.want || packinglabel.LabelValue(got) != tc.label {
+				t.Errorf("GPUsInUse = %d (label %q), want %d (%q)", got, packinglabel.LabelValue(got), tc.want, tc.label)
+			}
+		})
+	}
+	if n := packinglabel.AllocatedNode(claim("a", "n7", "gpu-0")); n != "n7" {
+		t.Errorf("AllocatedNode = %q, want n7", n)
+	}
+}
+
+func TestPatch(t *testing.T) {
+	node := func(labels map[string]string) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels}}
+	}
+	for _, tc := range []struct {
+		name string
+		node *v1.Node
+		want string
+		out  string
+	}{
+		{name: "set", node: node(nil), want: "2", out: `{"metadata":{"labels":{"gpufrac.dev/gpus-in-use":"2"}}}`},
+		{name: "unchanged", node: node(map[string]string{packinglabel.LabelGPUsInUse: "2"}), want: "2"},
+		{name: "remove", node: node(map[string]string{packinglabel.LabelGPUsInUse: "2"}), want: "", out: `{"metadata":{"labels":{"gpufrac.dev/gpus-in-use":null}}}`},
+		{name: "nothing to remove", node: node(map[string]string{"other": "x"}), want: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := string(packinglabel.Patch(tc.node, tc.want)); got != tc.out {
+				t.Errorf("Patch = %s, want %s", got, tc.out)
+			}
+		})
+	}
+}
+
+func TestDesignate(t *testing.T) {
+	node := func(name, label string, cordoned bool) *v1.Node {
+		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NodeSpec{Unschedulable: cordoned}}
+		if label != "" {
+			n.Labels = map[string]string{packinglabel.LabelGPUsInUse: label}
+		}
+		return n
+	}
+	gpus := sets.New("a", "b", "c", "d")
+	tainted := node("c", "", false)
+	tainted.Spec.Taints = []v1.Taint{{Key: "pool", Value: "b", Effect: v1.TaintEffectNoSchedule}}
+	names := func(nodes []*v1.Node) []string {
+		var out []string
+		for _, n := range nodes {
+			out = append(out, n.Name)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []*v1.Node
+		keep  []string
+		drop  []string
+	}{
+		{name: "first empty GPU node by name", nodes: []*v1.Node{node("x", "", false), node("c", "", false), node("b", "", false)}, keep: []string{"b"}},
+		{name: "skips nodes in use and cordoned ones", nodes: []*v1.Node{node("a", "3", false), node("b", "", true), node("c", "", false)}, keep: []string{"c"}},
+		{name: "keeps the designated one", nodes: []*v1.Node{node("a", "", false), node("c", packinglabel.Designated, false)}, keep: []string{"c"}},
+		{name: "drops extra and cordoned designations", nodes: []*v1.Node{node("a", packinglabel.Designated, true), node("b", packinglabel.Designated, false),
+			node("d", packinglabel.Designated, false)}, keep: []string{"b"}, drop: []string{"a", "d"}},
+		{name: "one per pool of taints", nodes: []*v1.Node{node("a", "1", false), node("b", "", false), tainted, node("d", "", false)}, keep: []string{"b", "c"}},
+		{name: "no GPU node left", nodes: []*v1.Node{node("a", "8", false), node("x", "", false)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keep, drop := packinglabel.Designate(tc.nodes, gpus)
+			if !sets.New(names(keep)...).Equal(sets.New(tc.keep...)) || !sets.New(names(drop)...).Equal(sets.New(tc.drop...)) {
+				t.Errorf("Designate = %v, drop %v; want %v, drop %v", names(keep), names(drop), tc.keep, tc.drop)
+			}
+		})
+	}
+}
+
+// TestLoopLabelsNodes runs the loop against a fake API server: the node
+// with claims gets its count, the first empty GPU node is designated, and
+// a freed node loses its label.
+func TestLoopLabelsNodes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	slice := func(node string) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-gpus"},
+			Spec: resourceapi.ResourceSliceSpec{Driver: "gpufrac.dev", NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1},
+				Devices: []resourceapi.Device{{Name: "gpu-0"}, {Name: "gpu-1"}}}}
+	}
+	client := fake.NewClientset(
+		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}},
+		slice("n1"), slice("n2"),
+		claim("a", "n2", "gpu-0"), claim("b", "n2", "gpu-1"))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	loop, err := packinglabel.New(factory, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	done := make(chan struct{})
+	go func() { loop.Run(ctx, 1); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	waitLabels := func(want map[string]string) {
+		t.Helper()
+		var got map[string]string
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			got = map[string]string{}
+			for _, n := range []string{"n1", "n2"} {
+				node, err := client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+				if err != nil {
+					return false, err
+				}
+				if v, ok := node.Labels[packinglabel.LabelGPUsInUse]; ok {
+					got[n] = v
+				}
+			}
+			return len(got) == len(want) && got["n1"] == want["n1"] && got["n2"] == want["n2"], nil
+		})
+		if err != nil {
+			t.Fatalf("labels %v, want %v: %v", got, want, err)
+		}
+	}
+	waitLabels(map[string]string{"n1": packinglabel.Designated, "n2": "2"})
+
+	// n1 takes a claim: it counts it, and no empty GPU node is left.
+	if _, err := client.ResourceV1().ResourceClaims("ns").Create(ctx, claim("c", "n1", "gpu-1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitLabels(map[string]string{"n1": "1", "n2": "2"})
+
+	// n2's claims are deleted: n2 is empty again, and designated.
+	for _, c := range []string{"a", "b"} {
+		if err := client.ResourceV1().ResourceClaims("ns").Delete(ctx, c, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitLabels(map[string]string{"n1": "1", "n2": packinglabel.Designated})
+}

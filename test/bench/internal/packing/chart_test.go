@@ -1,0 +1,34 @@
+package packing_test
+
+import (
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/test/bench/internal/packing"
+)
+
+func TestChartWritesAPNG(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "packing.png")
+	outcomes := []packing.Outcome{
+		{Strategy: "whole GPU", GPUsUsed: 7},
+		{Strategy: "time-slicing x4", GPUsUsed: 2, AtRisk: 4},
+		{Strategy: "gpufrac", GPUsUsed: 3},
+	}
+	if err := packing.Chart(path, "test", outcomes, 3); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("the chart is not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() < 400 || b.Dy() < 200 {
+		t.Errorf("chart is %v, too small to read", b)
+	}
+}
