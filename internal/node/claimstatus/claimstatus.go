@@ -388,7 +388,8 @@ func (w *Writer) apply(ctx context.Context, namespace, name string, uid types.UI
 		devices := slices.DeleteFunc(slices.Clone(claim.Status.Devices), func(d resourceapi.AllocatedDeviceStatus) bool {
 			return d.Driver == v1alpha1.DriverName
 		})
-		claim.Status.Devices = append(devices, want...)
+		devices = append(devices, want...)
+		claim.Status.Devices = devices
 		updated, err := claims.UpdateStatus(ctx, claim, metav1.UpdateOptions{FieldManager: w.fieldManager})
 		if err == nil && d.claim != nil {
 			// Still prepared: the base of its next write (Unprepare's).
