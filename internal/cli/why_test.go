@@ -24,8 +24,9 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/cli/why"
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // whyCluster is one node of two H200, a 100Gi share held on each GPU by a
@@ -37,7 +38,7 @@ func whyCluster(t *testing.T) []runtime.Object {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := inventory.Discover(ctx, srv, inventory.Options{ForceEnforcement: inventory.EnforcementDMem})
+	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{ForceEnforcement: domain.EnforcementDMem})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,10 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
 	"github.com/gpufrac/gpufrac/internal/placement"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
@@ -31,7 +32,7 @@ func h200Cluster(t *testing.T) *placement.Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := inventory.Discover(ctx, srv, inventory.Options{ForceEnforcement: inventory.EnforcementDMem})
+	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{ForceEnforcement: domain.EnforcementDMem})
 	if err != nil {
 		t.Fatal(err)
 	}

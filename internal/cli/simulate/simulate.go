@@ -15,12 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
 	"github.com/gpufrac/gpufrac/internal/placement"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // Cluster is the shape to simulate.
@@ -28,7 +26,7 @@ type Cluster struct {
 	Nodes int
 	// GPUs per node, as --simulate-gpus takes it ("h200x8").
 	GPUs        string
-	Enforcement inventory.Enforcement
+	Enforcement domain.Enforcement
 }
 
 // Pod is one workload entry: a pod (Replicas copies) and the claim specs
@@ -96,16 +94,15 @@ func NodeName(i int) string { return fmt.Sprintf("node-%03d", i) }
 
 // NodeSlices are the ResourceSlices gpufrac-kubelet-plugin
 // --simulate-gpus=gpus publishes on node name, made by the plugin's own
-// discovery and slice code (empty enforcement means dmem).
-func NodeSlices(ctx context.Context, name, gpus string, enf inventory.Enforcement) ([]*resourceapi.ResourceSlice, error) {
+// slice code over the inventory its discovery finds on such a node
+// (domain.SimulatedInventory: the catalog, no NVML, so the CLI needs no
+// cgo; gpusim's tests hold it equal to discovery over go-nvml's mocks).
+// Empty enforcement means dmem.
+func NodeSlices(ctx context.Context, name, gpus string, enf domain.Enforcement) ([]*resourceapi.ResourceSlice, error) {
 	if enf == "" {
-		enf = inventory.EnforcementDMem
+		enf = domain.EnforcementDMem
 	}
-	n, err := gpusim.NewNode(gpus, name, enf)
-	if err != nil {
-		return nil, err
-	}
-	inv, err := inventory.Discover(klog.NewContext(ctx, klog.Background().V(5)), n.NVML, n.InventoryOptions)
+	inv, err := domain.SimulatedInventory(gpus, name, enf)
 	if err != nil {
 		return nil, err
 	}

@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // Claim is one claim's share of a GPU.
@@ -107,15 +107,15 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 }
 
 // deviceData finds the plugin's status entry for one allocated share.
-func deviceData(c resourceapi.ResourceClaim, r resourceapi.DeviceRequestAllocationResult) (claimstatus.DeviceData, bool) {
+func deviceData(c resourceapi.ResourceClaim, r resourceapi.DeviceRequestAllocationResult) (domain.DeviceData, bool) {
 	for _, d := range c.Status.Devices {
 		if d.Driver != r.Driver || d.Pool != r.Pool || d.Device != r.Device || ptr.Deref(d.ShareID, "") != string(ptr.Deref(r.ShareID, "")) || d.Data == nil {
 			continue
 		}
-		var data claimstatus.DeviceData
+		var data domain.DeviceData
 		if json.Unmarshal(d.Data.Raw, &data) == nil {
 			return data, true
 		}
 	}
-	return claimstatus.DeviceData{}, false
+	return domain.DeviceData{}, false
 }

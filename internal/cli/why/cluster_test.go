@@ -14,10 +14,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/cli/why"
-	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 const driver = "gpufrac.dev"
@@ -38,14 +38,14 @@ func newCluster(t *testing.T) *cluster {
 
 // node adds a node of simulated GPUs (gpusim spec) with the given
 // enforcement; unhealthy maps GPU index to a taint reason.
-func (c *cluster) node(name, spec string, enf inventory.Enforcement, unhealthy map[int]string) *cluster {
+func (c *cluster) node(name, spec string, enf domain.Enforcement, unhealthy map[int]string) *cluster {
 	c.t.Helper()
 	_, ctx := ktesting.NewTestContext(c.t)
 	srv, err := gpusim.New(spec, name)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	inv, err := inventory.Discover(ctx, srv, inventory.Options{ForceEnforcement: enf,
+	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{ForceEnforcement: enf,
 		LookPath: func(string) (string, error) { return "/usr/bin/nvidia-cuda-mps-control", nil }})
 	if err != nil {
 		c.t.Fatal(err)
@@ -128,7 +128,7 @@ func claimOf(name, class, memory, limit string) *resourceapi.ResourceClaim {
 }
 
 // prepared records the plugin's status for every share of claim.
-func prepared(t *testing.T, claim *resourceapi.ResourceClaim, data claimstatus.DeviceData) {
+func prepared(t *testing.T, claim *resourceapi.ResourceClaim, data domain.DeviceData) {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		t.Fatal(err)

@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // nodeDiag is everything found on one node for the pending claims.
@@ -146,25 +146,25 @@ func (w *world) planErrors(node string, claim *resourceapi.ResourceClaim) []stri
 // inventory rebuilds what the node's plugin discovered from the attributes
 // it published: the GPUs (index, UUID, memory, compute-mode policy), the
 // enforcement and the MPS version, which is all planning reads.
-func (w *world) inventory(node string) *inventory.Inventory {
+func (w *world) inventory(node string) *domain.Inventory {
 	keys := w.nodeDevices(node)
 	if len(keys) == 0 {
 		return nil
 	}
-	inv := &inventory.Inventory{}
+	inv := &domain.Inventory{}
 	for _, k := range keys {
 		d := w.devices[k].dev
 		idx := -1
 		if a, ok := d.Attributes[resourceslices.AttrIndex]; ok && a.IntValue != nil {
 			idx = int(*a.IntValue)
 		}
-		if resourceslices.DeviceName(idx) != k.device {
+		if domain.DeviceName(idx) != k.device {
 			continue // not a device this plugin's planning would know
 		}
-		inv.GPUs = append(inv.GPUs, inventory.GPU{UUID: stringAttr(d, resourceslices.AttrUUID), Index: idx,
+		inv.GPUs = append(inv.GPUs, domain.GPU{UUID: stringAttr(d, resourceslices.AttrUUID), Index: idx,
 			ProductName: stringAttr(d, resourceslices.AttrProductName), MemoryBytes: uint64(capacityOf(d)),
 			ComputeModes: stringAttr(d, resourceslices.AttrComputeModes)})
-		inv.Enforcement = inventory.Enforcement(stringAttr(d, resourceslices.AttrMemoryEnforcement))
+		inv.Enforcement = domain.Enforcement(stringAttr(d, resourceslices.AttrMemoryEnforcement))
 		inv.MPSVersion = stringAttr(d, resourceslices.AttrMPSVersion)
 	}
 	return inv

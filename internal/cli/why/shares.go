@@ -12,8 +12,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 type resourceQuantity = resource.Quantity
@@ -61,7 +61,7 @@ func (w *world) shares(_ context.Context, target Target) ([]Share, []Reason) {
 				for _, cond := range st.Conditions {
 					s.Conditions = append(s.Conditions, fmt.Sprintf("%s=%s %s: %s", cond.Type, cond.Status, cond.Reason, cond.Message))
 				}
-				var data claimstatus.DeviceData
+				var data domain.DeviceData
 				if st.Data != nil && json.Unmarshal(st.Data.Raw, &data) == nil {
 					s.Prepared = true
 					s.UUID = data.UUID

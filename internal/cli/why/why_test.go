@@ -12,8 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/cli/why"
-	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // reasonOn is the first reason node gives, or fails.
@@ -62,7 +61,7 @@ func suggestion(t *testing.T, e *why.Explanation, kind string) why.Suggestion {
 }
 
 func TestWhy(t *testing.T) {
-	dmem, mps := inventory.EnforcementDMem, inventory.EnforcementMPS
+	dmem, mps := domain.EnforcementDMem, domain.EnforcementMPS
 	tests := []struct {
 		name  string
 		setup func(c *cluster) why.Target
@@ -258,7 +257,7 @@ func TestWhy(t *testing.T) {
 			c.node("n1", "h200x1", dmem, nil)
 			claim := c.holding("run", "n1", "gpu-0", gi(40), "p")
 			uuid := c.snap.Slices[0].Spec.Devices[0].Attributes["uuid"].StringValue
-			prepared(c.t, claim, claimstatus.DeviceData{UUID: *uuid, MemoryRequest: "40Gi", MemoryLimit: "60Gi",
+			prepared(c.t, claim, domain.DeviceData{UUID: *uuid, MemoryRequest: "40Gi", MemoryLimit: "60Gi",
 				ComputeMode: "SMSharing", Enforcement: "dmem", MPSServer: "/run/gpufrac/mps/gx/pipe/gpufrac/cabc"})
 			c.snap.Usage = []why.ContainerUsage{{Namespace: "ns", Pod: "p", Container: "app", ClaimUID: string(claim.UID), GPUUUID: *uuid, UsedBytes: gi(50)}}
 			pod := pendingPod("p", "run")

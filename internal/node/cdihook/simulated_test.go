@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // A simulated node's hook takes the real hook's path (library lookup under
@@ -31,25 +31,25 @@ func TestSimulatedNodesAreAsStrictAsRealOnes(t *testing.T) {
 		hard     uint64
 		want     string // error; "" = recorded
 	}{
-		{name: "r615, cgroup v2", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem}, proc: "0::/" + leaf + "\n", soft: 40 << 30, hard: 60 << 30},
-		{name: "GPU Operator node: NVML only under /run/nvidia/driver", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem},
+		{name: "r615, cgroup v2", node: gpusim.NodeOptions{Enforcement: domain.EnforcementDMem}, proc: "0::/" + leaf + "\n", soft: 40 << 30, hard: 60 << 30},
+		{name: "GPU Operator node: NVML only under /run/nvidia/driver", node: gpusim.NodeOptions{Enforcement: domain.EnforcementDMem},
 			libDir: "run/nvidia/driver/usr/lib64", hookRoot: "run/nvidia/driver", proc: "0::/" + leaf + "\n", soft: 1 << 30, hard: 1 << 30},
-		{name: "GPU Operator node, hook told the host root", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem},
+		{name: "GPU Operator node, hook told the host root", node: gpusim.NodeOptions{Enforcement: domain.EnforcementDMem},
 			libDir: "run/nvidia/driver/usr/lib64", hookRoot: ".", proc: "0::/" + leaf + "\n", soft: 1, hard: 1,
 			want: "libnvidia-ml.so.1 not found under the driver root"},
-		{name: "r615 on cgroup v2, simulated on a cgroup v1 host", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem},
+		{name: "r615 on cgroup v2, simulated on a cgroup v1 host", node: gpusim.NodeOptions{Enforcement: domain.EnforcementDMem},
 			proc: "4:memory:/" + leaf + "\n", soft: 1, hard: 1},
-		{name: "cgroup v1 node", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem, CgroupV1: true},
+		{name: "cgroup v1 node", node: gpusim.NodeOptions{Enforcement: domain.EnforcementDMem, CgroupV1: true},
 			proc: "4:memory:/" + leaf + "\n", soft: 1, hard: 1, want: "NVIDIA per-container GPU memory limits need cgroup v2"},
-		{name: "older driver (mps node)", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementMPS}, proc: "0::/" + leaf + "\n",
+		{name: "older driver (mps node)", node: gpusim.NodeOptions{Enforcement: domain.EnforcementMPS}, proc: "0::/" + leaf + "\n",
 			soft: 1, hard: 1, want: "nvmlDeviceSetMemoryLimits_v1 missing"},
-		{name: "older driver without MPS (none node)", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementNone}, proc: "0::/" + leaf + "\n",
+		{name: "older driver without MPS (none node)", node: gpusim.NodeOptions{Enforcement: domain.EnforcementNone}, proc: "0::/" + leaf + "\n",
 			soft: 1, hard: 1, want: "nvmlDeviceSetMemoryLimits_v1 missing"},
-		{name: "a cgroup that no longer exists", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem}, proc: "0::/" + leaf + "\n",
+		{name: "a cgroup that no longer exists", node: gpusim.NodeOptions{Enforcement: domain.EnforcementDMem}, proc: "0::/" + leaf + "\n",
 			gone: true, soft: 0, hard: nvml.DEVICE_MEMORY_LIMIT_MAX, want: "ERROR_OPERATING_SYSTEM"},
-		{name: "a limit above the GPU's memory", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem}, proc: "0::/" + leaf + "\n",
+		{name: "a limit above the GPU's memory", node: gpusim.NodeOptions{Enforcement: domain.EnforcementDMem}, proc: "0::/" + leaf + "\n",
 			soft: 1 << 30, hard: 200 << 30, want: "a limit is above the GPU's total memory"},
-		{name: "no limit (hard = NVML's maximum)", node: gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem}, proc: "0::/" + leaf + "\n",
+		{name: "no limit (hard = NVML's maximum)", node: gpusim.NodeOptions{Enforcement: domain.EnforcementDMem}, proc: "0::/" + leaf + "\n",
 			soft: 0, hard: nvml.DEVICE_MEMORY_LIMIT_MAX},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,7 +132,7 @@ func TestAncestorReservationsFollowTheLiveContainers(t *testing.T) {
 	for _, rebalance := range []bool{true, false} {
 		t.Run(map[bool]string{true: "rebalanced", false: "leaking without records"}[rebalance], func(t *testing.T) {
 			host := t.TempDir()
-			node, err := gpusim.NewNodeWith("h200x1", "n", gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem})
+			node, err := gpusim.NewNodeWith("h200x1", "n", gpusim.NodeOptions{Enforcement: domain.EnforcementDMem})
 			if err != nil {
 				t.Fatal(err)
 			}

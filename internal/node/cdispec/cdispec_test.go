@@ -15,8 +15,8 @@ import (
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 const gib = int64(1) << 30
@@ -24,8 +24,8 @@ const gib = int64(1) << 30
 func device(dev string, minor int, share string, soft, hard int64) plan.Device {
 	return plan.Device{
 		Request: "gpu", Pool: "node-a", Device: dev, ShareID: ptr.To(types.UID(share)),
-		GPU:            inventory.GPU{UUID: "GPU-" + dev, Index: minor, Minor: minor, MemoryBytes: uint64(141 * gib)},
-		SoftLimitBytes: soft, HardLimitBytes: hard, ComputeMode: v1alpha1.TimeSlicing, Enforcement: inventory.EnforcementDMem,
+		GPU:            domain.GPU{UUID: "GPU-" + dev, Index: minor, Minor: minor, MemoryBytes: uint64(141 * gib)},
+		SoftLimitBytes: soft, HardLimitBytes: hard, ComputeMode: v1alpha1.TimeSlicing, Enforcement: domain.EnforcementDMem,
 	}
 }
 
@@ -142,12 +142,12 @@ func TestInjectTimeSlicingClaim(t *testing.T) {
 // the daemon's pipe directory, on MPS v3 through its own namespace's
 // directory only, so it cannot reach another claim's namespace.
 func TestInjectSMSharingClaim(t *testing.T) {
-	root := filepath.Dir(plan.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-gpu-1").PipeDir)
+	root := filepath.Dir(domain.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-gpu-1").PipeDir)
 	for _, tc := range []struct {
 		version, namespace, pipe string
 	}{
 		{version: "", pipe: root + "/pipe"},
-		{version: inventory.MPSVersionV3, namespace: "c1234", pipe: root + "/pipe/gpufrac/c1234"},
+		{version: domain.MPSVersionV3, namespace: "c1234", pipe: root + "/pipe/gpufrac/c1234"},
 	} {
 		t.Run("mps "+tc.version, func(t *testing.T) {
 			dir := t.TempDir()
@@ -158,7 +158,7 @@ func TestInjectSMSharingClaim(t *testing.T) {
 			d := device("gpu-1", 1, "s1", 16*gib, 24*gib)
 			d.ComputeMode = v1alpha1.SMSharing
 			d.ActiveThreadPercentage = ptr.To[int32](30)
-			d.MPS = plan.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", d.GPU.UUID)
+			d.MPS = domain.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", d.GPU.UUID)
 			d.MPS.Version, d.MPS.Namespace = tc.version, tc.namespace
 			claim := &plan.Claim{UID: "uid-2", Namespace: "ns", Name: "sm", Devices: []plan.Device{d}}
 			ids, err := w.Write(claim)

@@ -7,8 +7,8 @@ import (
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // Names of the memory variables a container of a claim sees.
@@ -36,7 +36,7 @@ const mib = int64(1) << 20
 func EnforcedGPUs(c *plan.Claim) []plan.GPULimits {
 	enforced := &plan.Claim{UID: c.UID, Namespace: c.Namespace, Name: c.Name}
 	for _, d := range c.Devices {
-		if d.Enforcement == inventory.EnforcementDMem {
+		if d.Enforcement == domain.EnforcementDMem {
 			enforced.Devices = append(enforced.Devices, d)
 		}
 	}

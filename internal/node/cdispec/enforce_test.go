@@ -6,8 +6,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // The hook and the limit variables appear only where the node enforces
@@ -16,11 +16,11 @@ import (
 // nvmlDeviceSetMemoryLimits_v1 or cgroup v2, gpufrac's hook and NVIDIA's
 // toolkit hook (which acts on NVIDIA_GPU_MEMORY_*) alike.
 func TestHookAndLimitVariablesOnlyWhereEnforced(t *testing.T) {
-	dev := func(enf inventory.Enforcement, mode v1alpha1.ComputeMode, soft, hard int64) plan.Device {
+	dev := func(enf domain.Enforcement, mode v1alpha1.ComputeMode, soft, hard int64) plan.Device {
 		d := device("gpu-0", 0, "s1", soft, hard)
 		d.Enforcement, d.ComputeMode = enf, mode
 		if mode == v1alpha1.SMSharing {
-			d.MPS = plan.MPSBindingFor("/mps", d.GPU.UUID)
+			d.MPS = domain.MPSBindingFor("/mps", d.GPU.UUID)
 		}
 		return d
 	}
@@ -33,7 +33,7 @@ func TestHookAndLimitVariablesOnlyWhereEnforced(t *testing.T) {
 	}{
 		{
 			name:     "dmem TimeSlicing 40/60Gi: hook, NVIDIA's exact variables, gpufrac's lists",
-			devices:  []plan.Device{dev(inventory.EnforcementDMem, v1alpha1.TimeSlicing, 40*gib, 60*gib)},
+			devices:  []plan.Device{dev(domain.EnforcementDMem, v1alpha1.TimeSlicing, 40*gib, 60*gib)},
 			wantHook: []string{"GPU-gpu-0=42949672960:64424509440"},
 			wantEnv: map[string]string{"NVIDIA_GPU_MEMORY_REQUEST": "40960", "NVIDIA_GPU_MEMORY_LIMIT": "61440",
 				"GPUFRAC_GPU_MEMORY_REQUESTS": "40960", "GPUFRAC_GPU_MEMORY_LIMITS": "61440"},
@@ -41,20 +41,20 @@ func TestHookAndLimitVariablesOnlyWhereEnforced(t *testing.T) {
 		},
 		{
 			name:     "dmem SMSharing: the per-cgroup limit too",
-			devices:  []plan.Device{dev(inventory.EnforcementDMem, v1alpha1.SMSharing, 16*gib, 24*gib)},
+			devices:  []plan.Device{dev(domain.EnforcementDMem, v1alpha1.SMSharing, 16*gib, 24*gib)},
 			wantHook: []string{"GPU-gpu-0=17179869184:25769803776"},
 			wantEnv:  map[string]string{"NVIDIA_GPU_MEMORY_REQUEST": "16384", "NVIDIA_GPU_MEMORY_LIMIT": "24576"},
 		},
 		{
 			name:     "dmem, a limit not a whole MiB: NVIDIA's variables left out, the hook exact in bytes",
-			devices:  []plan.Device{dev(inventory.EnforcementDMem, v1alpha1.TimeSlicing, 10*gib+512, 10*gib+512)},
+			devices:  []plan.Device{dev(domain.EnforcementDMem, v1alpha1.TimeSlicing, 10*gib+512, 10*gib+512)},
 			wantHook: []string{"GPU-gpu-0=10737418752:10737418752"},
 			wantEnv:  map[string]string{"GPUFRAC_GPU_MEMORY_REQUESTS": "10240"},
 			noEnv:    []string{"NVIDIA_GPU_MEMORY_REQUEST", "NVIDIA_GPU_MEMORY_LIMIT"},
 		},
 		{
 			name: "dmem, two GPUs with different limits: no single value is exact",
-			devices: []plan.Device{dev(inventory.EnforcementDMem, v1alpha1.TimeSlicing, 40*gib, 60*gib),
+			devices: []plan.Device{dev(domain.EnforcementDMem, v1alpha1.TimeSlicing, 40*gib, 60*gib),
 				device("gpu-3", 3, "s2", 20*gib, 20*gib)},
 			wantHook: []string{"GPU-gpu-0=42949672960:64424509440", "GPU-gpu-3=21474836480:21474836480"},
 			wantEnv:  map[string]string{"GPUFRAC_GPU_MEMORY_REQUESTS": "40960,20480", "GPUFRAC_GPU_MEMORY_LIMITS": "61440,20480"},
@@ -62,20 +62,20 @@ func TestHookAndLimitVariablesOnlyWhereEnforced(t *testing.T) {
 		},
 		{
 			name: "dmem, two GPUs with the same limits: one value is exact for both",
-			devices: []plan.Device{dev(inventory.EnforcementDMem, v1alpha1.TimeSlicing, 20*gib, 20*gib),
+			devices: []plan.Device{dev(domain.EnforcementDMem, v1alpha1.TimeSlicing, 20*gib, 20*gib),
 				device("gpu-3", 3, "s2", 20*gib, 20*gib)},
 			wantHook: []string{"GPU-gpu-0=21474836480:21474836480", "GPU-gpu-3=21474836480:21474836480"},
 			wantEnv:  map[string]string{"NVIDIA_GPU_MEMORY_REQUEST": "20480", "NVIDIA_GPU_MEMORY_LIMIT": "20480"},
 		},
 		{
 			name:    "older driver (mps), TimeSlicing without a limit: no hook, no limit variable",
-			devices: []plan.Device{dev(inventory.EnforcementNone, v1alpha1.TimeSlicing, 40*gib, 40*gib)},
+			devices: []plan.Device{dev(domain.EnforcementNone, v1alpha1.TimeSlicing, 40*gib, 40*gib)},
 			noEnv: []string{"NVIDIA_GPU_MEMORY_REQUEST", "NVIDIA_GPU_MEMORY_LIMIT", "GPUFRAC_GPU_MEMORY_REQUESTS",
 				"GPUFRAC_GPU_MEMORY_LIMITS", "NVIDIA_GPU_MEMORY_REQUESTS", "NVIDIA_GPU_MEMORY_LIMITS"},
 		},
 		{
 			name:    "older driver (mps), SMSharing: the MPS pinned limit, no hook, no NVIDIA limit variable",
-			devices: []plan.Device{dev(inventory.EnforcementMPS, v1alpha1.SMSharing, 16*gib, 24*gib)},
+			devices: []plan.Device{dev(domain.EnforcementMPS, v1alpha1.SMSharing, 16*gib, 24*gib)},
 			wantEnv: map[string]string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "GPU-gpu-0=24576M"},
 			noEnv:   []string{"NVIDIA_GPU_MEMORY_REQUEST", "NVIDIA_GPU_MEMORY_LIMIT"},
 		},

@@ -13,14 +13,14 @@ import (
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 func entry(uid string, state checkpoint.State) checkpoint.Entry {
 	return checkpoint.Entry{State: state, Plan: plan.Claim{UID: types.UID(uid), Namespace: "ns", Name: "c-" + uid,
-		Devices: []plan.Device{{Request: "gpu", Pool: "n", Device: "gpu-0", GPU: inventory.GPU{UUID: "GPU-0"},
-			SoftLimitBytes: 1 << 30, HardLimitBytes: 2 << 30, ComputeMode: v1alpha1.TimeSlicing, Enforcement: inventory.EnforcementDMem}}}}
+		Devices: []plan.Device{{Request: "gpu", Pool: "n", Device: "gpu-0", GPU: domain.GPU{UUID: "GPU-0"},
+			SoftLimitBytes: 1 << 30, HardLimitBytes: 2 << 30, ComputeMode: v1alpha1.TimeSlicing, Enforcement: domain.EnforcementDMem}}}}
 }
 
 func TestSurvivesRestart(t *testing.T) {

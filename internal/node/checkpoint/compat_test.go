@@ -12,8 +12,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
-	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // writtenByThisRelease is a checkpoint with one claim of every kind, as
@@ -30,10 +29,10 @@ func writtenByThisRelease(t *testing.T) (path string, want []checkpoint.Entry) {
 	share := types.UID("share-1")
 	sm := entry("sm", checkpoint.Completed)
 	sm.Plan.Devices[0].ComputeMode = v1alpha1.SMSharing
-	sm.Plan.Devices[0].Enforcement = inventory.EnforcementMPS
+	sm.Plan.Devices[0].Enforcement = domain.EnforcementMPS
 	sm.Plan.Devices[0].ActiveThreadPercentage = &threads
-	b := plan.MPSBindingFor("/run/mps", "GPU-0")
-	b.Version, b.Namespace = inventory.MPSVersionV3, plan.MPSNamespaceFor("sm")
+	b := domain.MPSBindingFor("/run/mps", "GPU-0")
+	b.Version, b.Namespace = domain.MPSVersionV3, domain.MPSNamespaceFor("sm")
 	sm.Plan.Devices[0].MPS = b
 	ts := entry("ts", checkpoint.Completed)
 	ts.Plan.Devices[0].ShareID = &share
@@ -111,7 +110,7 @@ func TestCheckpointReadByPreviousVersion(t *testing.T) {
 			t.Fatal(err)
 		}
 		sm := d.Claims["uid-sm"].Plan.Devices[0]
-		if len(d.Claims) != 3 || sm.GPU.UUID != "GPU-3f1c2d4e-aaaa-bbbb-cccc-000000000001" || sm.GPU.MemoryBytes != 150754820096 || sm.MPS.Version != inventory.MPSVersionV3 || *sm.ActiveThreadPercentage != 40 {
+		if len(d.Claims) != 3 || sm.GPU.UUID != "GPU-3f1c2d4e-aaaa-bbbb-cccc-000000000001" || sm.GPU.MemoryBytes != 150754820096 || sm.MPS.Version != domain.MPSVersionV3 || *sm.ActiveThreadPercentage != 40 {
 			t.Errorf("converted claims: %+v", d.Claims)
 		}
 	})

@@ -9,8 +9,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	v1 "github.com/gpufrac/gpufrac/internal/node/checkpoint/api/v1"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // decodeEntryV1 reads one version 1 entry tolerantly (unknown fields are
@@ -52,11 +52,11 @@ func understoodV1(key string, e *v1.Entry) error {
 		default:
 			errs = append(errs, fmt.Errorf("plan.devices[%d].computeMode %q is not one of %s, %s", i, d.ComputeMode, v1alpha1.TimeSlicing, v1alpha1.SMSharing))
 		}
-		if _, err := inventory.ParseEnforcement(d.Enforcement); err != nil {
+		if _, err := domain.ParseEnforcement(d.Enforcement); err != nil {
 			errs = append(errs, fmt.Errorf("plan.devices[%d].enforcement: %w", i, err))
 		}
-		if d.MPS != nil && d.MPS.Version != "" && d.MPS.Version != inventory.MPSVersionV3 {
-			errs = append(errs, fmt.Errorf("plan.devices[%d].mps.version %q is not empty (legacy) or %s", i, d.MPS.Version, inventory.MPSVersionV3))
+		if d.MPS != nil && d.MPS.Version != "" && d.MPS.Version != domain.MPSVersionV3 {
+			errs = append(errs, fmt.Errorf("plan.devices[%d].mps.version %q is not empty (legacy) or %s", i, d.MPS.Version, domain.MPSVersionV3))
 		}
 	}
 	return errors.Join(errs...)
@@ -70,7 +70,7 @@ func fromV1(e *v1.Entry) Entry {
 	for i, d := range e.Plan.Devices {
 		pd := plan.Device{
 			Request: d.Request, Pool: d.Pool, Device: d.Device,
-			GPU: inventory.GPU{
+			GPU: domain.GPU{
 				UUID: d.GPU.UUID, Index: d.GPU.Index, Minor: d.GPU.Minor, ProductName: d.GPU.ProductName,
 				Architecture: d.GPU.Architecture, Brand: d.GPU.Brand, CUDAComputeCapability: d.GPU.CUDAComputeCapability,
 				PCIBusID: d.GPU.PCIBusID, PCIeRoot: d.GPU.PCIeRoot, MemoryBytes: d.GPU.MemoryBytes, ComputeModes: d.GPU.ComputeModes,
@@ -78,14 +78,14 @@ func fromV1(e *v1.Entry) Entry {
 			SoftLimitBytes: d.SoftLimitBytes, HardLimitBytes: d.HardLimitBytes,
 			ComputeMode:            v1alpha1.ComputeMode(d.ComputeMode),
 			ActiveThreadPercentage: d.ActiveThreadPercentage,
-			Enforcement:            inventory.Enforcement(d.Enforcement),
+			Enforcement:            domain.Enforcement(d.Enforcement),
 		}
 		if d.ShareID != nil {
 			id := types.UID(*d.ShareID)
 			pd.ShareID = &id
 		}
 		if d.MPS != nil {
-			pd.MPS = &plan.MPSBinding{GPUUUID: d.MPS.GPUUUID, PipeDir: d.MPS.PipeDir, LogDir: d.MPS.LogDir,
+			pd.MPS = &domain.MPSBinding{GPUUUID: d.MPS.GPUUUID, PipeDir: d.MPS.PipeDir, LogDir: d.MPS.LogDir,
 				ShmDir: d.MPS.ShmDir, Version: d.MPS.Version, Namespace: d.MPS.Namespace}
 		}
 		out.Plan.Devices[i] = pd

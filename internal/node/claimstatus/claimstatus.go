@@ -39,8 +39,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // ConditionReady is the condition set on every prepared share.
@@ -51,30 +51,9 @@ const ConditionReady = "Ready"
 // contexts on it are lost), True again when the new one is ready.
 const ConditionMPSServerReady = "MPSServerReady"
 
-// MPSServer is the state of a claim's MPS server the status reports.
-type MPSServer struct {
-	Ready   bool
-	Reason  string
-	Message string
-	Since   time.Time
-}
-
-// DeviceData is the driver-specific data of a share in status.devices.
-type DeviceData struct {
-	UUID          string `json:"uuid"`
-	MemoryRequest string `json:"memoryRequest"`
-	MemoryLimit   string `json:"memoryLimit"`
-	ComputeMode   string `json:"computeMode"`
-	Enforcement   string `json:"enforcement"`
-	// MPSServer is the host pipe directory the share's containers join:
-	// the GPU daemon's, or (MPS v3) the claim's namespace's on it.
-	MPSServer              string `json:"mpsServer,omitempty"`
-	ActiveThreadPercentage *int32 `json:"activeThreadPercentage,omitempty"`
-}
-
 // Data renders a share's status data.
-func Data(d plan.Device) DeviceData {
-	out := DeviceData{
+func Data(d plan.Device) domain.DeviceData {
+	out := domain.DeviceData{
 		UUID:                   d.GPU.UUID,
 		MemoryRequest:          quantity(d.SoftLimitBytes),
 		MemoryLimit:            quantity(d.HardLimitBytes),
@@ -95,7 +74,7 @@ func quantity(bytes int64) string {
 // readyMessage says in one line what the share got.
 func readyMessage(d plan.Device) string {
 	switch d.Enforcement {
-	case inventory.EnforcementNone:
+	case domain.EnforcementNone:
 		return fmt.Sprintf("%s guaranteed on GPU %s, %s; no limit enforced on this node", quantity(d.SoftLimitBytes), d.GPU.UUID, d.ComputeMode)
 	default:
 		return fmt.Sprintf("%s guaranteed, %s limit enforced by %s on GPU %s, %s",
@@ -109,7 +88,7 @@ func DeviceStatuses(c *plan.Claim, now time.Time) ([]resourceapi.AllocatedDevice
 	return deviceStatuses(c, nil, now)
 }
 
-func deviceStatuses(c *plan.Claim, mps *MPSServer, now time.Time) ([]resourceapi.AllocatedDeviceStatus, error) {
+func deviceStatuses(c *plan.Claim, mps *domain.MPSServer, now time.Time) ([]resourceapi.AllocatedDeviceStatus, error) {
 	if c == nil {
 		return nil, nil
 	}
@@ -153,7 +132,7 @@ type key struct {
 // desired is what a claim's status should say; a nil claim clears it.
 type desired struct {
 	claim *plan.Claim
-	mps   *MPSServer
+	mps   *domain.MPSServer
 	// notBefore delays a clear (see SetClearDelay); zero for writes made
 	// as soon as a worker is free.
 	notBefore time.Time
@@ -267,7 +246,7 @@ func (w *Writer) Unprepared(namespace, name string, uid types.UID) {
 }
 
 // MPSServerState records the state of prepared claim c's MPS server.
-func (w *Writer) MPSServerState(c *plan.Claim, state MPSServer) {
+func (w *Writer) MPSServerState(c *plan.Claim, state domain.MPSServer) {
 	w.set(key{c.Namespace, c.Name, c.UID}, desired{claim: c, mps: &state})
 }
 

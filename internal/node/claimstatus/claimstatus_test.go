@@ -20,17 +20,17 @@ import (
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 func smPlan() *plan.Claim {
 	return &plan.Claim{UID: "uid-1", Namespace: "ns", Name: "c", Devices: []plan.Device{{
 		Request: "gpu", Pool: "n", Device: "gpu-2", ShareID: ptr.To(types.UID("s1")),
-		GPU:            inventory.GPU{UUID: "GPU-2"},
+		GPU:            domain.GPU{UUID: "GPU-2"},
 		SoftLimitBytes: 16 << 30, HardLimitBytes: 24 << 30, ComputeMode: v1alpha1.SMSharing,
-		ActiveThreadPercentage: ptr.To[int32](40), Enforcement: inventory.EnforcementDMem,
-		MPS: plan.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-2"),
+		ActiveThreadPercentage: ptr.To[int32](40), Enforcement: domain.EnforcementDMem,
+		MPS: domain.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-2"),
 	}}}
 }
 
@@ -52,11 +52,11 @@ func TestDeviceStatusesSayWhatWasDone(t *testing.T) {
 		c.Message != "16Gi guaranteed, 24Gi limit enforced by dmem on GPU GPU-2, SMSharing" {
 		t.Errorf("condition %s %s %s %q", c.Type, c.Status, c.Reason, c.Message)
 	}
-	var data claimstatus.DeviceData
+	var data domain.DeviceData
 	if err := json.Unmarshal(d.Data.Raw, &data); err != nil {
 		t.Fatal(err)
 	}
-	want := claimstatus.DeviceData{UUID: "GPU-2", MemoryRequest: "16Gi", MemoryLimit: "24Gi", ComputeMode: "SMSharing",
+	want := domain.DeviceData{UUID: "GPU-2", MemoryRequest: "16Gi", MemoryLimit: "24Gi", ComputeMode: "SMSharing",
 		Enforcement: "dmem", MPSServer: smPlan().Devices[0].MPS.PipeDir, ActiveThreadPercentage: ptr.To[int32](40)}
 	if data.UUID != want.UUID || data.MemoryRequest != want.MemoryRequest || data.MemoryLimit != want.MemoryLimit ||
 		data.ComputeMode != want.ComputeMode || data.Enforcement != want.Enforcement || data.MPSServer != want.MPSServer ||
@@ -174,10 +174,10 @@ func TestMPSServerCondition(t *testing.T) {
 	}
 	c := smPlan()
 	w.Prepared(c)
-	w.MPSServerState(c, claimstatus.MPSServer{Reason: "DaemonRestarted", Message: "the MPS daemon of GPU GPU-2 is gone", Since: time.Now()})
+	w.MPSServerState(c, domain.MPSServer{Reason: "DaemonRestarted", Message: "the MPS daemon of GPU GPU-2 is gone", Since: time.Now()})
 	if got := condition(metav1.ConditionFalse); got.Reason != "DaemonRestarted" || got.Message != "the MPS daemon of GPU GPU-2 is gone" {
 		t.Errorf("condition %+v", got)
 	}
-	w.MPSServerState(c, claimstatus.MPSServer{Ready: true, Reason: "DaemonReady", Since: time.Now()})
+	w.MPSServerState(c, domain.MPSServer{Ready: true, Reason: "DaemonReady", Since: time.Now()})
 	condition(metav1.ConditionTrue)
 }

@@ -27,15 +27,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
-	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // Config feeds the collector.
 type Config struct {
 	NodeName  string
-	Inventory *inventory.Inventory
+	Inventory *domain.Inventory
 	// Prepared returns the prepared claims (the checkpoint's plans).
 	Prepared func() []plan.Claim
 	// RecordDir is where gpufrac-cdi-hook records containers.
@@ -149,7 +148,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	for _, g := range c.cfg.Inventory.GPUs {
-		labels := []string{node, g.UUID, resourceslices.DeviceName(g.Index)}
+		labels := []string{node, g.UUID, domain.DeviceName(g.Index)}
 		total := float64(g.MemoryBytes)
 		ch <- prometheus.MustNewConstMetric(c.gpuTotal, prometheus.GaugeValue, total, labels...)
 		ch <- prometheus.MustNewConstMetric(c.gpuGuaranteed, prometheus.GaugeValue, guaranteed[g.UUID], labels...)

@@ -19,8 +19,9 @@ import (
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
 	"github.com/gpufrac/gpufrac/internal/node/fractionmetrics"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 func writeRecord(t *testing.T, dir string, r cdihook.Record, id string) string {
@@ -51,13 +52,13 @@ func TestCollect(t *testing.T) {
 	gpu.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 		return nil, nvml.ERROR_NOT_FOUND
 	}
-	inv, err := inventory.Discover(ctx, srv, inventory.Options{ForceEnforcement: inventory.EnforcementDMem})
+	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{ForceEnforcement: domain.EnforcementDMem})
 	if err != nil {
 		t.Fatal(err)
 	}
 	prepared := []plan.Claim{{UID: "uid-1", Namespace: "team", Name: "llm", Devices: []plan.Device{{
 		Device: "gpu-0", ShareID: ptr.To(types.UID("s1")), GPU: inv.GPUs[0],
-		SoftLimitBytes: 40 << 30, HardLimitBytes: 60 << 30, ComputeMode: v1alpha1.TimeSlicing, Enforcement: inventory.EnforcementDMem,
+		SoftLimitBytes: 40 << 30, HardLimitBytes: 60 << 30, ComputeMode: v1alpha1.TimeSlicing, Enforcement: domain.EnforcementDMem,
 	}}}}
 	records := t.TempDir()
 	writeRecord(t, records, cdihook.Record{ClaimUID: "uid-1", Namespace: "team", Pod: "llm-0", Container: "main", Cgroup: cgroup, GPUs: []string{gpu.UUID}}, "c1")

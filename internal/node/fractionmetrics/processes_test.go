@@ -19,8 +19,9 @@ import (
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
 	"github.com/gpufrac/gpufrac/internal/node/fractionmetrics"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // fakeProc writes /proc/<pid>/cgroup files the way the kernel formats them.
@@ -81,12 +82,12 @@ func TestProcessAttribution(t *testing.T) {
 			{Pid: 301, TimeStamp: 200, SmUtil: 90}, {Pid: 401, TimeStamp: 200, SmUtil: 5},
 		}, nvml.SUCCESS
 	}
-	inv, err := inventory.Discover(ctx, srv, inventory.Options{ForceEnforcement: inventory.EnforcementNone})
+	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{ForceEnforcement: domain.EnforcementNone})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dev := plan.Device{Device: "gpu-0", ShareID: ptr.To(types.UID("s1")), GPU: inv.GPUs[0],
-		SoftLimitBytes: 20 << 30, HardLimitBytes: 20 << 30, ComputeMode: v1alpha1.TimeSlicing, Enforcement: inventory.EnforcementNone}
+		SoftLimitBytes: 20 << 30, HardLimitBytes: 20 << 30, ComputeMode: v1alpha1.TimeSlicing, Enforcement: domain.EnforcementNone}
 	prepared := []plan.Claim{
 		{UID: "uid-a", Namespace: "team", Name: "a", Devices: []plan.Device{dev}},
 		{UID: "uid-b", Namespace: "team", Name: "b", Devices: []plan.Device{dev}},
@@ -141,7 +142,7 @@ func TestSMUtilizationCapped(t *testing.T) {
 	gpu.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
 		return []nvml.ProcessUtilizationSample{{Pid: 1, TimeStamp: 1, SmUtil: 70}, {Pid: 2, TimeStamp: 1, SmUtil: 60}}, nvml.SUCCESS
 	}
-	inv, err := inventory.Discover(ctx, srv, inventory.Options{ForceEnforcement: inventory.EnforcementNone})
+	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{ForceEnforcement: domain.EnforcementNone})
 	if err != nil {
 		t.Fatal(err)
 	}

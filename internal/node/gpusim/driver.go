@@ -11,7 +11,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // Driver is a simulated node's NVIDIA driver as installed on disk. The
@@ -54,7 +54,7 @@ func DriverFor(srv *server.Server, cgroupV2 bool) Driver {
 
 // HasSetMemoryLimits tells whether the driver exports the symbol.
 func (d Driver) HasSetMemoryLimits() bool {
-	major, err := inventory.DriverMajor(d.DriverVersion)
+	major, err := domain.DriverMajor(d.DriverVersion)
 	return err == nil && major >= 615
 }
 

@@ -6,21 +6,21 @@ package gpusim
 
 import (
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/gpus"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
-	"github.com/google/uuid"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
-// presets maps the short model names of --simulate-gpus to go-nvml's
-// presets; the SXM parts are what the DGX mocks (mock/dgx*) are built from.
+// presets maps the model names of pkg/domain's simulated catalog to
+// go-nvml's presets; the SXM parts are what the DGX mocks (mock/dgx*) are
+// built from. TestCatalogMatchesDiscovery holds the two equal.
 var presets = map[string]gpus.Config{
 	"h200":     gpus.H200_SXM5_141GB,
 	"h100":     gpus.H100_SXM5_80GB,
@@ -34,50 +34,13 @@ var presets = map[string]gpus.Config{
 // memory limits and MPS v3 (r615, CUDA 13.4); mps and none nodes run an
 // older branch, with legacy MPS or without it, as such nodes do.
 const (
-	DriverVersion        = "615.23.01"
+	DriverVersion        = domain.SimulatedDriverVersion
 	nvmlVersion          = "13.615.23.01"
 	cudaDriverVersion    = 13040
-	OldDriverVersion     = "570.86.10"
+	OldDriverVersion     = domain.SimulatedOldDriverVersion
 	oldNVMLVersion       = "12.570.86.10"
 	oldCUDADriverVersion = 12080
 )
-
-// Models lists the model names Parse accepts.
-func Models() []string {
-	names := make([]string, 0, len(presets))
-	for n := range presets {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// Group is a run of identical GPUs.
-type Group struct {
-	Model string
-	Count int
-}
-
-// Parse reads a spec such as "h200x8" or "h100x4,a100x4".
-func Parse(spec string) ([]Group, error) {
-	var groups []Group
-	for _, part := range strings.Split(spec, ",") {
-		part = strings.TrimSpace(strings.ToLower(part))
-		model, countStr, ok := strings.Cut(part, "x")
-		if !ok {
-			return nil, fmt.Errorf("simulated GPUs %q: %q is not MODELxCOUNT (e.g. h200x8)", spec, part)
-		}
-		if _, known := presets[model]; !known {
-			return nil, fmt.Errorf("simulated GPUs %q: unknown model %q, known: %s", spec, model, strings.Join(Models(), ", "))
-		}
-		count, err := strconv.Atoi(countStr)
-		if err != nil || count < 1 || count > 256 {
-			return nil, fmt.Errorf("simulated GPUs %q: count %q must be a number from 1 to 256", spec, countStr)
-		}
-		groups = append(groups, Group{Model: model, Count: count})
-	}
-	return groups, nil
-}
 
 // Node is a simulated node: its NVML server, its driver as the hook finds
 // it on disk, and the discovery options under which inventory detects the
@@ -85,7 +48,7 @@ func Parse(spec string) ([]Group, error) {
 type Node struct {
 	NVML             *server.Server
 	Driver           Driver
-	InventoryOptions inventory.Options
+	InventoryOptions nvmldiscovery.Options
 }
 
 // NodeOptions say what kind of node to simulate.
@@ -93,7 +56,7 @@ type NodeOptions struct {
 	// Enforcement picks the driver: dmem an r615 driver with per-cgroup
 	// limits and MPS v3; mps an older driver with legacy MPS; none an
 	// older driver without MPS.
-	Enforcement inventory.Enforcement
+	Enforcement domain.Enforcement
 	// CgroupV1 simulates a node on cgroup v1, where even an r615 driver
 	// sets no per-cgroup limits: it is detected as an mps node, and its
 	// NVML refuses per-cgroup limits.
@@ -102,7 +65,7 @@ type NodeOptions struct {
 
 // NewNode simulates a node whose GPUs are spec and whose memory enforcement
 // is enforcement, with the driver and MPS a real node of that kind has.
-func NewNode(spec, nodeName string, enforcement inventory.Enforcement) (*Node, error) {
+func NewNode(spec, nodeName string, enforcement domain.Enforcement) (*Node, error) {
 	return NewNodeWith(spec, nodeName, NodeOptions{Enforcement: enforcement})
 }
 
@@ -117,10 +80,10 @@ func NewNodeWith(spec, nodeName string, opts NodeOptions) (*Node, error) {
 	}
 	mps := true
 	switch enforcement {
-	case inventory.EnforcementDMem:
-	case inventory.EnforcementMPS:
+	case domain.EnforcementDMem:
+	case domain.EnforcementMPS:
 		srv.DriverVersion, srv.NvmlVersion, srv.CudaDriverVersion = OldDriverVersion, oldNVMLVersion, oldCUDADriverVersion
-	case inventory.EnforcementNone:
+	case domain.EnforcementNone:
 		srv.DriverVersion, srv.NvmlVersion, srv.CudaDriverVersion = OldDriverVersion, oldNVMLVersion, oldCUDADriverVersion
 		mps = false
 	default:
@@ -137,7 +100,7 @@ func NewNodeWith(spec, nodeName string, opts NodeOptions) (*Node, error) {
 	return &Node{
 		NVML:   srv,
 		Driver: driver,
-		InventoryOptions: inventory.Options{
+		InventoryOptions: nvmldiscovery.Options{
 			CgroupV2: func() bool { return !opts.CgroupV1 },
 			LookPath: func(file string) (string, error) {
 				if !mps {
@@ -153,7 +116,7 @@ func NewNodeWith(spec, nodeName string, opts NodeOptions) (*Node, error) {
 // node name and index so that a restarted plugin on the same node sees the
 // same GPUs, as it would on real hardware, and two simulated nodes differ.
 func New(spec, nodeName string) (*server.Server, error) {
-	groups, err := Parse(spec)
+	groups, err := domain.ParseSimulatedGPUs(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +135,7 @@ func New(spec, nodeName string) (*server.Server, error) {
 	}
 	for _, d := range srv.Devices {
 		dev := d.(*server.Device)
-		dev.UUID = "GPU-" + uuid.NewSHA1(uuid.NameSpaceOID, fmt.Appendf(nil, "gpufrac/%s/%d", nodeName, dev.Index)).String()
+		dev.UUID = domain.SimulatedGPUUUID(nodeName, dev.Index)
 		// The preset PCI info carries only the device id; real NVML also
 		// reports the bus id, which the slice publishes.
 		busID := dev.PciBusID

@@ -9,39 +9,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
-
-func TestParse(t *testing.T) {
-	for _, tc := range []struct {
-		spec string
-		want []gpusim.Group
-		err  string
-	}{
-		{spec: "h200x8", want: []gpusim.Group{{"h200", 8}}},
-		{spec: "H100x4, a100x2", want: []gpusim.Group{{"h100", 4}, {"a100", 2}}},
-		{spec: "h200", err: `simulated GPUs "h200": "h200" is not MODELxCOUNT (e.g. h200x8)`},
-		{spec: "v100x2", err: `simulated GPUs "v100x2": unknown model "v100", known: a100, a100-40g, a30, b200, h100, h200`},
-		{spec: "h200x0", err: `simulated GPUs "h200x0": count "0" must be a number from 1 to 256`},
-		{spec: "h200xmany", err: `simulated GPUs "h200xmany": count "many" must be a number from 1 to 256`},
-	} {
-		got, err := gpusim.Parse(tc.spec)
-		if tc.err != "" {
-			if err == nil || err.Error() != tc.err {
-				t.Errorf("Parse(%q) error %v, want %q", tc.spec, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || len(got) != len(tc.want) {
-			t.Fatalf("Parse(%q) = %v, %v; want %v", tc.spec, got, err, tc.want)
-		}
-		for i := range got {
-			if got[i] != tc.want[i] {
-				t.Errorf("Parse(%q)[%d] = %v, want %v", tc.spec, i, got[i], tc.want[i])
-			}
-		}
-	}
-}
 
 func uuids(t *testing.T, spec, node string) []string {
 	t.Helper()
@@ -50,7 +20,7 @@ func uuids(t *testing.T, spec, node string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := inventory.Discover(ctx, srv, inventory.Options{})
+	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +51,7 @@ func TestMixedModelsAndBusIDs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := inventory.Discover(ctx, srv, inventory.Options{})
+	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,13 +68,13 @@ func TestMixedModelsAndBusIDs(t *testing.T) {
 
 func TestNodeIsCoherentPerEnforcement(t *testing.T) {
 	for _, tc := range []struct {
-		enforcement inventory.Enforcement
+		enforcement domain.Enforcement
 		driver      string
 		mps         string
 	}{
-		{inventory.EnforcementDMem, gpusim.DriverVersion, inventory.MPSVersionV3},
-		{inventory.EnforcementMPS, gpusim.OldDriverVersion, inventory.MPSVersionLegacy},
-		{inventory.EnforcementNone, gpusim.OldDriverVersion, inventory.MPSVersionNone},
+		{domain.EnforcementDMem, gpusim.DriverVersion, domain.MPSVersionV3},
+		{domain.EnforcementMPS, gpusim.OldDriverVersion, domain.MPSVersionLegacy},
+		{domain.EnforcementNone, gpusim.OldDriverVersion, domain.MPSVersionNone},
 	} {
 		t.Run(string(tc.enforcement), func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -112,7 +82,7 @@ func TestNodeIsCoherentPerEnforcement(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			inv, err := inventory.Discover(ctx, node.NVML, node.InventoryOptions)
+			inv, err := nvmldiscovery.Discover(ctx, node.NVML, node.InventoryOptions)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -204,13 +174,13 @@ func TestReservationsPropagateAndLeak(t *testing.T) {
 func TestSimulatedNodesAreDetectedNotForced(t *testing.T) {
 	for _, tc := range []struct {
 		opts gpusim.NodeOptions
-		want inventory.Enforcement
+		want domain.Enforcement
 		sym  bool
 	}{
-		{gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem}, inventory.EnforcementDMem, true},
-		{gpusim.NodeOptions{Enforcement: inventory.EnforcementDMem, CgroupV1: true}, inventory.EnforcementMPS, true},
-		{gpusim.NodeOptions{Enforcement: inventory.EnforcementMPS}, inventory.EnforcementMPS, false},
-		{gpusim.NodeOptions{Enforcement: inventory.EnforcementNone}, inventory.EnforcementNone, false},
+		{gpusim.NodeOptions{Enforcement: domain.EnforcementDMem}, domain.EnforcementDMem, true},
+		{gpusim.NodeOptions{Enforcement: domain.EnforcementDMem, CgroupV1: true}, domain.EnforcementMPS, true},
+		{gpusim.NodeOptions{Enforcement: domain.EnforcementMPS}, domain.EnforcementMPS, false},
+		{gpusim.NodeOptions{Enforcement: domain.EnforcementNone}, domain.EnforcementNone, false},
 	} {
 		_, ctx := ktesting.NewTestContext(t)
 		node, err := gpusim.NewNodeWith("h200x1", "n", tc.opts)
@@ -220,7 +190,7 @@ func TestSimulatedNodesAreDetectedNotForced(t *testing.T) {
 		if node.InventoryOptions.ForceEnforcement != "" {
 			t.Errorf("%+v: enforcement forced", tc.opts)
 		}
-		inv, err := inventory.Discover(ctx, node.NVML, node.InventoryOptions)
+		inv, err := nvmldiscovery.Discover(ctx, node.NVML, node.InventoryOptions)
 		if err != nil {
 			t.Fatal(err)
 		}

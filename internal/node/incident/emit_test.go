@@ -21,8 +21,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // TestEmitter: a borrowing container becomes a Warning Event on its claim
@@ -46,7 +46,7 @@ func TestEmitter(t *testing.T) {
 	uid := "s1"
 	shareUID := ptr.To(uid)
 	pc := &plan.Claim{UID: "uid-llm", Namespace: "team", Name: "llm", Devices: []plan.Device{{Request: "gpu", Pool: "n1", Device: "gpu-0",
-		GPU: inventory.GPU{UUID: "GPU-0"}, SoftLimitBytes: 40 << 30, HardLimitBytes: 60 << 30, ComputeMode: "TimeSlicing", Enforcement: "dmem"}}}
+		GPU: domain.GPU{UUID: "GPU-0"}, SoftLimitBytes: 40 << 30, HardLimitBytes: 60 << 30, ComputeMode: "TimeSlicing", Enforcement: "dmem"}}}
 	sid := types.UID(uid)
 	pc.Devices[0].ShareID = &sid
 	if err := writer.Apply(ctx, "team", "llm", "uid-llm", pc); err != nil {
@@ -148,7 +148,7 @@ func TestEmitterKinds(t *testing.T) {
 			defer broadcaster.Shutdown()
 			writer := claimstatus.NewWriter(client, "gpufrac-n1")
 			pc := &plan.Claim{UID: "uid-llm", Namespace: "team", Name: "llm", Devices: []plan.Device{{Request: "gpu", Pool: "n1", Device: "gpu-0",
-				GPU: inventory.GPU{UUID: "GPU-0"}, SoftLimitBytes: 40 << 30, HardLimitBytes: 60 << 30, ComputeMode: "TimeSlicing", Enforcement: "dmem"}}}
+				GPU: domain.GPU{UUID: "GPU-0"}, SoftLimitBytes: 40 << 30, HardLimitBytes: 60 << 30, ComputeMode: "TimeSlicing", Enforcement: "dmem"}}}
 			sid := types.UID("s1")
 			pc.Devices[0].ShareID = &sid
 			if err := writer.Apply(ctx, "team", "llm", "uid-llm", pc); err != nil {

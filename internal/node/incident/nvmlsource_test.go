@@ -12,8 +12,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // TestNVMLSource: each recorded container of a prepared claim is sampled
@@ -53,7 +53,7 @@ func TestNVMLSource(t *testing.T) {
 		return nil, nvml.ERROR_NOT_FOUND
 	}}
 	prepared := []plan.Claim{{UID: "uid-llm", Namespace: "team", Name: "llm", Devices: []plan.Device{{Pool: "n1", Device: "gpu-0",
-		GPU: inventory.GPU{UUID: "GPU-0"}, SoftLimitBytes: 40 << 30, HardLimitBytes: 60 << 30}}}}
+		GPU: domain.GPU{UUID: "GPU-0"}, SoftLimitBytes: 40 << 30, HardLimitBytes: 60 << 30}}}}
 	src := incident.NVMLSource{NVML: lib, RecordDir: dir, Prepared: func() []plan.Claim { return prepared }}
 
 	samples := src.Samples(time.Unix(1, 0))

@@ -9,8 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
-	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // The plugin tells a running daemon what it wants through files in the
@@ -35,7 +34,7 @@ const (
 // desired is the settings file of a GPU's daemon and its content for the
 // claims that use it.
 func desired(version string, users users) (string, string) {
-	if version != inventory.MPSVersionV3 {
+	if version != domain.MPSVersionV3 {
 		var ceiling int64
 		for _, u := range users {
 			ceiling = max(ceiling, u.hardMiB)
@@ -57,7 +56,7 @@ func desired(version string, users users) (string, string) {
 
 // writeConfig replaces a settings file atomically: the daemon's script
 // reads it at any moment.
-func writeConfig(b plan.MPSBinding, file, content string) error {
+func writeConfig(b domain.MPSBinding, file, content string) error {
 	dir := ConfigDir(b)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating MPS config directory: %w", err)
@@ -76,7 +75,7 @@ func writeConfig(b plan.MPSBinding, file, content string) error {
 // settings applied, so a container never starts before its limit (legacy)
 // or its namespace (v3) exists: a client arriving earlier would get a
 // server without limits or find no socket.
-func (m *Manager) waitApplied(ctx context.Context, b plan.MPSBinding, file, content string) error {
+func (m *Manager) waitApplied(ctx context.Context, b domain.MPSBinding, file, content string) error {
 	path := filepath.Join(ConfigDir(b), file+AppliedSuffix)
 	var got string
 	start := time.Now()

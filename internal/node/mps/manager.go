@@ -20,8 +20,8 @@ import (
 	"k8s.io/utils/keymutex"
 
 	"github.com/gpufrac/gpufrac/internal/node/incident"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // Config of the manager.
@@ -36,8 +36,8 @@ type Config struct {
 	Image string
 	// DriverRoot is the host path of the node's NVIDIA driver root.
 	DriverRoot string
-	// Version is the node's MPS version (inventory.MPSVersionV3 or
-	// inventory.MPSVersionLegacy).
+	// Version is the node's MPS version (domain.MPSVersionV3 or
+	// domain.MPSVersionLegacy).
 	Version string
 	// DriverVersion ("615.23.01") selects the MPS v3 configuration keys
 	// the node's driver accepts.
@@ -118,11 +118,11 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	cfg.DefaultNamespaceLimits = limits
-	if cfg.Version != inventory.MPSVersionV3 && cfg.Version != inventory.MPSVersionLegacy {
+	if cfg.Version != domain.MPSVersionV3 && cfg.Version != domain.MPSVersionLegacy {
 		return nil, fmt.Errorf("MPS version %q: this node has no usable MPS", cfg.Version)
 	}
-	if cfg.Version == inventory.MPSVersionV3 {
-		if _, err := DaemonTOML(cfg.DriverVersion, plan.MPSServerName, "GPU-check"); err != nil {
+	if cfg.Version == domain.MPSVersionV3 {
+		if _, err := DaemonTOML(cfg.DriverVersion, domain.MPSServerName, "GPU-check"); err != nil {
 			return nil, err
 		}
 	}
@@ -140,7 +140,7 @@ func useOf(c *plan.Claim, gpu string) user {
 	u := user{claim: *c, threads: 100}
 	var sum int64
 	for _, d := range c.Devices {
-		if d.MPS != nil && d.GPU.UUID == gpu && (d.MPS.Namespace != "" || d.MPS.Version != inventory.MPSVersionV3) {
+		if d.MPS != nil && d.GPU.UUID == gpu && (d.MPS.Namespace != "" || d.MPS.Version != domain.MPSVersionV3) {
 			sum += d.HardLimitBytes
 			u.namespace = d.MPS.Namespace
 			if d.ActiveThreadPercentage != nil {
@@ -154,7 +154,7 @@ func useOf(c *plan.Claim, gpu string) user {
 
 // Acquire implements preparer.MPS: the GPU's daemon runs and is ready, and
 // its ceiling covers this claim, before it returns.
-func (m *Manager) Acquire(ctx context.Context, b plan.MPSBinding, c *plan.Claim) error {
+func (m *Manager) Acquire(ctx context.Context, b domain.MPSBinding, c *plan.Claim) error {
 	m.locks.LockKey(b.GPUUUID)
 	defer func() { _ = m.locks.UnlockKey(b.GPUUUID) }()
 
@@ -187,7 +187,7 @@ func (m *Manager) Acquire(ctx context.Context, b plan.MPSBinding, c *plan.Claim)
 	return err
 }
 
-func (m *Manager) dropUser(b plan.MPSBinding, uid types.UID) {
+func (m *Manager) dropUser(b domain.MPSBinding, uid types.UID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.users[b.GPUUUID], uid)
@@ -198,7 +198,7 @@ func (m *Manager) dropUser(b plan.MPSBinding, uid types.UID) {
 
 // ensure makes the daemon exist with the settings and waits until it is
 // ready and has applied them.
-func (m *Manager) ensure(ctx context.Context, b plan.MPSBinding, file, content string) error {
+func (m *Manager) ensure(ctx context.Context, b domain.MPSBinding, file, content string) error {
 	logger := klog.FromContext(ctx).WithValues("gpu", b.GPUUUID)
 	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
 	name := PodName(m.cfg.NodeName, b.GPUUUID)
@@ -229,7 +229,7 @@ func (m *Manager) ensure(ctx context.Context, b plan.MPSBinding, file, content s
 	return m.waitApplied(ctx, b, file, content)
 }
 
-func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content string) (*corev1.Pod, error) {
+func (m *Manager) create(ctx context.Context, b domain.MPSBinding, file, content string) (*corev1.Pod, error) {
 	for _, dir := range []string{b.PipeDir, b.LogDir, b.ShmDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("creating MPS directory %s: %w", dir, err)
@@ -241,8 +241,8 @@ func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content s
 	if err := writeConfig(b, file, content); err != nil {
 		return nil, err
 	}
-	if m.cfg.Version == inventory.MPSVersionV3 {
-		toml, err := DaemonTOML(m.cfg.DriverVersion, plan.MPSServerName, b.GPUUUID)
+	if m.cfg.Version == domain.MPSVersionV3 {
+		toml, err := DaemonTOML(m.cfg.DriverVersion, domain.MPSServerName, b.GPUUUID)
 		if err != nil {
 			return nil, err
 		}
@@ -254,7 +254,7 @@ func (m *Manager) create(ctx context.Context, b plan.MPSBinding, file, content s
 		Name: PodName(m.cfg.NodeName, b.GPUUUID), Namespace: m.cfg.Namespace, NodeName: m.cfg.NodeName,
 		GPUUUID: b.GPUUUID, Image: m.cfg.Image, DriverRoot: m.cfg.DriverRoot, Version: m.cfg.Version,
 		PipeDir: b.PipeDir, LogDir: b.LogDir, ShmDir: b.ShmDir, ConfigDir: ConfigDir(b),
-		ServerName: plan.MPSServerName, GPUMemoryMiB: m.gpuMemoryMiB(b.GPUUUID),
+		ServerName: domain.MPSServerName, GPUMemoryMiB: m.gpuMemoryMiB(b.GPUUUID),
 		SafetyMemoryMiB:        m.cfg.DefaultNamespaceLimits.PinnedMemoryMiB,
 		SafetyThreadPercentage: m.cfg.DefaultNamespaceLimits.ActiveThreadPercentage,
 	})
@@ -287,7 +287,7 @@ func (m *Manager) gpuMemoryMiB(gpu string) int64 {
 
 // waitReady polls the daemon Pod's Ready condition, which its startup
 // probe gates on the control daemon answering, with a bounded backoff.
-func (m *Manager) waitReady(ctx context.Context, b plan.MPSBinding, name string) error {
+func (m *Manager) waitReady(ctx context.Context, b domain.MPSBinding, name string) error {
 	var last *corev1.Pod
 	start := time.Now()
 	// A real daemon takes seconds (init container, then a startup probe
@@ -359,13 +359,13 @@ func tailLog(dir string, n int) string {
 }
 
 // Release implements preparer.MPS.
-func (m *Manager) Release(ctx context.Context, b plan.MPSBinding, claimUID types.UID) error {
+func (m *Manager) Release(ctx context.Context, b domain.MPSBinding, claimUID types.UID) error {
 	m.locks.LockKey(b.GPUUUID)
 	defer func() { _ = m.locks.UnlockKey(b.GPUUUID) }()
 	return m.release(ctx, b, claimUID)
 }
 
-func (m *Manager) release(ctx context.Context, b plan.MPSBinding, claimUID types.UID) error {
+func (m *Manager) release(ctx context.Context, b domain.MPSBinding, claimUID types.UID) error {
 	// An eviction ends the victim's container, and so its pod's claim may
 	// be unprepared before the next reconcile: read the daemon's log while
 	// the claim is still a user.
@@ -395,7 +395,7 @@ func (m *Manager) release(ctx context.Context, b plan.MPSBinding, claimUID types
 }
 
 // stop deletes the GPU's daemon and its directories.
-func (m *Manager) stop(ctx context.Context, b plan.MPSBinding) error {
+func (m *Manager) stop(ctx context.Context, b domain.MPSBinding) error {
 	name := PodName(m.cfg.NodeName, b.GPUUUID)
 	err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {

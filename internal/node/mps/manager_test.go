@@ -18,9 +18,9 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
@@ -99,7 +99,7 @@ func (e *restartEvents) DaemonRestarted(c *plan.Claim, reason string) {
 func newManager(t *testing.T, client *fake.Clientset, timeout time.Duration, ev mps.Events) *mps.Manager {
 	m, err := mps.NewManager(mps.Config{
 		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
-		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: inventory.MPSVersionLegacy, ReadyTimeout: timeout, Events: ev,
+		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionLegacy, ReadyTimeout: timeout, Events: ev,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -109,9 +109,9 @@ func newManager(t *testing.T, client *fake.Clientset, timeout time.Duration, ev 
 
 func smClaim(root, name, gpu string, hardGiB int64) *plan.Claim {
 	return &plan.Claim{UID: types.UID("uid-" + name), Namespace: "ns", Name: name, Devices: []plan.Device{{
-		Request: "gpu", Pool: node, Device: "gpu-0", GPU: inventory.GPU{UUID: gpu},
+		Request: "gpu", Pool: node, Device: "gpu-0", GPU: domain.GPU{UUID: gpu},
 		SoftLimitBytes: 8 << 30, HardLimitBytes: hardGiB << 30, ComputeMode: v1alpha1.SMSharing,
-		MPS: plan.MPSBindingFor(root, gpu),
+		MPS: domain.MPSBindingFor(root, gpu),
 	}}}
 }
 
@@ -123,7 +123,7 @@ func daemonPods(t *testing.T, client *fake.Clientset) []corev1.Pod {
 	return pods.Items
 }
 
-func ceiling(t *testing.T, b *plan.MPSBinding) string {
+func ceiling(t *testing.T, b *domain.MPSBinding) string {
 	raw, err := os.ReadFile(filepath.Join(mps.ConfigDir(*b), mps.ConfigFile))
 	if err != nil {
 		return "<none>"

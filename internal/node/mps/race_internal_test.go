@@ -13,8 +13,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
@@ -28,7 +28,7 @@ func TestMPSReconcileDoesNotDeleteAHandedOutDaemon(t *testing.T) {
 	defer cancel()
 	const ns, node, gpu = "gpufrac-system", "node-a", "GPU-a"
 	root := t.TempDir()
-	b := plan.MPSBindingFor(root, gpu)
+	b := domain.MPSBindingFor(root, gpu)
 	// A daemon started long ago, running and ready, that no claim uses.
 	daemon := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: PodName(node, gpu), Namespace: ns, UID: "daemon-1",
@@ -38,7 +38,7 @@ func TestMPSReconcileDoesNotDeleteAHandedOutDaemon(t *testing.T) {
 	}
 	client := fake.NewClientset(daemon)
 	m, err := NewManager(Config{Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
-		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: inventory.MPSVersionLegacy, ReadyTimeout: 10 * time.Second})
+		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionLegacy, ReadyTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestMPSReconcileDoesNotDeleteAHandedOutDaemon(t *testing.T) {
 		}
 	}()
 	claim := &plan.Claim{UID: "uid-new", Namespace: "ns", Name: "new", Devices: []plan.Device{{
-		Request: "gpu", Pool: node, Device: "gpu-0", GPU: inventory.GPU{UUID: gpu},
+		Request: "gpu", Pool: node, Device: "gpu-0", GPU: domain.GPU{UUID: gpu},
 		SoftLimitBytes: 8 << 30, HardLimitBytes: 8 << 30, ComputeMode: v1alpha1.SMSharing, MPS: b,
 	}}}
 	handedOut := false

@@ -31,7 +31,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // Labels of daemon Pods; the node and GPU labels let a restarted plugin find
@@ -73,7 +73,7 @@ type DaemonParams struct {
 }
 
 // ConfigDir is where the plugin writes a GPU daemon's settings.
-func ConfigDir(b plan.MPSBinding) string { return filepath.Join(filepath.Dir(b.PipeDir), "config") }
+func ConfigDir(b domain.MPSBinding) string { return filepath.Join(filepath.Dir(b.PipeDir), "config") }
 
 // PodName names a GPU's daemon: stable for the node and GPU, short enough
 // for any node name.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // ConfigTOMLFile is the MPS v3 configuration the daemon starts with
@@ -29,7 +29,7 @@ type tomlKey struct {
 // on except for the main socket's per-UID servers, which TimeSlicing
 // clients use on their own contexts (KAI's production settings).
 func DaemonTOML(driverVersion, server, gpuUUID string) (string, error) {
-	branch, err := inventory.DriverMajor(driverVersion)
+	branch, err := domain.DriverMajor(driverVersion)
 	if err != nil {
 		return "", fmt.Errorf("MPS v3 configuration: driver version %q: %w", driverVersion, err)
 	}

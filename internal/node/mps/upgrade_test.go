@@ -8,9 +8,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
@@ -39,7 +39,7 @@ func TestUpgradeKeepsTheRunningDaemon(t *testing.T) {
 
 	upgraded, err := mps.NewManager(mps.Config{
 		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
-		Image: "gpufrac/gpufrac:next", DriverRoot: "/run/nvidia/driver", Version: inventory.MPSVersionLegacy, ReadyTimeout: 10 * time.Second,
+		Image: "gpufrac/gpufrac:next", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionLegacy, ReadyTimeout: 10 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -12,21 +12,21 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
 func v3Claim(root, name, gpu string, hardGiB int64, threads *int32) *plan.Claim {
 	c := smClaim(root, name, gpu, hardGiB)
-	c.Devices[0].MPS.Version = inventory.MPSVersionV3
-	c.Devices[0].MPS.Namespace = plan.MPSNamespaceFor(c.UID)
+	c.Devices[0].MPS.Version = domain.MPSVersionV3
+	c.Devices[0].MPS.Namespace = domain.MPSNamespaceFor(c.UID)
 	c.Devices[0].ActiveThreadPercentage = threads
 	return c
 }
 
-func namespaces(t *testing.T, b *plan.MPSBinding) string {
+func namespaces(t *testing.T, b *domain.MPSBinding) string {
 	raw, err := os.ReadFile(filepath.Join(mps.ConfigDir(*b), mps.NamespacesFile))
 	if err != nil {
 		return "<none>"
@@ -46,7 +46,7 @@ func TestV3NamespacePerClaim(t *testing.T) {
 	root := t.TempDir()
 	m, err := mps.NewManager(mps.Config{
 		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
-		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: inventory.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 10 * time.Second,
+		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 10 * time.Second,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestV3NamespacePerClaim(t *testing.T) {
 	if got := pods[0].Spec.InitContainers[0].Command; !strings.HasSuffix(strings.Join(got, " "), " -- nvidia-smi -i GPU-a -c DEFAULT") || got[0] != "/usr/local/bin/gpufrac-mps-launcher" {
 		t.Errorf("v3 init container %q, want the driver root's nvidia-smi setting the DEFAULT compute mode, through the launcher", got)
 	}
-	nsFirst, nsSecond := plan.MPSNamespaceFor(first.UID), plan.MPSNamespaceFor(second.UID)
+	nsFirst, nsSecond := domain.MPSNamespaceFor(first.UID), domain.MPSNamespaceFor(second.UID)
 	want := nsFirst + " 24576 100\n" + nsSecond + " 40960 30\n"
 	if nsSecond < nsFirst {
 		want = nsSecond + " 40960 30\n" + nsFirst + " 24576 100\n"
@@ -99,7 +99,7 @@ func TestSettingsNeverAppliedFailsPrepare(t *testing.T) {
 	kubeletApplying(ctx, client, true, false) // Ready, but deaf to the config directory
 	m, err := mps.NewManager(mps.Config{
 		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
-		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: inventory.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 300 * time.Millisecond,
+		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 300 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +109,7 @@ func TestSettingsNeverAppliedFailsPrepare(t *testing.T) {
 	if err == nil {
 		t.Fatal("Acquire succeeded though the daemon never created the namespace")
 	}
-	for _, want := range []string{mps.PodName(node, "GPU-a"), "did not apply its settings", plan.MPSNamespaceFor(c.UID) + " 8192 100"} {
+	for _, want := range []string{mps.PodName(node, "GPU-a"), "did not apply its settings", domain.MPSNamespaceFor(c.UID) + " 8192 100"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}

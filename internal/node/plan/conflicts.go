@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // ModeConflictError is a share whose compute mode cannot run beside the
@@ -65,7 +65,7 @@ func CheckModeConflicts(c *Claim, prepared []Claim) error {
 func mpsV3(a, b Device) bool {
 	for _, d := range []Device{a, b} {
 		if d.MPS != nil {
-			return d.MPS.Version == inventory.MPSVersionV3
+			return d.MPS.Version == domain.MPSVersionV3
 		}
 	}
 	return false

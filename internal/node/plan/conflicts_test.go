@@ -7,14 +7,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 func TestCheckModeConflicts(t *testing.T) {
 	ts := func(uid, name, dev, gpu string) plan.Claim {
 		return plan.Claim{UID: types.UID("uid-" + uid), Namespace: "ns", Name: name, Devices: []plan.Device{
-			share(dev, "s-"+uid, gpu, gib, gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem)}}
+			share(dev, "s-"+uid, gpu, gib, gib, v1alpha1.TimeSlicing, domain.EnforcementDMem)}}
 	}
 	sm := func(uid, name, dev, gpu string) plan.Claim {
 		c := ts(uid, name, dev, gpu)
@@ -23,7 +23,7 @@ func TestCheckModeConflicts(t *testing.T) {
 	}
 	smV3 := func(uid, name, dev, gpu string) plan.Claim {
 		c := sm(uid, name, dev, gpu)
-		c.Devices[0].MPS = &plan.MPSBinding{GPUUUID: gpu, Version: inventory.MPSVersionV3, Namespace: plan.MPSNamespaceFor(c.UID)}
+		c.Devices[0].MPS = &domain.MPSBinding{GPUUUID: gpu, Version: domain.MPSVersionV3, Namespace: domain.MPSNamespaceFor(c.UID)}
 		return c
 	}
 	prepared := []plan.Claim{ts("1", "train", "gpu-0", "GPU-0"), ts("2", "infer", "gpu-0", "GPU-0"), sm("3", "mps", "gpu-1", "GPU-1"),

@@ -7,10 +7,7 @@
 package plan
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"path/filepath"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -20,8 +17,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
-	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // Options are the node facts a plan depends on besides the inventory.
@@ -51,7 +47,7 @@ type Device struct {
 	Device  string     `json:"device"`
 	ShareID *types.UID `json:"shareID,omitempty"`
 
-	GPU inventory.GPU `json:"gpu"`
+	GPU domain.GPU `json:"gpu"`
 	// SoftLimitBytes is the guaranteed memory: what the scheduler consumed.
 	SoftLimitBytes int64 `json:"softLimitBytes"`
 	// HardLimitBytes is the ceiling: memoryLimit, or the request.
@@ -59,85 +55,10 @@ type Device struct {
 	ComputeMode            v1alpha1.ComputeMode `json:"computeMode"`
 	ActiveThreadPercentage *int32               `json:"activeThreadPercentage,omitempty"`
 	// Enforcement is what enforces HardLimitBytes for this share.
-	Enforcement inventory.Enforcement `json:"enforcement"`
+	Enforcement domain.Enforcement `json:"enforcement"`
 	// MPS is set for SMSharing shares, and on nodes with per-cgroup
 	// limits and an MPS v3 daemon for every share (see Compute).
-	MPS *MPSBinding `json:"mps,omitempty"`
-}
-
-// MPSBinding is where a share's MPS control daemon lives on the host.
-type MPSBinding struct {
-	GPUUUID string `json:"gpuUUID"`
-	PipeDir string `json:"pipeDir"`
-	LogDir  string `json:"logDir"`
-	ShmDir  string `json:"shmDir"`
-	// Version is the daemon's protocol: inventory.MPSVersionV3, or empty
-	// for legacy MPS (which checkpoints written before v3 support mean).
-	Version string `json:"version,omitempty"`
-	// Namespace is the claim's own MPS v3 namespace on the GPU's shared
-	// server, which carries its pinned memory limit and thread percentage
-	// daemon-side (SMSharing); empty on legacy MPS and for TimeSlicing
-	// shares, which use the main socket (see ClientPipeDir).
-	Namespace string `json:"namespace,omitempty"`
-}
-
-// Route says in words where the share's container reaches MPS, for the
-// claim's status and the demo.
-func (b MPSBinding) Route() string {
-	switch {
-	case b.Version != inventory.MPSVersionV3:
-		return "legacy MPS server (pinned device memory limit)"
-	case b.Namespace == "":
-		return "MPS v3 main socket: a per-UID server, own context (TimeSlicing)"
-	default:
-		return "MPS v3 namespace " + b.Namespace + " of server " + MPSServerName + ", shared context (SMSharing)"
-	}
-}
-
-// MPSServerName is the one named MPS v3 server per GPU that SMSharing
-// clients share (NVIDIA, mpsv3-configuration-file: lowercase letters,
-// digits and '_', at most 64 characters).
-const MPSServerName = "gpufrac"
-
-// MPSNamespaceFor names a claim's MPS v3 namespace after its UID, in the
-// characters MPS allows (lowercase letters, digits, '_'), and short: the
-// namespace's socket, <mps root>/<gpu>/pipe/gpufrac/<namespace>/control,
-// must stay under the 108 bytes of a unix socket path.
-func MPSNamespaceFor(uid types.UID) string { return "c" + shortHash(string(uid), 16) }
-
-func shortHash(s string, n int) string {
-	sum := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(sum[:])[:n]
-}
-
-// ClientPipeDir is the host directory a client's CUDA_MPS_PIPE_DIRECTORY
-// must show. Legacy MPS has one per daemon. MPS v3 routes a client by the
-// socket it connects to (NVIDIA, mpsv3-namespaces, "Namespace Routing"):
-// an SMSharing share gets <pipe>/<server>/<namespace> alone, so it cannot
-// reach another claim's namespace or the shared server's default one; a
-// TimeSlicing share gets the daemon's pipe directory, whose main control
-// socket routes it by UID to a server of its own, outside context sharing
-// (default_socket off), as NVIDIA's KAI operator routes time-slicing
-// containers.
-func (b MPSBinding) ClientPipeDir() string {
-	if b.Version == inventory.MPSVersionV3 && b.Namespace != "" {
-		return filepath.Join(b.PipeDir, MPSServerName, b.Namespace)
-	}
-	return b.PipeDir
-}
-
-// MPSBindingFor is the per-GPU directory layout under root, shared by the
-// plan and the daemon manager so they cannot disagree.
-func MPSBindingFor(root, gpuUUID string) *MPSBinding {
-	// A short name rather than the 40-character UUID keeps the daemon's
-	// sockets under the unix path limit (see MPSNamespaceFor).
-	dir := filepath.Join(root, "g"+shortHash(gpuUUID, 12))
-	return &MPSBinding{
-		GPUUUID: gpuUUID,
-		PipeDir: filepath.Join(dir, "pipe"),
-		LogDir:  filepath.Join(dir, "log"),
-		ShmDir:  filepath.Join(dir, "shm"),
-	}
+	MPS *domain.MPSBinding `json:"mps,omitempty"`
 }
 
 // InvalidError is a claim that can never be prepared on this node as it
@@ -157,7 +78,7 @@ func (e *InvalidError) Error() string {
 
 // Compute plans claim on the node described by inv. The claim must be
 // allocated; results of other drivers are ignored.
-func Compute(claim *resourceapi.ResourceClaim, inv *inventory.Inventory, opts Options) (*Claim, error) {
+func Compute(claim *resourceapi.ResourceClaim, inv *domain.Inventory, opts Options) (*Claim, error) {
 	if claim.Status.Allocation == nil {
 		return nil, &InvalidError{claim.Namespace, claim.Name, field.ErrorList{
 			field.Required(field.NewPath("status", "allocation"), "the claim is not allocated")}}
@@ -175,8 +96,8 @@ func Compute(claim *resourceapi.ResourceClaim, inv *inventory.Inventory, opts Op
 		dev, devErrs := planDevice(r, resultsPath.Index(i), alloc.Devices.Config, configsPath, inv, opts)
 		errs = append(errs, devErrs...)
 		if dev != nil {
-			if dev.MPS != nil && dev.MPS.Version == inventory.MPSVersionV3 && dev.ComputeMode == v1alpha1.SMSharing {
-				dev.MPS.Namespace = MPSNamespaceFor(claim.UID)
+			if dev.MPS != nil && dev.MPS.Version == domain.MPSVersionV3 && dev.ComputeMode == v1alpha1.SMSharing {
+				dev.MPS.Namespace = domain.MPSNamespaceFor(claim.UID)
 			}
 			out.Devices = append(out.Devices, *dev)
 		}
@@ -190,7 +111,7 @@ func Compute(claim *resourceapi.ResourceClaim, inv *inventory.Inventory, opts Op
 
 func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 	allConfigs []resourceapi.DeviceAllocationConfiguration, configsPath *field.Path,
-	inv *inventory.Inventory, opts Options) (*Device, field.ErrorList) {
+	inv *domain.Inventory, opts Options) (*Device, field.ErrorList) {
 	var errs field.ErrorList
 	if r.Pool != opts.NodeName {
 		return nil, field.ErrorList{field.Invalid(path.Child("pool"), r.Pool,
@@ -200,9 +121,9 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 	if !ok {
 		return nil, field.ErrorList{field.NotFound(path.Child("device"), r.Device)}
 	}
-	request, ok := r.ConsumedCapacity[resourceslices.MemoryCapacity]
+	request, ok := r.ConsumedCapacity[domain.MemoryCapacity]
 	if !ok {
-		return nil, field.ErrorList{field.Required(path.Child("consumedCapacity").Key(string(resourceslices.MemoryCapacity)),
+		return nil, field.ErrorList{field.Required(path.Child("consumedCapacity").Key(string(domain.MemoryCapacity)),
 			"gpufrac devices are shared: the scheduler must record the consumed memory (is the DRAConsumableCapacity feature off?)")}
 	}
 
@@ -231,7 +152,7 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 		ComputeMode:            cfg.EffectiveComputeMode(),
 		ActiveThreadPercentage: cfg.ActiveThreadPercentage,
 	}
-	if gpu.ComputeModes != "" && gpu.ComputeModes != inventory.ComputeModesAny && gpu.ComputeModes != string(dev.ComputeMode) {
+	if gpu.ComputeModes != "" && gpu.ComputeModes != domain.ComputeModesAny && gpu.ComputeModes != string(dev.ComputeMode) {
 		errs = append(errs, field.Forbidden(cfgPath.Child("computeMode"), fmt.Sprintf(
 			"GPU %s is reserved for %s on this node (--sm-sharing-gpus); select GPUs with device.attributes[\"gpufrac.dev\"].computeModes != \"%s\"",
 			r.Device, gpu.ComputeModes, gpu.ComputeModes)))
@@ -247,14 +168,14 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 	// per-cgroup limits every share is an MPS client where the node runs
 	// MPS v3 daemons (the inventory says mpsVersion v3 only then), and a
 	// share may not borrow above its request where it does not.
-	guarded := enforcement == inventory.EnforcementDMem && inv.MPSVersion == inventory.MPSVersionV3
-	if enforcement == inventory.EnforcementDMem && !guarded && dev.HardLimitBytes > dev.SoftLimitBytes {
+	guarded := enforcement == domain.EnforcementDMem && inv.MPSVersion == domain.MPSVersionV3
+	if enforcement == domain.EnforcementDMem && !guarded && dev.HardLimitBytes > dev.SoftLimitBytes {
 		errs = append(errs, field.Forbidden(cfgPath.Child("memoryLimit"), fmt.Sprintf(
 			"memoryLimit %s exceeds the request %s, but this node runs no MPS daemon (mpsVersion %s: no MPS binaries under the driver root, or MPS turned off on the plugin), and NVIDIA upholds a request that neighbours borrow against only by MPS eviction; set memoryLimit equal to the request (strict partition) or select nodes with device.attributes[\"gpufrac.dev\"].mpsVersion == \"v3\"",
 			limit.String(), request.String(), inv.MPSVersion)))
 	}
 	if dev.ComputeMode == v1alpha1.SMSharing || guarded {
-		dev.MPS = MPSBindingFor(opts.MPSRoot, gpu.UUID)
+		dev.MPS = domain.MPSBindingFor(opts.MPSRoot, gpu.UUID)
 		dev.MPS.Version = mpsVersion(inv)
 	}
 	return dev, errs
@@ -262,20 +183,20 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 
 // mpsVersion is the binding's Version for the node's MPS: empty means
 // legacy, so plans of legacy nodes read as they always have.
-func mpsVersion(inv *inventory.Inventory) string {
-	if inv.MPSVersion == inventory.MPSVersionV3 {
-		return inventory.MPSVersionV3
+func mpsVersion(inv *domain.Inventory) string {
+	if inv.MPSVersion == domain.MPSVersionV3 {
+		return domain.MPSVersionV3
 	}
 	return ""
 }
 
-func gpuForDevice(inv *inventory.Inventory, name string) (inventory.GPU, bool) {
+func gpuForDevice(inv *domain.Inventory, name string) (domain.GPU, bool) {
 	for _, g := range inv.GPUs {
-		if resourceslices.DeviceName(g.Index) == name {
+		if domain.DeviceName(g.Index) == name {
 			return g, true
 		}
 	}
-	return inventory.GPU{}, false
+	return domain.GPU{}, false
 }
 
 // mergedConfig layers the gpufrac configs that apply to r: class configs
@@ -309,27 +230,27 @@ func mergedConfig(all []resourceapi.DeviceAllocationConfiguration, path *field.P
 
 // enforcementFor decides what enforces a share's hard limit on this node,
 // and refuses a limit the node cannot enforce rather than pretend.
-func enforcementFor(inv *inventory.Inventory, mode v1alpha1.ComputeMode, explicitLimit bool, cfgPath *field.Path) (inventory.Enforcement, *field.Error) {
-	if mode == v1alpha1.SMSharing && inv.MPSVersion == inventory.MPSVersionNone {
-		return inventory.EnforcementNone, field.Invalid(cfgPath.Child("computeMode"), string(mode),
+func enforcementFor(inv *domain.Inventory, mode v1alpha1.ComputeMode, explicitLimit bool, cfgPath *field.Path) (domain.Enforcement, *field.Error) {
+	if mode == v1alpha1.SMSharing && inv.MPSVersion == domain.MPSVersionNone {
+		return domain.EnforcementNone, field.Invalid(cfgPath.Child("computeMode"), string(mode),
 			"this node has no MPS (no nvidia-cuda-mps-control under its driver root, or MPS turned off); select nodes with device.attributes[\"gpufrac.dev\"].mpsVersion != \"none\"")
 	}
 	switch {
-	case inv.Enforcement == inventory.EnforcementDMem:
-		return inventory.EnforcementDMem, nil
+	case inv.Enforcement == domain.EnforcementDMem:
+		return domain.EnforcementDMem, nil
 	case mode == v1alpha1.SMSharing:
 		// The MPS daemon's pinned memory limit binds every client.
-		return inventory.EnforcementMPS, nil
+		return domain.EnforcementMPS, nil
 	case explicitLimit:
 		reason := "this node cannot enforce GPU memory limits (memoryEnforcement none); select nodes with device.attributes[\"gpufrac.dev\"].memoryEnforcement == \"dmem\""
-		if inv.Enforcement == inventory.EnforcementMPS {
+		if inv.Enforcement == domain.EnforcementMPS {
 			reason = "this node enforces GPU memory limits only for SMSharing (memoryEnforcement mps); use computeMode SMSharing or select nodes with device.attributes[\"gpufrac.dev\"].memoryEnforcement == \"dmem\""
 		}
-		return inventory.EnforcementNone, field.Forbidden(cfgPath.Child("memoryLimit"), reason)
+		return domain.EnforcementNone, field.Forbidden(cfgPath.Child("memoryLimit"), reason)
 	default:
 		// No limit was asked for: the share is guaranteed by the scheduler
 		// and not capped, and the claim status says so.
-		return inventory.EnforcementNone, nil
+		return domain.EnforcementNone, nil
 	}
 }
 
@@ -384,7 +305,7 @@ func (c *Claim) PerGPU() []GPULimits {
 
 // MPS returns the claim's MPS binding, if it has SMSharing shares (at most
 // one GPU's, see checkMPSPerContainer).
-func (c *Claim) MPS() *MPSBinding {
+func (c *Claim) MPS() *domain.MPSBinding {
 	for _, d := range c.Devices {
 		if d.MPS != nil {
 			return d.MPS

@@ -16,8 +16,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 const (
@@ -25,10 +25,10 @@ const (
 	gib  = int64(1) << 30
 )
 
-func testInventory(enf inventory.Enforcement, mps string) *inventory.Inventory {
-	inv := &inventory.Inventory{DriverVersion: "615.23.01", CUDADriverVersion: "13.4", Enforcement: enf, MPSVersion: mps}
+func testInventory(enf domain.Enforcement, mps string) *domain.Inventory {
+	inv := &domain.Inventory{DriverVersion: "615.23.01", CUDADriverVersion: "13.4", Enforcement: enf, MPSVersion: mps}
 	for i := range 2 {
-		inv.GPUs = append(inv.GPUs, inventory.GPU{
+		inv.GPUs = append(inv.GPUs, domain.GPU{
 			UUID: fmt.Sprintf("GPU-%d", i), Index: i, Minor: i, ProductName: "NVIDIA H200 141GB HBM3e",
 			MemoryBytes: 141 * uint64(gib),
 		})
@@ -89,11 +89,11 @@ func claim(results []result, configs ...resourceapi.DeviceAllocationConfiguratio
 	return c
 }
 
-func share(device, shareID, gpu string, soft, hard int64, mode v1alpha1.ComputeMode, enf inventory.Enforcement) plan.Device {
+func share(device, shareID, gpu string, soft, hard int64, mode v1alpha1.ComputeMode, enf domain.Enforcement) plan.Device {
 	idx := int(device[len(device)-1] - '0')
 	return plan.Device{
 		Request: "gpu", Pool: node, Device: device, ShareID: ptr.To(types.UID(shareID)),
-		GPU:            inventory.GPU{UUID: gpu, Index: idx, Minor: idx, ProductName: "NVIDIA H200 141GB HBM3e", MemoryBytes: 141 * uint64(gib)},
+		GPU:            domain.GPU{UUID: gpu, Index: idx, Minor: idx, ProductName: "NVIDIA H200 141GB HBM3e", MemoryBytes: 141 * uint64(gib)},
 		SoftLimitBytes: soft, HardLimitBytes: hard, ComputeMode: mode, Enforcement: enf,
 	}
 }
@@ -102,16 +102,16 @@ func share(device, shareID, gpu string, soft, hard int64, mode v1alpha1.ComputeM
 // what every TimeSlicing share on a node with per-cgroup limits and MPS v3
 // becomes, so that the daemon's eviction upholds its request.
 func client(d plan.Device, root string) plan.Device {
-	d.MPS = plan.MPSBindingFor(root, d.GPU.UUID)
-	d.MPS.Version = inventory.MPSVersionV3
+	d.MPS = domain.MPSBindingFor(root, d.GPU.UUID)
+	d.MPS.Version = domain.MPSVersionV3
 	return d
 }
 
 // The MPS directory layout is pinned here: its sockets must stay under the
 // 108-byte unix path limit below the default plugin data directory.
 func TestMPSLayoutFitsSocketPaths(t *testing.T) {
-	b := plan.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-74d43ed3-cdf7-e667-3644-bf5b4f46ed65")
-	b.Version, b.Namespace = inventory.MPSVersionV3, plan.MPSNamespaceFor("0d2e8a9c-5b1f-4c8e-9a57-3f2b6c1d7e90")
+	b := domain.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-74d43ed3-cdf7-e667-3644-bf5b4f46ed65")
+	b.Version, b.Namespace = domain.MPSVersionV3, domain.MPSNamespaceFor("0d2e8a9c-5b1f-4c8e-9a57-3f2b6c1d7e90")
 	if !strings.HasPrefix(b.ClientPipeDir(), b.PipeDir+"/gpufrac/") {
 		t.Errorf("client pipe dir %s is not under the server's %s", b.ClientPipeDir(), b.PipeDir+"/gpufrac")
 	}
@@ -125,34 +125,34 @@ func TestMPSLayoutFitsSocketPaths(t *testing.T) {
 
 func TestComputeValid(t *testing.T) {
 	opts := plan.Options{NodeName: node, MPSRoot: "/var/lib/gpufrac/mps"}
-	dmem := testInventory(inventory.EnforcementDMem, inventory.MPSVersionV3)
-	smShare := share("gpu-0", "s1", "GPU-0", 40*gib, 60*gib, v1alpha1.SMSharing, inventory.EnforcementDMem)
-	legacyBinding := *plan.MPSBindingFor("/var/lib/gpufrac/mps", "GPU-0")
+	dmem := testInventory(domain.EnforcementDMem, domain.MPSVersionV3)
+	smShare := share("gpu-0", "s1", "GPU-0", 40*gib, 60*gib, v1alpha1.SMSharing, domain.EnforcementDMem)
+	legacyBinding := *domain.MPSBindingFor("/var/lib/gpufrac/mps", "GPU-0")
 	// On an MPS v3 node the claim gets its own namespace on the GPU's
 	// shared server.
 	v3Binding := legacyBinding
-	v3Binding.Version, v3Binding.Namespace = inventory.MPSVersionV3, plan.MPSNamespaceFor("uid-1")
+	v3Binding.Version, v3Binding.Namespace = domain.MPSVersionV3, domain.MPSNamespaceFor("uid-1")
 	smShare.MPS = &v3Binding
 	smOnMPSNode := smShare
 	smOnMPSNode.MPS = &legacyBinding
-	smOnMPSNode.Enforcement = inventory.EnforcementMPS
+	smOnMPSNode.Enforcement = domain.EnforcementMPS
 	smOnMPSNode.ActiveThreadPercentage = ptr.To[int32](50)
 
 	for _, tc := range []struct {
 		name  string
-		inv   *inventory.Inventory
+		inv   *domain.Inventory
 		claim *resourceapi.ResourceClaim
 		want  []plan.Device
 	}{{
 		name:  "single share with a burst limit",
 		inv:   dmem,
 		claim: claim([]result{{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"}}, fromClaim(fc(`,"memoryLimit":"60Gi"`))),
-		want:  []plan.Device{client(share("gpu-0", "s1", "GPU-0", 40*gib, 60*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot)},
+		want:  []plan.Device{client(share("gpu-0", "s1", "GPU-0", 40*gib, 60*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem), opts.MPSRoot)},
 	}, {
 		name:  "limit defaults to the request; no config at all",
 		inv:   dmem,
 		claim: claim([]result{{request: "gpu", device: "gpu-1", share: "s1", memory: "20224Mi"}}),
-		want:  []plan.Device{client(share("gpu-1", "s1", "GPU-1", 20224<<20, 20224<<20, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot)},
+		want:  []plan.Device{client(share("gpu-1", "s1", "GPU-1", 20224<<20, 20224<<20, v1alpha1.TimeSlicing, domain.EnforcementDMem), opts.MPSRoot)},
 	}, {
 		name: "two shares of one GPU in one claim",
 		inv:  dmem,
@@ -161,19 +161,19 @@ func TestComputeValid(t *testing.T) {
 			{request: "gpu", device: "gpu-0", share: "s2", memory: "10Gi"},
 		}, fromClaim(fc(`,"memoryLimit":"12Gi"`))),
 		want: []plan.Device{
-			client(share("gpu-0", "s1", "GPU-0", 10*gib, 12*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot),
-			client(share("gpu-0", "s2", "GPU-0", 10*gib, 12*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot),
+			client(share("gpu-0", "s1", "GPU-0", 10*gib, 12*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem), opts.MPSRoot),
+			client(share("gpu-0", "s2", "GPU-0", 10*gib, 12*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem), opts.MPSRoot),
 		},
 	}, {
 		name: "two GPUs (count 2) where no MPS daemon runs: strict partitions, no MPS",
-		inv:  testInventory(inventory.EnforcementDMem, inventory.MPSVersionNone),
+		inv:  testInventory(domain.EnforcementDMem, domain.MPSVersionNone),
 		claim: claim([]result{
 			{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"},
 			{request: "gpu", device: "gpu-1", share: "s2", memory: "40Gi"},
 		}),
 		want: []plan.Device{
-			share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem),
-			share("gpu-1", "s2", "GPU-1", 40*gib, 40*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem),
+			share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem),
+			share("gpu-1", "s2", "GPU-1", 40*gib, 40*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem),
 		},
 	}, {
 		name: "class sets SMSharing, claim sets the limit: both apply",
@@ -186,23 +186,23 @@ func TestComputeValid(t *testing.T) {
 		inv:  dmem,
 		claim: claim([]result{{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"}},
 			fromClaim(fc(`,"computeMode":"TimeSlicing"`)), fromClass(fc(`,"computeMode":"SMSharing","memoryLimit":"50Gi"`))),
-		want: []plan.Device{client(share("gpu-0", "s1", "GPU-0", 40*gib, 50*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot)},
+		want: []plan.Device{client(share("gpu-0", "s1", "GPU-0", 40*gib, 50*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem), opts.MPSRoot)},
 	}, {
 		name: "config for another request does not apply",
 		inv:  dmem,
 		claim: claim([]result{{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"}},
 			config(resourceapi.AllocationConfigSourceClaim, []string{"other"}, fc(`,"memoryLimit":"1Gi"`))),
-		want: []plan.Device{client(share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot)},
+		want: []plan.Device{client(share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem), opts.MPSRoot)},
 	}, {
 		name:  "SMSharing on a legacy-MPS node is enforced by the daemon",
-		inv:   testInventory(inventory.EnforcementMPS, inventory.MPSVersionLegacy),
+		inv:   testInventory(domain.EnforcementMPS, domain.MPSVersionLegacy),
 		claim: claim([]result{{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"}}, fromClaim(fc(`,"memoryLimit":"60Gi","computeMode":"SMSharing","activeThreadPercentage":50`))),
 		want:  []plan.Device{smOnMPSNode},
 	}, {
 		name:  "no limit asked on a node that cannot enforce: guaranteed only",
-		inv:   testInventory(inventory.EnforcementNone, inventory.MPSVersionNone),
+		inv:   testInventory(domain.EnforcementNone, domain.MPSVersionNone),
 		claim: claim([]result{{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"}}),
-		want:  []plan.Device{share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.TimeSlicing, inventory.EnforcementNone)},
+		want:  []plan.Device{share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.TimeSlicing, domain.EnforcementNone)},
 	}, {
 		name: "results of other drivers are not ours",
 		inv:  dmem,
@@ -210,7 +210,7 @@ func TestComputeValid(t *testing.T) {
 			{request: "nic", device: "eth0", driver: "net.example.com", pool: "other"},
 			{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"},
 		}),
-		want: []plan.Device{client(share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem), opts.MPSRoot)},
+		want: []plan.Device{client(share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem), opts.MPSRoot)},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := plan.Compute(tc.claim, tc.inv, opts)
@@ -231,7 +231,7 @@ func TestComputeValid(t *testing.T) {
 
 func TestComputeInvalid(t *testing.T) {
 	opts := plan.Options{NodeName: node, MPSRoot: "/mps"}
-	dmem := testInventory(inventory.EnforcementDMem, inventory.MPSVersionV3)
+	dmem := testInventory(domain.EnforcementDMem, domain.MPSVersionV3)
 	one := []result{{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"}}
 	notAllocated := claim(nil)
 	notAllocated.Status.Allocation = nil
@@ -239,7 +239,7 @@ func TestComputeInvalid(t *testing.T) {
 	const prefix = "claim ns/llm cannot be prepared: "
 	for _, tc := range []struct {
 		name  string
-		inv   *inventory.Inventory
+		inv   *domain.Inventory
 		claim *resourceapi.ResourceClaim
 		want  string
 	}{{
@@ -269,19 +269,19 @@ func TestComputeInvalid(t *testing.T) {
 		name: "no consumed capacity", inv: dmem, claim: claim([]result{{request: "gpu", device: "gpu-0", share: "s1"}}),
 		want: `status.allocation.devices.results[0].consumedCapacity[memory]: Required value: gpufrac devices are shared: the scheduler must record the consumed memory (is the DRAConsumableCapacity feature off?)`,
 	}, {
-		name: "explicit limit on a node that cannot enforce", inv: testInventory(inventory.EnforcementNone, inventory.MPSVersionNone),
+		name: "explicit limit on a node that cannot enforce", inv: testInventory(domain.EnforcementNone, domain.MPSVersionNone),
 		claim: claim(one, fromClaim(fc(`,"memoryLimit":"60Gi"`))),
 		want:  `status.allocation.devices.results[0].config.memoryLimit: Forbidden: this node cannot enforce GPU memory limits (memoryEnforcement none); select nodes with device.attributes["gpufrac.dev"].memoryEnforcement == "dmem"`,
 	}, {
-		name: "TimeSlicing limit on an MPS-only node", inv: testInventory(inventory.EnforcementMPS, inventory.MPSVersionLegacy),
+		name: "TimeSlicing limit on an MPS-only node", inv: testInventory(domain.EnforcementMPS, domain.MPSVersionLegacy),
 		claim: claim(one, fromClaim(fc(`,"memoryLimit":"60Gi"`))),
 		want:  `status.allocation.devices.results[0].config.memoryLimit: Forbidden: this node enforces GPU memory limits only for SMSharing (memoryEnforcement mps); use computeMode SMSharing or select nodes with device.attributes["gpufrac.dev"].memoryEnforcement == "dmem"`,
 	}, {
-		name: "SMSharing without MPS", inv: testInventory(inventory.EnforcementDMem, inventory.MPSVersionNone),
+		name: "SMSharing without MPS", inv: testInventory(domain.EnforcementDMem, domain.MPSVersionNone),
 		claim: claim(one, fromClaim(fc(`,"computeMode":"SMSharing"`))),
 		want:  `status.allocation.devices.results[0].config.computeMode: Invalid value: "SMSharing": this node has no MPS (no nvidia-cuda-mps-control under its driver root, or MPS turned off); select nodes with device.attributes["gpufrac.dev"].mpsVersion != "none"`,
 	}, {
-		name: "a limit above the request where no MPS daemon runs", inv: testInventory(inventory.EnforcementDMem, inventory.MPSVersionNone),
+		name: "a limit above the request where no MPS daemon runs", inv: testInventory(domain.EnforcementDMem, domain.MPSVersionNone),
 		claim: claim(one, fromClaim(fc(`,"memoryLimit":"60Gi"`))),
 		want:  `status.allocation.devices.results[0].config.memoryLimit: Forbidden: memoryLimit 60Gi exceeds the request 40Gi, but this node runs no MPS daemon (mpsVersion none: no MPS binaries under the driver root, or MPS turned off on the plugin), and NVIDIA upholds a request that neighbours borrow against only by MPS eviction; set memoryLimit equal to the request (strict partition) or select nodes with device.attributes["gpufrac.dev"].mpsVersion == "v3"`,
 	}, {
@@ -299,9 +299,9 @@ func TestComputeInvalid(t *testing.T) {
 		}, fromClass(fc(`,"computeMode":"SMSharing"`))),
 		want: `status.allocation.devices.results: Forbidden: SMSharing shares on 2 GPUs in one claim: a container joins one MPS server, and servers are per GPU; use one GPU per SMSharing claim`,
 	}, {
-		name: "a mode the GPU is not reserved for", inv: func() *inventory.Inventory {
-			inv := testInventory(inventory.EnforcementDMem, inventory.MPSVersionV3)
-			inv.GPUs[0].ComputeModes = inventory.ComputeModesTimeSlicing
+		name: "a mode the GPU is not reserved for", inv: func() *domain.Inventory {
+			inv := testInventory(domain.EnforcementDMem, domain.MPSVersionV3)
+			inv.GPUs[0].ComputeModes = domain.ComputeModesTimeSlicing
 			return inv
 		}(),
 		claim: claim(one, fromClaim(fc(`,"computeMode":"SMSharing"`))),
@@ -333,9 +333,9 @@ func TestComputeInvalid(t *testing.T) {
 
 func TestPerGPUSumsSharesOfOneGPU(t *testing.T) {
 	c := &plan.Claim{Devices: []plan.Device{
-		share("gpu-1", "a", "GPU-1", 10*gib, 12*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem),
-		share("gpu-0", "b", "GPU-0", 5*gib, 5*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem),
-		share("gpu-1", "c", "GPU-1", 10*gib, 12*gib, v1alpha1.TimeSlicing, inventory.EnforcementDMem),
+		share("gpu-1", "a", "GPU-1", 10*gib, 12*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem),
+		share("gpu-0", "b", "GPU-0", 5*gib, 5*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem),
+		share("gpu-1", "c", "GPU-1", 10*gib, 12*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem),
 	}}
 	want := []plan.GPULimits{
 		{UUID: "GPU-1", Minor: 1, SoftLimitBytes: 20 * gib, HardLimitBytes: 24 * gib},

@@ -23,8 +23,8 @@ import (
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/filewrite"
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	nodeplugin "github.com/gpufrac/gpufrac/internal/node/plugin"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // grpcBenchRound is how many claims are prepared before they are all
@@ -107,7 +107,7 @@ func benchPrepare(b *testing.B, concs []int) (map[int]grpcResult, time.Duration)
 	// profile (docs/benchmarks.md), stolen from the plugin on 2 cores. No
 	// test here relies on managed fields.
 	client := fake.NewSimpleClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
-	node, err := gpusim.NewNode("h200x8", nodeName, inventory.EnforcementDMem)
+	node, err := gpusim.NewNode("h200x8", nodeName, domain.EnforcementDMem)
 	if err != nil {
 		b.Fatal(err)
 	}

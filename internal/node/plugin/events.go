@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // eventReporter puts Prepare failures on the claim, where `kubectl describe
@@ -46,13 +47,13 @@ func claimRef(c *plan.Claim) *resourceapi.ResourceClaim {
 // restart such pods.
 func (r *eventReporter) DaemonRestarted(c *plan.Claim, reason string) {
 	r.recorder.Eventf(claimRef(c), nil, v1.EventTypeWarning, "MPSDaemonRestarted", "RestartMPSDaemon", "%s", reason)
-	r.status.MPSServerState(c, claimstatus.MPSServer{Reason: "DaemonRestarted", Message: reason, Since: time.Now()})
+	r.status.MPSServerState(c, domain.MPSServer{Reason: "DaemonRestarted", Message: reason, Since: time.Now()})
 }
 
 // DaemonRecovered: the recreated server accepts clients again.
 func (r *eventReporter) DaemonRecovered(c *plan.Claim) {
 	r.recorder.Eventf(claimRef(c), nil, v1.EventTypeNormal, "MPSDaemonReady", "RestartMPSDaemon", "the recreated MPS daemon is ready; restart the claim's containers to reconnect")
-	r.status.MPSServerState(c, claimstatus.MPSServer{Ready: true, Reason: "DaemonReady",
+	r.status.MPSServerState(c, domain.MPSServer{Ready: true, Reason: "DaemonReady",
 		Message: "the recreated MPS daemon is ready; containers that used the old one must restart", Since: time.Now()})
 }
 

@@ -26,11 +26,12 @@ import (
 	"github.com/gpufrac/gpufrac/internal/node/fractionmetrics"
 	"github.com/gpufrac/gpufrac/internal/node/health"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
 	"github.com/gpufrac/gpufrac/internal/node/preparer"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // Config is what the plugin needs from its command line.
@@ -40,7 +41,7 @@ type Config struct {
 	// NVML is the library discovery runs against: the real one, or a
 	// simulated server.
 	NVML             nvml.Interface
-	InventoryOptions inventory.Options
+	InventoryOptions nvmldiscovery.Options
 	// PluginDataDir holds the DRA socket, the checkpoint and the MPS
 	// directories.
 	PluginDataDir string
@@ -53,7 +54,7 @@ type Config struct {
 	// BootID invalidates the checkpoint after a reboot.
 	BootID string
 	// SMSharingGPUs reserves GPUs per compute mode (see
-	// inventory.AssignComputeModes); empty leaves every GPU open to both.
+	// domain.AssignComputeModes); empty leaves every GPU open to both.
 	SMSharingGPUs string
 	// MPS configures the managed MPS servers. Without an image the node
 	// refuses SMSharing claims, saying why.
@@ -133,7 +134,7 @@ const CheckpointFile = "checkpoint.json"
 // Plugin is a running kubelet plugin.
 type Plugin struct {
 	cfg       Config
-	inventory *inventory.Inventory
+	inventory *domain.Inventory
 	health    *health.Monitor
 	preparer  *preparer.Preparer
 	metrics   *fractionmetrics.Collector
@@ -319,10 +320,10 @@ func (p *Plugin) startHelper(ctx context.Context) error {
 }
 
 // newMPSManager returns nil, and says why, where SMSharing cannot run.
-func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, events *eventReporter, keepUnused func() string) (*mps.Manager, error) {
+func newMPSManager(ctx context.Context, cfg Config, inv *domain.Inventory, events *eventReporter, keepUnused func() string) (*mps.Manager, error) {
 	logger := klog.FromContext(ctx)
 	switch {
-	case inv.MPSVersion == inventory.MPSVersionNone:
+	case inv.MPSVersion == domain.MPSVersionNone:
 		logger.Info("MPS is off on this node (no nvidia-cuda-mps-control under the driver root, or MPS turned off)")
 		return nil, nil
 	case cfg.MPS.Image == "" || cfg.MPS.Namespace == "":
@@ -344,7 +345,7 @@ func newMPSManager(ctx context.Context, cfg Config, inv *inventory.Inventory, ev
 }
 
 // Inventory is what discovery found at start.
-func (p *Plugin) Inventory() *inventory.Inventory { return p.inventory }
+func (p *Plugin) Inventory() *domain.Inventory { return p.inventory }
 
 // Stop closes the sockets and ends background work. Published slices stay:
 // a restarted plugin takes them over, and removing them would make the
@@ -490,7 +491,7 @@ func (p *Plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 		now := time.Now()
 		for _, gpu := range p.inventory.GPUs {
 			st := p.health.Get(gpu.UUID)
-			h := kubeletplugin.DeviceHealth{PoolName: p.cfg.NodeName, DeviceName: resourceslices.DeviceName(gpu.Index),
+			h := kubeletplugin.DeviceHealth{PoolName: p.cfg.NodeName, DeviceName: domain.DeviceName(gpu.Index),
 				Health: kubeletplugin.HealthStatusHealthy, LastUpdated: now, HealthCheckTimeout: 3 * healthRefresh}
 			if !st.Healthy {
 				h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, st.Reason
@@ -558,21 +559,21 @@ func (p *Plugin) watchHealth(ctx context.Context) {
 
 // describeNode discovers the node's GPUs, applies the compute-mode
 // reservation and builds the slices to publish.
-func describeNode(ctx context.Context, cfg Config) (*inventory.Inventory, resourceslice.DriverResources, error) {
-	inv, err := inventory.Discover(ctx, cfg.NVML, cfg.InventoryOptions)
+func describeNode(ctx context.Context, cfg Config) (*domain.Inventory, resourceslice.DriverResources, error) {
+	inv, err := nvmldiscovery.Discover(ctx, cfg.NVML, cfg.InventoryOptions)
 	if err != nil {
 		return nil, resourceslice.DriverResources{}, fmt.Errorf("discovering GPUs: %w", err)
 	}
 	if err := inv.AssignComputeModes(cfg.SMSharingGPUs); err != nil {
 		return nil, resourceslice.DriverResources{}, err
 	}
-	if inv.MPSVersion != inventory.MPSVersionNone && (cfg.MPS.Image == "" || cfg.MPS.Namespace == "") {
+	if inv.MPSVersion != domain.MPSVersionNone && (cfg.MPS.Image == "" || cfg.MPS.Namespace == "") {
 		// MPS is off on the plugin: the slices and the plans say so (no
 		// SMSharing; with per-cgroup limits no borrowing above the
 		// request, since no daemon could evict the borrower).
 		klog.FromContext(ctx).Info("MPS is off on this node: MPS turned off (no --mps-daemon-image: the chart's mps.enabled=false) or no --namespace; SMSharing is refused and, with per-cgroup limits, so is a memoryLimit above the request",
 			"detectedMPSVersion", inv.MPSVersion)
-		inv.MPSVersion = inventory.MPSVersionNone
+		inv.MPSVersion = domain.MPSVersionNone
 	}
 	resources, err := resourceslices.DriverResources(cfg.NodeName, inv)
 	if err != nil {

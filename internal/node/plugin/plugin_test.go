@@ -27,9 +27,10 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	nodeplugin "github.com/gpufrac/gpufrac/internal/node/plugin"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
@@ -78,7 +79,7 @@ func TestPluginRegistersAndPublishes(t *testing.T) {
 		NodeName:         nodeName,
 		KubeClient:       client,
 		NVML:             srv,
-		InventoryOptions: inventory.Options{ForceEnforcement: inventory.EnforcementDMem},
+		InventoryOptions: nvmldiscovery.Options{ForceEnforcement: domain.EnforcementDMem},
 		PluginDataDir:    filepath.Join(root, "plugin"),
 		RegistrarDir:     filepath.Join(root, "registry"),
 		CDIRoot:          filepath.Join(root, "cdi"),
@@ -210,7 +211,7 @@ func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
-	node, err := gpusim.NewNode("h200x2", nodeName, inventory.EnforcementMPS)
+	node, err := gpusim.NewNode("h200x2", nodeName, domain.EnforcementMPS)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +400,7 @@ func TestUnhealthyGPUIsReportedAndTainted(t *testing.T) {
 // directories under a fresh temporary folder.
 func simNodeConfig(t *testing.T, client *fake.Clientset) nodeplugin.Config {
 	t.Helper()
-	node, err := gpusim.NewNode("h200x2", nodeName, inventory.EnforcementDMem)
+	node, err := gpusim.NewNode("h200x2", nodeName, domain.EnforcementDMem)
 	if err != nil {
 		t.Fatal(err)
 	}

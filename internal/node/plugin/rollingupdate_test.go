@@ -19,8 +19,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plugin"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // TestRollingUpdateHandsOver runs two plugin instances on one node as a
@@ -35,7 +35,7 @@ func TestRollingUpdateHandsOver(t *testing.T) {
 	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
 	root := shortTempDir(t)
 	config := func(podUID string) plugin.Config {
-		node, err := gpusim.NewNode("h200x2", nodeName, inventory.EnforcementDMem)
+		node, err := gpusim.NewNode("h200x2", nodeName, domain.EnforcementDMem)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,8 +15,9 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	nodeplugin "github.com/gpufrac/gpufrac/internal/node/plugin"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // TestPluginFilesAreNotWorldReadable checks docs/security.md's promise: the
@@ -35,7 +36,7 @@ func TestPluginFilesAreNotWorldReadable(t *testing.T) {
 	root := shortTempDir(t)
 	cfg := nodeplugin.Config{
 		NodeName: nodeName, KubeClient: client, NVML: srv,
-		InventoryOptions: inventory.Options{ForceEnforcement: inventory.EnforcementDMem},
+		InventoryOptions: nvmldiscovery.Options{ForceEnforcement: domain.EnforcementDMem},
 		// Not existing yet: the plugin creates them, as on a fresh node.
 		PluginDataDir: filepath.Join(root, "var", "plugin"),
 		RegistrarDir:  filepath.Join(root, "var", "registry"),

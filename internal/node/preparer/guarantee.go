@@ -9,8 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // PodGetter reads a pod the claim is reserved for.
@@ -23,7 +23,7 @@ type PodGetter func(ctx context.Context, namespace, name string) (*corev1.Pod, e
 func (p *Preparer) checkOneGuarantee(ctx context.Context, claim *resourceapi.ResourceClaim, pl *plan.Claim) error {
 	enforced := false
 	for _, d := range pl.Devices {
-		enforced = enforced || d.Enforcement == inventory.EnforcementDMem
+		enforced = enforced || d.Enforcement == domain.EnforcementDMem
 	}
 	if !enforced {
 		return nil

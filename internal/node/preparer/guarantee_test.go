@@ -19,9 +19,10 @@ import (
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
 	"github.com/gpufrac/gpufrac/internal/node/preparer"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 func guaranteePod(name string, containers ...corev1.Container) *corev1.Pod {
@@ -45,19 +46,19 @@ func TestPrepareRefusesAMultipliedGuarantee(t *testing.T) {
 	initThenMain.Spec.InitContainers = []corev1.Container{using("warmup")}
 	for _, tc := range []struct {
 		name        string
-		enforcement inventory.Enforcement
+		enforcement domain.Enforcement
 		pods        []*corev1.Pod
 		want        string
 	}{
-		{name: "one container", enforcement: inventory.EnforcementDMem, pods: []*corev1.Pod{guaranteePod("a", using("main"), corev1.Container{Name: "other"})}},
-		{name: "an init container, then the app container", enforcement: inventory.EnforcementDMem, pods: []*corev1.Pod{initThenMain}},
-		{name: "two containers", enforcement: inventory.EnforcementDMem, pods: []*corev1.Pod{guaranteePod("a", using("main"), using("helper"))},
+		{name: "one container", enforcement: domain.EnforcementDMem, pods: []*corev1.Pod{guaranteePod("a", using("main"), corev1.Container{Name: "other"})}},
+		{name: "an init container, then the app container", enforcement: domain.EnforcementDMem, pods: []*corev1.Pod{initThenMain}},
+		{name: "two containers", enforcement: domain.EnforcementDMem, pods: []*corev1.Pod{guaranteePod("a", using("main"), using("helper"))},
 			want: "to container main of pod a and container helper of pod a at once"},
-		{name: "a sidecar and the app container", enforcement: inventory.EnforcementDMem, pods: []*corev1.Pod{twoSidecarAndMain},
+		{name: "a sidecar and the app container", enforcement: domain.EnforcementDMem, pods: []*corev1.Pod{twoSidecarAndMain},
 			want: "sidecar side of pod sc and container main of pod sc"},
-		{name: "two pods", enforcement: inventory.EnforcementDMem, pods: []*corev1.Pod{guaranteePod("a", using("main")), guaranteePod("b", using("main"))},
+		{name: "two pods", enforcement: domain.EnforcementDMem, pods: []*corev1.Pod{guaranteePod("a", using("main")), guaranteePod("b", using("main"))},
 			want: "to pod a and pod b at once"},
-		{name: "two containers on an older-driver node", enforcement: inventory.EnforcementMPS, pods: []*corev1.Pod{guaranteePod("a", using("main"), using("helper"))}},
+		{name: "two containers on an older-driver node", enforcement: domain.EnforcementMPS, pods: []*corev1.Pod{guaranteePod("a", using("main"), using("helper"))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
@@ -65,7 +66,7 @@ func TestPrepareRefusesAMultipliedGuarantee(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			inv, err := inventory.Discover(ctx, n.NVML, n.InventoryOptions)
+			inv, err := nvmldiscovery.Discover(ctx, n.NVML, n.InventoryOptions)
 			if err != nil {
 				t.Fatal(err)
 			}

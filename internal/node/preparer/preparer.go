@@ -22,18 +22,18 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // MPS manages the per-GPU MPS control daemons SMSharing shares join.
 type MPS interface {
 	// Acquire makes sure the GPU's daemon runs and is ready, counting the
 	// claim as one of its users. It must be idempotent per claim.
-	Acquire(ctx context.Context, binding plan.MPSBinding, c *plan.Claim) error
+	Acquire(ctx context.Context, binding domain.MPSBinding, c *plan.Claim) error
 	// Release drops the claim's use; the last user's release stops the
 	// daemon. Releasing an unknown claim is not an error.
-	Release(ctx context.Context, binding plan.MPSBinding, claimUID types.UID) error
+	Release(ctx context.Context, binding domain.MPSBinding, claimUID types.UID) error
 }
 
 // Status receives what was prepared; the claimstatus writer implements it.
@@ -49,7 +49,7 @@ type Events interface {
 
 // Config holds the preparer's collaborators.
 type Config struct {
-	Inventory   *inventory.Inventory
+	Inventory   *domain.Inventory
 	PlanOptions plan.Options
 	Checkpoint  *checkpoint.Checkpoint
 	CDI         *cdispec.Writer

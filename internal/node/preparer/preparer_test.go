@@ -24,9 +24,10 @@ import (
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
 	"github.com/gpufrac/gpufrac/internal/node/preparer"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 const node = "node-a"
@@ -68,7 +69,7 @@ type fakeMPS struct {
 	fail  error
 }
 
-func (m *fakeMPS) Acquire(_ context.Context, b plan.MPSBinding, c *plan.Claim) error {
+func (m *fakeMPS) Acquire(_ context.Context, b domain.MPSBinding, c *plan.Claim) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail != nil {
@@ -81,7 +82,7 @@ func (m *fakeMPS) Acquire(_ context.Context, b plan.MPSBinding, c *plan.Claim) e
 	return nil
 }
 
-func (m *fakeMPS) Release(_ context.Context, b plan.MPSBinding, uid types.UID) error {
+func (m *fakeMPS) Release(_ context.Context, b domain.MPSBinding, uid types.UID) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.users[b.GPUUUID], uid)
@@ -95,7 +96,7 @@ type env struct {
 	t        testing.TB
 	dataDir  string
 	cdiDir   string
-	inv      *inventory.Inventory
+	inv      *domain.Inventory
 	status   *statusLog
 	events   *eventLog
 	mps      *fakeMPS
@@ -110,11 +111,11 @@ func newEnv(t *testing.T) *env { return newEnvB(t, t) }
 func newEnvB(tb testing.TB, _ *testing.T) *env {
 	t := tb
 	ctx := klog.NewContext(context.Background(), klog.Background().V(1))
-	n, err := gpusim.NewNode("h200x2", node, inventory.EnforcementDMem)
+	n, err := gpusim.NewNode("h200x2", node, domain.EnforcementDMem)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := inventory.Discover(ctx, n.NVML, n.InventoryOptions)
+	inv, err := nvmldiscovery.Discover(ctx, n.NVML, n.InventoryOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +439,7 @@ func TestConcurrentPrepares(t *testing.T) {
 func TestModesMixOnlyUnderMPSv3(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	e := newEnv(t)
-	e.inv.MPSVersion = inventory.MPSVersionV3
+	e.inv.MPSVersion = domain.MPSVersionV3
 	e.restart()
 	if _, err := e.preparer.Prepare(ctx, allocated("ts", "gpu-0", "s1", "10Gi", "")); err != nil {
 		t.Fatal(err)
@@ -451,7 +452,7 @@ func TestModesMixOnlyUnderMPSv3(t *testing.T) {
 func TestModesNeverMixOnOneLegacyMPSGPU(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	e := newEnv(t)
-	e.inv.MPSVersion = inventory.MPSVersionLegacy
+	e.inv.MPSVersion = domain.MPSVersionLegacy
 	e.restart()
 	if _, err := e.preparer.Prepare(ctx, allocated("ts", "gpu-0", "s1", "10Gi", "")); err != nil {
 		t.Fatal(err)

@@ -13,9 +13,10 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
 	"github.com/gpufrac/gpufrac/internal/placement"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 const (
@@ -36,7 +37,7 @@ func newCluster(t *testing.T, spec string) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := inventory.Discover(ctx, srv, inventory.Options{ForceEnforcement: inventory.EnforcementDMem})
+	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{ForceEnforcement: domain.EnforcementDMem})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,17 +11,17 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
-// MemoryCapacity is the consumable capacity every claim draws from.
-const MemoryCapacity resourceapi.QualifiedName = "memory"
+// MemoryCapacity is the consumable capacity every claim draws from
+// (domain.MemoryCapacity, typed for the resource API).
+const MemoryCapacity resourceapi.QualifiedName = domain.MemoryCapacity
 
 // Attribute names published on every device (in the driver's domain unless
 // qualified).
@@ -40,51 +40,26 @@ const (
 	AttrComputeModes          resourceapi.QualifiedName = "computeModes"
 )
 
-var (
-	// MemoryStep is the packing granularity: requests round up to a
-	// multiple of it. 256 MiB keeps rounding waste under 0.2% of an H200
-	// while KAI's MiB-sized requests (gpu-memory: "20000") still fit
-	// closely (20000Mi becomes 20224Mi).
-	MemoryStep = resource.MustParse("256Mi")
-	// MemoryMin is the smallest share: a CUDA context alone takes several
-	// hundred MiB, so a smaller share could not run anything. It is a
-	// multiple of MemoryStep, which the API requires of a default that
-	// equals Min + n*Step.
-	MemoryMin = resource.MustParse("1Gi")
-)
-
 // MaxDevicesPerSlice is the API's limit for slices whose devices carry
 // taints (128 otherwise). Unhealthy GPUs get taints, so every slice stays
 // within the tighter limit and never has to be split when one appears.
 const MaxDevicesPerSlice = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatures
 
-// DeviceName is the name of a GPU's device in the slice.
-func DeviceName(index int) string { return fmt.Sprintf("gpu-%d", index) }
-
-// PublishedMemory is the capacity published for a GPU of total bytes: total
-// rounded down to MemoryStep, because the API requires the default request
-// (the whole GPU) to sit on the policy's grid. At most 255 MiB go unoffered,
-// less than the driver reserves anyway.
-func PublishedMemory(totalBytes uint64) resource.Quantity {
-	step := uint64(MemoryStep.Value())
-	return *resource.NewQuantity(int64(totalBytes/step*step), resource.BinarySI)
-}
-
 // Device is the slice device for one GPU.
-func Device(gpu inventory.GPU, inv *inventory.Inventory) (resourceapi.Device, error) {
-	mem := PublishedMemory(gpu.MemoryBytes)
-	if mem.Cmp(MemoryMin) < 0 {
-		return resourceapi.Device{}, fmt.Errorf("GPU %s has %d bytes of memory, less than the smallest share %s", gpu.UUID, gpu.MemoryBytes, MemoryMin.String())
+func Device(gpu domain.GPU, inv *domain.Inventory) (resourceapi.Device, error) {
+	mem := domain.PublishedMemory(gpu.MemoryBytes)
+	if mem.Cmp(domain.MemoryMin) < 0 {
+		return resourceapi.Device{}, fmt.Errorf("GPU %s has %d bytes of memory, less than the smallest share %s", gpu.UUID, gpu.MemoryBytes, domain.MemoryMin.String())
 	}
-	driverVersion, err := inventory.Semver(inv.DriverVersion)
+	driverVersion, err := domain.Semver(inv.DriverVersion)
 	if err != nil {
 		return resourceapi.Device{}, fmt.Errorf("driver version of GPU %s: %w", gpu.UUID, err)
 	}
-	cudaVersion, err := inventory.Semver(inv.CUDADriverVersion)
+	cudaVersion, err := domain.Semver(inv.CUDADriverVersion)
 	if err != nil {
 		return resourceapi.Device{}, fmt.Errorf("CUDA driver version of GPU %s: %w", gpu.UUID, err)
 	}
-	ccVersion, err := inventory.Semver(gpu.CUDAComputeCapability)
+	ccVersion, err := domain.Semver(gpu.CUDAComputeCapability)
 	if err != nil {
 		return resourceapi.Device{}, fmt.Errorf("compute capability of GPU %s: %w", gpu.UUID, err)
 	}
@@ -109,7 +84,7 @@ func Device(gpu inventory.GPU, inv *inventory.Inventory) (resourceapi.Device, er
 		attrs[deviceattribute.StandardDeviceAttributePCIeRoot] = resourceapi.DeviceAttribute{StringValue: ptr.To(gpu.PCIeRoot)}
 	}
 	return resourceapi.Device{
-		Name:                     DeviceName(gpu.Index),
+		Name:                     domain.DeviceName(gpu.Index),
 		AllowMultipleAllocations: ptr.To(true),
 		Attributes:               attrs,
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
@@ -119,9 +94,9 @@ func Device(gpu inventory.GPU, inv *inventory.Inventory) (resourceapi.Device, er
 					// A claim that names no memory gets the GPU alone.
 					Default: ptr.To(mem.DeepCopy()),
 					ValidRange: &resourceapi.CapacityRequestPolicyRange{
-						Min:  ptr.To(MemoryMin.DeepCopy()),
+						Min:  ptr.To(domain.MemoryMin.DeepCopy()),
 						Max:  ptr.To(mem.DeepCopy()),
-						Step: ptr.To(MemoryStep.DeepCopy()),
+						Step: ptr.To(domain.MemoryStep.DeepCopy()),
 					},
 				},
 			},
@@ -129,9 +104,9 @@ func Device(gpu inventory.GPU, inv *inventory.Inventory) (resourceapi.Device, er
 	}, nil
 }
 
-func computeModes(gpu inventory.GPU) string {
+func computeModes(gpu domain.GPU) string {
 	if gpu.ComputeModes == "" {
-		return inventory.ComputeModesAny
+		return domain.ComputeModesAny
 	}
 	return gpu.ComputeModes
 }
@@ -151,14 +126,14 @@ const TaintUnhealthy = "gpufrac.dev/unhealthy"
 
 // DriverResources is what the plugin publishes for its node: one pool named
 // after the node, split into slices of at most MaxDevicesPerSlice devices.
-func DriverResources(nodeName string, inv *inventory.Inventory) (resourceslice.DriverResources, error) {
+func DriverResources(nodeName string, inv *domain.Inventory) (resourceslice.DriverResources, error) {
 	return DriverResourcesWithHealth(nodeName, inv, nil)
 }
 
 // DriverResourcesWithHealth also taints the GPUs in unhealthy (UUID to
 // reason) NoSchedule: the scheduler places no new claims there, while
 // running workloads keep their GPU until their owners act.
-func DriverResourcesWithHealth(nodeName string, inv *inventory.Inventory, unhealthy map[string]string) (resourceslice.DriverResources, error) {
+func DriverResourcesWithHealth(nodeName string, inv *domain.Inventory, unhealthy map[string]string) (resourceslice.DriverResources, error) {
 	var slices []resourceslice.Slice
 	var current []resourceapi.Device
 	for _, gpu := range inv.GPUs {

@@ -10,18 +10,19 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
-func discover(t *testing.T, spec string, enf inventory.Enforcement) *inventory.Inventory {
+func discover(t *testing.T, spec string, enf domain.Enforcement) *domain.Inventory {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	srv, err := gpusim.New(spec, nodeName)
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := inventory.Discover(ctx, srv, inventory.Options{ForceEnforcement: enf})
+	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{ForceEnforcement: enf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func discover(t *testing.T, spec string, enf inventory.Enforcement) *inventory.I
 }
 
 func TestDeviceModel(t *testing.T) {
-	inv := discover(t, "h200x1", inventory.EnforcementMPS)
+	inv := discover(t, "h200x1", domain.EnforcementMPS)
 	inv.GPUs[0].PCIeRoot = "pci0000:00"
 	dev, err := resourceslices.Device(inv.GPUs[0], inv)
 	if err != nil {
@@ -120,18 +121,18 @@ func TestPublishedMemoryRoundsDownToStep(t *testing.T) {
 		{81559 << 20, "81408Mi"}, // a real H100's odd total: 151Mi below it
 		{(40 << 30) + 1, "40Gi"}, // a stray byte does not count
 	} {
-		got := resourceslices.PublishedMemory(tc.total)
+		got := domain.PublishedMemory(tc.total)
 		if got.String() != tc.want {
 			t.Errorf("PublishedMemory(%d) = %s, want %s", tc.total, got.String(), tc.want)
 		}
-		if got.Value()%resourceslices.MemoryStep.Value() != 0 {
+		if got.Value()%domain.MemoryStep.Value() != 0 {
 			t.Errorf("PublishedMemory(%d) = %s is not a multiple of the step", tc.total, got.String())
 		}
 	}
 }
 
 func TestDeviceRefusesGPUSmallerThanMinimumShare(t *testing.T) {
-	inv := discover(t, "a30x1", inventory.EnforcementDMem)
+	inv := discover(t, "a30x1", domain.EnforcementDMem)
 	inv.GPUs[0].MemoryBytes = 512 << 20
 	_, err := resourceslices.Device(inv.GPUs[0], inv)
 	if err == nil || !strings.Contains(err.Error(), "less than the smallest share 1Gi") {
@@ -150,7 +151,7 @@ func TestDriverResourcesSplitsLargeNodes(t *testing.T) {
 		{"h100x130", []int{64, 64, 2}},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
-			inv := discover(t, tc.spec, inventory.EnforcementDMem)
+			inv := discover(t, tc.spec, domain.EnforcementDMem)
 			res, err := resourceslices.DriverResources(nodeName, inv)
 			if err != nil {
 				t.Fatal(err)
@@ -183,7 +184,7 @@ func TestDriverResourcesSplitsLargeNodes(t *testing.T) {
 }
 
 func TestDriverResourcesEmptyNodePublishesEmptyPool(t *testing.T) {
-	res, err := resourceslices.DriverResources(nodeName, &inventory.Inventory{DriverVersion: "615.1", CUDADriverVersion: "13.4"})
+	res, err := resourceslices.DriverResources(nodeName, &domain.Inventory{DriverVersion: "615.1", CUDADriverVersion: "13.4"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestDriverResourcesEmptyNodePublishesEmptyPool(t *testing.T) {
 }
 
 func TestUnhealthyGPUsAreTainted(t *testing.T) {
-	inv := discover(t, "h200x2", inventory.EnforcementDMem)
+	inv := discover(t, "h200x2", domain.EnforcementDMem)
 	res, err := resourceslices.DriverResourcesWithHealth(nodeName, inv, map[string]string{inv.GPUs[1].UUID: "XID 79: fell off the bus"})
 	if err != nil {
 		t.Fatal(err)

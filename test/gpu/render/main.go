@@ -9,7 +9,7 @@ import (
 	"os"
 
 	"github.com/gpufrac/gpufrac/internal/node/mps"
-	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
@@ -21,7 +21,7 @@ func main() {
 	flag.Parse()
 	pod, err := mps.Render(templates.MPSControlDaemon, mps.DaemonParams{
 		Name: "gpu-check", Namespace: "gpu-check", NodeName: "gpu-check", GPUUUID: *uuid, Image: "none", Version: *version,
-		PipeDir: "/unused", LogDir: "/unused", ShmDir: "/unused", ConfigDir: "/unused", ServerName: plan.MPSServerName, DriverRoot: "/unused",
+		PipeDir: "/unused", LogDir: "/unused", ShmDir: "/unused", ConfigDir: "/unused", ServerName: domain.MPSServerName, DriverRoot: "/unused",
 		SafetyMemoryMiB: mps.DefaultSafetyLimits.PinnedMemoryMiB, SafetyThreadPercentage: mps.DefaultSafetyLimits.ActiveThreadPercentage,
 	})
 	if err != nil {
@@ -38,7 +38,7 @@ func main() {
 		}
 		fmt.Println()
 	case "toml":
-		toml, err := mps.DaemonTOML(*driver, plan.MPSServerName, *uuid)
+		toml, err := mps.DaemonTOML(*driver, domain.MPSServerName, *uuid)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "render:", err)
 			os.Exit(1)

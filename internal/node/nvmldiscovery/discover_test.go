@@ -1,4 +1,4 @@
-package inventory_test
+package nvmldiscovery_test
 
 import (
 	"errors"
@@ -12,7 +12,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/gpufrac/gpufrac/internal/node/inventory"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 func cgroupV2Root(t *testing.T) string {
@@ -29,7 +30,7 @@ func notFound(string) (string, error) { return "", errors.New("not found") }
 func TestDiscoverDGXH200(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	srv := dgxh200.New()
-	inv, err := inventory.Discover(ctx, srv, inventory.Options{CgroupRoot: cgroupV2Root(t), LookPath: notFound})
+	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{CgroupRoot: cgroupV2Root(t), LookPath: notFound})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,10 +52,10 @@ func TestDiscoverDGXH200(t *testing.T) {
 		t.Errorf("driver %q cuda %q, want 550.54.15 and 12.4", inv.DriverVersion, inv.CUDADriverVersion)
 	}
 	// The mock NVML exports every symbol, the cgroup root is v2.
-	if inv.Enforcement != inventory.EnforcementDMem {
+	if inv.Enforcement != domain.EnforcementDMem {
 		t.Errorf("enforcement %s, want dmem", inv.Enforcement)
 	}
-	if inv.MPSVersion != inventory.MPSVersionNone {
+	if inv.MPSVersion != domain.MPSVersionNone {
 		t.Errorf("MPS version %s without the control binary, want none", inv.MPSVersion)
 	}
 }
@@ -66,7 +67,7 @@ func TestDiscoverSkipsMIGEnabledGPUs(t *testing.T) {
 	if ret, _ := migDev.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
 		t.Fatal(ret)
 	}
-	inv, err := inventory.Discover(ctx, srv, inventory.Options{CgroupRoot: cgroupV2Root(t), LookPath: notFound})
+	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{CgroupRoot: cgroupV2Root(t), LookPath: notFound})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +89,8 @@ func TestDiscoverEnforcement(t *testing.T) {
 		cgroupV2   bool
 		mps        bool
 		driver     string
-		force      inventory.Enforcement
-		want       inventory.Enforcement
+		force      domain.Enforcement
+		want       domain.Enforcement
 		wantMPSVer string
 	}{
 		{name: "r615 on cgroup v2", symbol: true, cgroupV2: true, mps: true, driver: "615.23.01", want: "dmem", wantMPSVer: "v3"},
@@ -108,14 +109,14 @@ func TestDiscoverEnforcement(t *testing.T) {
 				}
 				return nil
 			}
-			opts := inventory.Options{CgroupRoot: t.TempDir(), LookPath: notFound, ForceEnforcement: tc.force}
+			opts := nvmldiscovery.Options{CgroupRoot: t.TempDir(), LookPath: notFound, ForceEnforcement: tc.force}
 			if tc.cgroupV2 {
 				opts.CgroupRoot = cgroupV2Root(t)
 			}
 			if tc.mps {
 				opts.LookPath = found
 			}
-			inv, err := inventory.Discover(ctx, srv, opts)
+			inv, err := nvmldiscovery.Discover(ctx, srv, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -130,73 +131,8 @@ func TestDiscoverFailsWithoutNVML(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	srv := dgxh200.New()
 	srv.InitFunc = func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }
-	_, err := inventory.Discover(ctx, srv, inventory.Options{})
+	_, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{})
 	if err == nil || !strings.Contains(err.Error(), "initialising NVML") {
 		t.Errorf("got %v, want an error saying NVML could not be initialised", err)
-	}
-}
-
-func TestSemver(t *testing.T) {
-	for _, tc := range []struct{ in, want, err string }{
-		{"535.104.05", "535.104.5", ""},
-		{"615.23", "615.23.0", ""},
-		{"13.4", "13.4.0", ""},
-		{"9.0", "9.0.0", ""},
-		{"1.2.3.4", "", `version "1.2.3.4" has 4 parts, want 1 to 3`},
-		{"550.x", "", `version "550.x": part "x" is not a number`},
-	} {
-		got, err := inventory.Semver(tc.in)
-		if tc.err != "" {
-			if err == nil || err.Error() != tc.err {
-				t.Errorf("Semver(%q) error %v, want %q", tc.in, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("Semver(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
-		}
-	}
-}
-
-func TestParseEnforcement(t *testing.T) {
-	if _, err := inventory.ParseEnforcement("cgroup"); err == nil || err.Error() != `memory enforcement "cgroup" is not one of dmem, mps, none` {
-		t.Errorf("got %v", err)
-	}
-	if e, err := inventory.ParseEnforcement("mps"); err != nil || e != inventory.EnforcementMPS {
-		t.Errorf("got %v %v", e, err)
-	}
-}
-
-func TestAssignComputeModes(t *testing.T) {
-	inv := &inventory.Inventory{GPUs: []inventory.GPU{{Index: 0}, {Index: 1}, {Index: 2}}}
-	modes := func() []string {
-		var out []string
-		for _, g := range inv.GPUs {
-			out = append(out, g.ComputeModes)
-		}
-		return out
-	}
-	for _, tc := range []struct {
-		setting string
-		want    []string
-		err     string
-	}{
-		{"", []string{"Any", "Any", "Any"}, ""},
-		{"all", []string{"SMSharing", "SMSharing", "SMSharing"}, ""},
-		{"none", []string{"TimeSlicing", "TimeSlicing", "TimeSlicing"}, ""},
-		{"0, 2", []string{"SMSharing", "TimeSlicing", "SMSharing"}, ""},
-		{"7", nil, `--sm-sharing-gpus "7": this node has no GPU 7`},
-		{"first", nil, `--sm-sharing-gpus "first": "first" is not a GPU index (want all, none or a list such as 0,1)`},
-	} {
-		err := inv.AssignComputeModes(tc.setting)
-		if tc.err != "" {
-			if err == nil || err.Error() != tc.err {
-				t.Errorf("%q: error %v, want %q", tc.setting, err, tc.err)
-			}
-			continue
-		}
-		if got := modes(); err != nil || strings.Join(got, ",") != strings.Join(tc.want, ",") {
-			t.Errorf("%q: %v %v, want %v", tc.setting, got, err, tc.want)
-		}
 	}
 }

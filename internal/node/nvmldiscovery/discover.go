@@ -1,4 +1,4 @@
-package inventory
+package nvmldiscovery
 
 import (
 	"context"
@@ -6,151 +6,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
-)
 
-// Enforcement is what a node can enforce about a share's GPU memory.
-type Enforcement string
-
-const (
-	// EnforcementDMem: per-cgroup soft and hard limits through NVML
-	// (nvmlDeviceSetMemoryLimits_v1, driver r615+, cgroup v2).
-	EnforcementDMem Enforcement = "dmem"
-	// EnforcementMPS: only the MPS server's pinned device memory limit,
-	// which binds SMSharing clients alone.
-	EnforcementMPS Enforcement = "mps"
-	// EnforcementNone: the node can enforce nothing; claims asking for a
-	// limit must fail there.
-	EnforcementNone Enforcement = "none"
-)
-
-// ParseEnforcement accepts the three names the design fixes.
-func ParseEnforcement(s string) (Enforcement, error) {
-	switch e := Enforcement(s); e {
-	case EnforcementDMem, EnforcementMPS, EnforcementNone:
-		return e, nil
-	}
-	return "", fmt.Errorf("memory enforcement %q is not one of dmem, mps, none", s)
-}
-
-// MPS versions as published in the mpsVersion attribute.
-const (
-	MPSVersionV3     = "v3"
-	MPSVersionLegacy = "legacy"
-	MPSVersionNone   = "none"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // setMemoryLimitsSymbol is the NVML entry point dmem enforcement needs; its
 // presence in the loaded libnvidia-ml is the driver's capability statement.
 const setMemoryLimitsSymbol = "nvmlDeviceSetMemoryLimits_v1"
-
-// mpsV3MinDriverMajor is the first driver branch with MPS v3 memory
-// partitioning and per-cgroup limits (r615, CUDA 13.4).
-const mpsV3MinDriverMajor = 615
-
-// GPU is one physical GPU as the rest of the driver needs to know it.
-type GPU struct {
-	UUID                  string
-	Index                 int
-	Minor                 int
-	ProductName           string
-	Architecture          string
-	Brand                 string
-	CUDAComputeCapability string // "9.0"
-	PCIBusID              string // "0000:3b:00.0"
-	PCIeRoot              string // "pci0000:3a", empty when unknown
-	MemoryBytes           uint64
-	// ComputeModes is the node's policy for this GPU (see ComputeModes*),
-	// set from the plugin's --sm-sharing-gpus after discovery.
-	ComputeModes string
-}
-
-// Values of GPU.ComputeModes and of the computeModes device attribute.
-const (
-	// ComputeModesAny: either mode; under legacy MPS never both at once on
-	// the GPU (its daemon sets EXCLUSIVE_PROCESS), under MPS v3 both.
-	ComputeModesAny = "Any"
-	// ComputeModesTimeSlicing and ComputeModesSMSharing reserve the GPU
-	// for one mode, so DeviceClasses can keep the modes apart when
-	// scheduling.
-	ComputeModesTimeSlicing = "TimeSlicing"
-	ComputeModesSMSharing   = "SMSharing"
-)
-
-// AssignComputeModes applies a --sm-sharing-gpus setting: "" leaves every
-// GPU open to both modes; "all", "none" or a comma list of GPU indices
-// reserve the listed GPUs for SMSharing and the others for TimeSlicing.
-func (inv *Inventory) AssignComputeModes(setting string) error {
-	setting = strings.TrimSpace(setting)
-	sm := map[int]bool{}
-	switch setting {
-	case "":
-		for i := range inv.GPUs {
-			inv.GPUs[i].ComputeModes = ComputeModesAny
-		}
-		return nil
-	case "all":
-		for _, g := range inv.GPUs {
-			sm[g.Index] = true
-		}
-	case "none":
-	default:
-		for _, f := range strings.Split(setting, ",") {
-			idx, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil {
-				return fmt.Errorf("--sm-sharing-gpus %q: %q is not a GPU index (want all, none or a list such as 0,1)", setting, f)
-			}
-			found := false
-			for _, g := range inv.GPUs {
-				found = found || g.Index == idx
-			}
-			if !found {
-				return fmt.Errorf("--sm-sharing-gpus %q: this node has no GPU %d", setting, idx)
-			}
-			sm[idx] = true
-		}
-	}
-	for i := range inv.GPUs {
-		inv.GPUs[i].ComputeModes = ComputeModesTimeSlicing
-		if sm[inv.GPUs[i].Index] {
-			inv.GPUs[i].ComputeModes = ComputeModesSMSharing
-		}
-	}
-	return nil
-}
-
-// Inventory is everything discovery found on one node.
-type Inventory struct {
-	GPUs              []GPU
-	DriverVersion     string // as NVML reports it, e.g. "615.23.01"
-	CUDADriverVersion string // "13.4"
-	Enforcement       Enforcement
-	MPSVersion        string
-	// Skipped lists GPUs left out, with the reason, for status reporting.
-	Skipped []SkippedGPU
-}
-
-// SkippedGPU is a GPU discovery saw but does not offer.
-type SkippedGPU struct {
-	Index  int
-	UUID   string
-	Reason string
-}
-
-// GPUByUUID finds a GPU of this inventory.
-func (inv *Inventory) GPUByUUID(uuid string) (GPU, bool) {
-	for _, g := range inv.GPUs {
-		if g.UUID == uuid {
-			return g, true
-		}
-	}
-	return GPU{}, false
-}
 
 // Options are the node facts discovery cannot get from NVML.
 type Options struct {
@@ -165,7 +31,7 @@ type Options struct {
 	CgroupV2 func() bool
 	// ForceEnforcement, when set, replaces detection. Unit tests use it
 	// so a laptop without a GPU still exercises every enforcement path.
-	ForceEnforcement Enforcement
+	ForceEnforcement domain.Enforcement
 	// PCIeRoot resolves a PCI bus id to its PCIe root; nil skips the
 	// attribute (simulated GPUs have no sysfs entry).
 	PCIeRoot func(pciBusID string) (string, error)
@@ -173,7 +39,7 @@ type Options struct {
 
 // Discover enumerates the GPUs behind lib. lib must not be initialised by the
 // caller; Discover initialises and shuts down its own NVML session.
-func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*Inventory, error) {
+func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*domain.Inventory, error) {
 	logger := klog.FromContext(ctx)
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("initialising NVML: %w", ret)
@@ -184,7 +50,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*Inventory
 		}
 	}()
 
-	inv := &Inventory{}
+	inv := &domain.Inventory{}
 	var ret nvml.Return
 	if inv.DriverVersion, ret = lib.SystemGetDriverVersion(); ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("reading the driver version: %w", ret)
@@ -208,7 +74,7 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*Inventory
 		}
 		if skipReason != "" {
 			logger.Info("Skipping GPU", "index", gpu.Index, "uuid", gpu.UUID, "reason", skipReason)
-			inv.Skipped = append(inv.Skipped, SkippedGPU{Index: gpu.Index, UUID: gpu.UUID, Reason: skipReason})
+			inv.Skipped = append(inv.Skipped, domain.SkippedGPU{Index: gpu.Index, UUID: gpu.UUID, Reason: skipReason})
 			continue
 		}
 		inv.GPUs = append(inv.GPUs, gpu)
@@ -227,8 +93,8 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*Inventory
 	return inv, nil
 }
 
-func describe(d device.Device, opts Options) (GPU, string, error) {
-	var g GPU
+func describe(d device.Device, opts Options) (domain.GPU, string, error) {
+	var g domain.GPU
 	var ret nvml.Return
 	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
 		return g, "", fmt.Errorf("reading uuid: %w", ret)
@@ -284,30 +150,30 @@ func detectMPS(driverVersion string, opts Options) string {
 		lookPath = exec.LookPath
 	}
 	if _, err := lookPath("nvidia-cuda-mps-control"); err != nil {
-		return MPSVersionNone
+		return domain.MPSVersionNone
 	}
-	if major, err := DriverMajor(driverVersion); err == nil && major >= mpsV3MinDriverMajor {
-		return MPSVersionV3
+	if major, err := domain.DriverMajor(driverVersion); err == nil && major >= domain.MPSV3MinDriverMajor {
+		return domain.MPSVersionV3
 	}
-	return MPSVersionLegacy
+	return domain.MPSVersionLegacy
 }
 
 // detectEnforcement: per-cgroup limits need the driver's
 // nvmlDeviceSetMemoryLimits_v1 (r615+) and cgroup v2 (NVIDIA,
 // mpsv3-memory-partitioning); without either the node enforces at most
 // what MPS's pinned memory limit gives SMSharing clients.
-func detectEnforcement(lib nvml.Interface, mpsVersion string, opts Options) Enforcement {
+func detectEnforcement(lib nvml.Interface, mpsVersion string, opts Options) domain.Enforcement {
 	cgroupV2 := opts.CgroupV2
 	if cgroupV2 == nil {
 		cgroupV2 = func() bool { return isCgroupV2(opts.CgroupRoot) }
 	}
 	if hasSymbol(lib, setMemoryLimitsSymbol) && cgroupV2() {
-		return EnforcementDMem
+		return domain.EnforcementDMem
 	}
-	if mpsVersion != MPSVersionNone {
-		return EnforcementMPS
+	if mpsVersion != domain.MPSVersionNone {
+		return domain.EnforcementMPS
 	}
-	return EnforcementNone
+	return domain.EnforcementNone
 }
 
 func hasSymbol(lib nvml.Interface, symbol string) bool {
@@ -326,37 +192,4 @@ func isCgroupV2(root string) bool {
 	}
 	_, err := os.Stat(filepath.Join(root, "cgroup.controllers"))
 	return err == nil
-}
-
-// DriverMajor extracts the branch number from an NVIDIA driver version.
-func DriverMajor(version string) (int, error) {
-	head, _, _ := strings.Cut(version, ".")
-	major, err := strconv.Atoi(head)
-	if err != nil {
-		return 0, fmt.Errorf("driver version %q does not start with a number", version)
-	}
-	return major, nil
-}
-
-// Semver turns NVIDIA's dotted versions ("535.104.05", "13.4", "9.0") into the
-// semantic versions DRA version attributes require: three numeric parts and
-// no leading zeros.
-func Semver(version string) (string, error) {
-	parts := strings.Split(version, ".")
-	if len(parts) == 0 || len(parts) > 3 {
-		return "", fmt.Errorf("version %q has %d parts, want 1 to 3", version, len(parts))
-	}
-	out := make([]string, 3)
-	for i := range out {
-		out[i] = "0"
-		if i >= len(parts) {
-			continue
-		}
-		n, err := strconv.ParseUint(parts[i], 10, 32)
-		if err != nil {
-			return "", fmt.Errorf("version %q: part %q is not a number", version, parts[i])
-		}
-		out[i] = strconv.FormatUint(n, 10)
-	}
-	return strings.Join(out, "."), nil
 }

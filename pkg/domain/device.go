@@ -1,0 +1,37 @@
+package domain
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// MemoryCapacity is the name of the consumable capacity every claim draws
+// from on a gpufrac device (a resource.k8s.io QualifiedName; the slices
+// package gives it that type).
+const MemoryCapacity = "memory"
+
+var (
+	// MemoryStep is the packing granularity: requests round up to a
+	// multiple of it. 256 MiB keeps rounding waste under 0.2% of an H200
+	// while KAI's MiB-sized requests (gpu-memory: "20000") still fit
+	// closely (20000Mi becomes 20224Mi).
+	MemoryStep = resource.MustParse("256Mi")
+	// MemoryMin is the smallest share: a CUDA context alone takes several
+	// hundred MiB, so a smaller share could not run anything. It is a
+	// multiple of MemoryStep, which the API requires of a default that
+	// equals Min + n*Step.
+	MemoryMin = resource.MustParse("1Gi")
+)
+
+// DeviceName is the name of a GPU's device in the slice.
+func DeviceName(index int) string { return fmt.Sprintf("gpu-%d", index) }
+
+// PublishedMemory is the capacity published for a GPU of total bytes: total
+// rounded down to MemoryStep, because the API requires the default request
+// (the whole GPU) to sit on the policy's grid. At most 255 MiB go unoffered,
+// less than the driver reserves anyway.
+func PublishedMemory(totalBytes uint64) resource.Quantity {
+	step := uint64(MemoryStep.Value())
+	return *resource.NewQuantity(int64(totalBytes/step*step), resource.BinarySI)
+}

@@ -1,0 +1,174 @@
+package domain
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Enforcement is what a node can enforce about a share's GPU memory.
+type Enforcement string
+
+const (
+	// EnforcementDMem: per-cgroup soft and hard limits through NVML
+	// (nvmlDeviceSetMemoryLimits_v1, driver r615+, cgroup v2).
+	EnforcementDMem Enforcement = "dmem"
+	// EnforcementMPS: only the MPS server's pinned device memory limit,
+	// which binds SMSharing clients alone.
+	EnforcementMPS Enforcement = "mps"
+	// EnforcementNone: the node can enforce nothing; claims asking for a
+	// limit must fail there.
+	EnforcementNone Enforcement = "none"
+)
+
+// ParseEnforcement accepts the three names the design fixes.
+func ParseEnforcement(s string) (Enforcement, error) {
+	switch e := Enforcement(s); e {
+	case EnforcementDMem, EnforcementMPS, EnforcementNone:
+		return e, nil
+	}
+	return "", fmt.Errorf("memory enforcement %q is not one of dmem, mps, none", s)
+}
+
+// MPS versions as published in the mpsVersion attribute.
+const (
+	MPSVersionV3     = "v3"
+	MPSVersionLegacy = "legacy"
+	MPSVersionNone   = "none"
+)
+
+// MPSV3MinDriverMajor is the first driver branch with MPS v3 memory
+// partitioning and per-cgroup limits (r615, CUDA 13.4).
+const MPSV3MinDriverMajor = 615
+
+// GPU is one physical GPU as the rest of the driver needs to know it.
+type GPU struct {
+	UUID                  string
+	Index                 int
+	Minor                 int
+	ProductName           string
+	Architecture          string
+	Brand                 string
+	CUDAComputeCapability string // "9.0"
+	PCIBusID              string // "0000:3b:00.0"
+	PCIeRoot              string // "pci0000:3a", empty when unknown
+	MemoryBytes           uint64
+	// ComputeModes is the node's policy for this GPU (see ComputeModes*),
+	// set from the plugin's --sm-sharing-gpus after discovery.
+	ComputeModes string
+}
+
+// Values of GPU.ComputeModes and of the computeModes device attribute.
+const (
+	// ComputeModesAny: either mode; under legacy MPS never both at once on
+	// the GPU (its daemon sets EXCLUSIVE_PROCESS), under MPS v3 both.
+	ComputeModesAny = "Any"
+	// ComputeModesTimeSlicing and ComputeModesSMSharing reserve the GPU
+	// for one mode, so DeviceClasses can keep the modes apart when
+	// scheduling.
+	ComputeModesTimeSlicing = "TimeSlicing"
+	ComputeModesSMSharing   = "SMSharing"
+)
+
+// AssignComputeModes applies a --sm-sharing-gpus setting: "" leaves every
+// GPU open to both modes; "all", "none" or a comma list of GPU indices
+// reserve the listed GPUs for SMSharing and the others for TimeSlicing.
+func (inv *Inventory) AssignComputeModes(setting string) error {
+	setting = strings.TrimSpace(setting)
+	sm := map[int]bool{}
+	switch setting {
+	case "":
+		for i := range inv.GPUs {
+			inv.GPUs[i].ComputeModes = ComputeModesAny
+		}
+		return nil
+	case "all":
+		for _, g := range inv.GPUs {
+			sm[g.Index] = true
+		}
+	case "none":
+	default:
+		for _, f := range strings.Split(setting, ",") {
+			idx, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("--sm-sharing-gpus %q: %q is not a GPU index (want all, none or a list such as 0,1)", setting, f)
+			}
+			found := false
+			for _, g := range inv.GPUs {
+				found = found || g.Index == idx
+			}
+			if !found {
+				return fmt.Errorf("--sm-sharing-gpus %q: this node has no GPU %d", setting, idx)
+			}
+			sm[idx] = true
+		}
+	}
+	for i := range inv.GPUs {
+		inv.GPUs[i].ComputeModes = ComputeModesTimeSlicing
+		if sm[inv.GPUs[i].Index] {
+			inv.GPUs[i].ComputeModes = ComputeModesSMSharing
+		}
+	}
+	return nil
+}
+
+// Inventory is everything discovery found on one node.
+type Inventory struct {
+	GPUs              []GPU
+	DriverVersion     string // as NVML reports it, e.g. "615.23.01"
+	CUDADriverVersion string // "13.4"
+	Enforcement       Enforcement
+	MPSVersion        string
+	// Skipped lists GPUs left out, with the reason, for status reporting.
+	Skipped []SkippedGPU
+}
+
+// SkippedGPU is a GPU discovery saw but does not offer.
+type SkippedGPU struct {
+	Index  int
+	UUID   string
+	Reason string
+}
+
+// GPUByUUID finds a GPU of this inventory.
+func (inv *Inventory) GPUByUUID(uuid string) (GPU, bool) {
+	for _, g := range inv.GPUs {
+		if g.UUID == uuid {
+			return g, true
+		}
+	}
+	return GPU{}, false
+}
+
+// DriverMajor extracts the branch number from an NVIDIA driver version.
+func DriverMajor(version string) (int, error) {
+	head, _, _ := strings.Cut(version, ".")
+	major, err := strconv.Atoi(head)
+	if err != nil {
+		return 0, fmt.Errorf("driver version %q does not start with a number", version)
+	}
+	return major, nil
+}
+
+// Semver turns NVIDIA's dotted versions ("535.104.05", "13.4", "9.0") into the
+// semantic versions DRA version attributes require: three numeric parts and
+// no leading zeros.
+func Semver(version string) (string, error) {
+	parts := strings.Split(version, ".")
+	if len(parts) == 0 || len(parts) > 3 {
+		return "", fmt.Errorf("version %q has %d parts, want 1 to 3", version, len(parts))
+	}
+	out := make([]string, 3)
+	for i := range out {
+		out[i] = "0"
+		if i >= len(parts) {
+			continue
+		}
+		n, err := strconv.ParseUint(parts[i], 10, 32)
+		if err != nil {
+			return "", fmt.Errorf("version %q: part %q is not a number", version, parts[i])
+		}
+		out[i] = strconv.FormatUint(n, 10)
+	}
+	return strings.Join(out, "."), nil
+}

@@ -1,0 +1,73 @@
+package domain_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpufrac/gpufrac/pkg/domain"
+)
+
+func TestSemver(t *testing.T) {
+	for _, tc := range []struct{ in, want, err string }{
+		{"535.104.05", "535.104.5", ""},
+		{"615.23", "615.23.0", ""},
+		{"13.4", "13.4.0", ""},
+		{"9.0", "9.0.0", ""},
+		{"1.2.3.4", "", `version "1.2.3.4" has 4 parts, want 1 to 3`},
+		{"550.x", "", `version "550.x": part "x" is not a number`},
+	} {
+		got, err := domain.Semver(tc.in)
+		if tc.err != "" {
+			if err == nil || err.Error() != tc.err {
+				t.Errorf("Semver(%q) error %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("Semver(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestParseEnforcement(t *testing.T) {
+	if _, err := domain.ParseEnforcement("cgroup"); err == nil || err.Error() != `memory enforcement "cgroup" is not one of dmem, mps, none` {
+		t.Errorf("got %v", err)
+	}
+	if e, err := domain.ParseEnforcement("mps"); err != nil || e != domain.EnforcementMPS {
+		t.Errorf("got %v %v", e, err)
+	}
+}
+
+func TestAssignComputeModes(t *testing.T) {
+	inv := &domain.Inventory{GPUs: []domain.GPU{{Index: 0}, {Index: 1}, {Index: 2}}}
+	modes := func() []string {
+		var out []string
+		for _, g := range inv.GPUs {
+			out = append(out, g.ComputeModes)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		setting string
+		want    []string
+		err     string
+	}{
+		{"", []string{"Any", "Any", "Any"}, ""},
+		{"all", []string{"SMSharing", "SMSharing", "SMSharing"}, ""},
+		{"none", []string{"TimeSlicing", "TimeSlicing", "TimeSlicing"}, ""},
+		{"0, 2", []string{"SMSharing", "TimeSlicing", "SMSharing"}, ""},
+		{"7", nil, `--sm-sharing-gpus "7": this node has no GPU 7`},
+		{"first", nil, `--sm-sharing-gpus "first": "first" is not a GPU index (want all, none or a list such as 0,1)`},
+	} {
+		err := inv.AssignComputeModes(tc.setting)
+		if tc.err != "" {
+			if err == nil || err.Error() != tc.err {
+				t.Errorf("%q: error %v, want %q", tc.setting, err, tc.err)
+			}
+			continue
+		}
+		if got := modes(); err != nil || strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("%q: %v %v, want %v", tc.setting, got, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,28 @@
+package domain
+
+import "time"
+
+// The data a claim's status.devices entries carry for a gpufrac share: the
+// kubelet plugin writes it (internal/node/claimstatus), kubectl-gpufrac
+// reads it (status, why).
+
+// MPSServer is the state of a claim's MPS server the status reports.
+type MPSServer struct {
+	Ready   bool
+	Reason  string
+	Message string
+	Since   time.Time
+}
+
+// DeviceData is the driver-specific data of a share in status.devices.
+type DeviceData struct {
+	UUID          string `json:"uuid"`
+	MemoryRequest string `json:"memoryRequest"`
+	MemoryLimit   string `json:"memoryLimit"`
+	ComputeMode   string `json:"computeMode"`
+	Enforcement   string `json:"enforcement"`
+	// MPSServer is the host pipe directory the share's containers join:
+	// the GPU daemon's, or (MPS v3) the claim's namespace's on it.
+	MPSServer              string `json:"mpsServer,omitempty"`
+	ActiveThreadPercentage *int32 `json:"activeThreadPercentage,omitempty"`
+}
