@@ -14,13 +14,24 @@ LOGCHECK      := sigs.k8s.io/logtools/logcheck@v0.11.0
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
 
-.PHONY: all build test test-unit test-helm lint docs demo clean fuzz bench bench-realsched bench-prepcompare soak kube-binaries e2e
+.PHONY: all build build-cli test test-unit test-helm lint docs demo clean fuzz bench bench-realsched bench-prepcompare soak kube-binaries e2e
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
+
+# kubectl-gpufrac without cgo for every platform krew ships it to, into
+# bin/kubectl-gpufrac-GOOS-GOARCH: it links neither NVML nor a C library
+# (test/deps pins that), so it cross-compiles from any machine.
+CLI_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+build-cli:
+	@mkdir -p $(BIN)
+	@for p in $(CLI_PLATFORMS); do \
+		echo "CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -o $(BIN)/kubectl-gpufrac-$${p%/*}-$${p#*/} ./cmd/kubectl-gpufrac"; \
+		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -o $(BIN)/kubectl-gpufrac-$${p%/*}-$${p#*/} ./cmd/kubectl-gpufrac || exit 1; \
+	done
 
 # The whole suite, with the race detector. -count=1 because several tests
 # exercise real sockets and processes whose results must not be cached.

@@ -1,4 +1,4 @@
-// Package kubectlcmd is the command tree of the kubectl plugin
+// Package cli is the command tree of the kubectl plugin
 // kubectl-gpufrac. Each subcommand lives in its own file and is added to the
 // root in NewRootCommand; the logic it drives lives in its own package
 // (validate: internal/manifestcheck), so this package only parses flags, reads
@@ -12,6 +12,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 )
 
 // IOStreams are where commands read and write, so that tests can run them
@@ -38,6 +39,10 @@ func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code
 
 // NewRootCommand builds `kubectl gpufrac` with all its subcommands.
 func NewRootCommand(streams IOStreams) *cobra.Command {
+	return newRootCommand(streams, kubeconfigClient)
+}
+
+func newRootCommand(streams IOStreams, clientFor clientFunc) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "kubectl-gpufrac",
 		Short: "Work with gpufrac.dev fractional GPU claims",
@@ -56,7 +61,17 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.ErrOut)
-	root.AddCommand(newValidateCommand(streams), newTranslateCommand(streams), newSimulateCommand(streams), newStatusCommand(streams, kubeconfigClient), newWhyCommand(streams, kubeconfigClient))
+	// kubectl's flags for reaching a cluster (see cluster.go).
+	access := genericclioptions.NewConfigFlags(true)
+	access.AddFlags(root.PersistentFlags())
+	// The default is the user's own ($HOME/.kube/cache); said so, the help
+	// and the generated reference (docs/reference.md) do not depend on who
+	// ran them. The value itself is unchanged.
+	if f := root.PersistentFlags().Lookup("cache-dir"); f != nil {
+		f.DefValue = "$HOME/.kube/cache"
+	}
+	root.AddCommand(newValidateCommand(streams), newTranslateCommand(streams), newSimulateCommand(streams),
+		newStatusCommand(streams, access, clientFor), newWhyCommand(streams, access, clientFor))
 	return root
 }
 

@@ -9,35 +9,22 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/gpufrac/gpufrac/internal/cli/status"
 )
 
-// clientFunc makes the client a command talks to the cluster with.
-type clientFunc func(kubeconfig, context string) (kubernetes.Interface, error)
-
-// kubeconfigClient loads the user's kubeconfig the way kubectl does.
-func kubeconfigClient(kubeconfig, context string) (kubernetes.Interface, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	cfg.UserAgent = "kubectl-gpufrac"
-	return kubernetes.NewForConfig(cfg)
-}
-
 // newStatusCommand shows gpufrac's GPUs and their claims in a cluster.
-func newStatusCommand(streams IOStreams, clientFor clientFunc) *cobra.Command {
-	var kubeconfig, kubeContext, node, output string
+func newStatusCommand(streams IOStreams, access *genericclioptions.ConfigFlags, clientFor clientFunc) *cobra.Command {
+	var node, output string
 	cmd := &cobra.Command{
 		Use:   "status [--node NODE] [-o json]",
 		Short: "Show each gpufrac GPU: memory, guaranteed, limits, over-commit, claims, taints",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, err := clientFor(kubeconfig, kubeContext)
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			client, err := clientFor(access)
 			if err != nil {
 				return err
 			}
@@ -59,8 +46,6 @@ func newStatusCommand(streams IOStreams, clientFor clientFunc) *cobra.Command {
 			return printStatus(streams.Out, gpus)
 		},
 	}
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
-	cmd.Flags().StringVar(&kubeContext, "context", "", "kubeconfig context")
 	cmd.Flags().StringVar(&node, "node", "", "only this node")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json for a machine-readable result")
 	return cmd

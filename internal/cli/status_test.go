@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
@@ -38,11 +39,11 @@ func TestStatusCommand(t *testing.T) {
 			Data: &runtime.RawExtension{Raw: data}}},
 	}}
 	client := fake.NewClientset(slice, claim)
-	clientFor := func(string, string) (kubernetes.Interface, error) { return client, nil }
+	clientFor := func(genericclioptions.RESTClientGetter) (kubernetes.Interface, error) { return client, nil }
 
 	var out bytes.Buffer
-	cmd := newStatusCommand(IOStreams{Out: &out, ErrOut: &out}, clientFor)
-	cmd.SetArgs(nil)
+	cmd := newRootCommand(IOStreams{Out: &out, ErrOut: &out}, clientFor)
+	cmd.SetArgs([]string{"status"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
@@ -58,8 +59,8 @@ func TestStatusCommand(t *testing.T) {
 	}
 
 	out.Reset()
-	cmd = newStatusCommand(IOStreams{Out: &out, ErrOut: &out}, clientFor)
-	cmd.SetArgs([]string{"-o", "json", "--node", "node-a"})
+	cmd = newRootCommand(IOStreams{Out: &out, ErrOut: &out}, clientFor)
+	cmd.SetArgs([]string{"status", "-o", "json", "--node", "node-a"})
 	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}

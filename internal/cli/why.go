@@ -8,15 +8,15 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/gpufrac/gpufrac/internal/cli/why"
 )
 
 // newWhyCommand explains where a pod's gpufrac claims are, or why they are
 // nowhere.
-func newWhyCommand(streams IOStreams, clientFor clientFunc) *cobra.Command {
-	var kubeconfig, kubeContext, namespace, output string
+func newWhyCommand(streams IOStreams, access *genericclioptions.ConfigFlags, clientFor clientFunc) *cobra.Command {
+	var output string
 	cmd := &cobra.Command{
 		Use:   "why POD | resourceclaim/NAME [-n NAMESPACE] [-o json]",
 		Short: "Explain why a pod's GPU claims do not fit, or where its shares are and what they use",
@@ -28,13 +28,14 @@ func newWhyCommand(streams IOStreams, clientFor clientFunc) *cobra.Command {
 			"read is listed at the end.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, err := clientFor(kubeconfig, kubeContext)
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			client, err := clientFor(access)
 			if err != nil {
 				return err
 			}
-			if namespace == "" {
-				namespace = kubeconfigNamespace(kubeconfig, kubeContext)
-			}
+			namespace := namespaceOf(access)
 			ctx := cmd.Context()
 			snap, target, err := gather(ctx, client, namespace, args[0])
 			if err != nil {
@@ -52,22 +53,8 @@ func newWhyCommand(streams IOStreams, clientFor clientFunc) *cobra.Command {
 			return printWhy(streams.Out, e)
 		},
 	}
-	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: KUBECONFIG or ~/.kube/config)")
-	cmd.Flags().StringVar(&kubeContext, "context", "", "kubeconfig context")
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "namespace of the pod or claim (default: the context's)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json for a machine-readable result")
 	return cmd
-}
-
-// kubeconfigNamespace is the context's namespace, as kubectl picks it.
-func kubeconfigNamespace(kubeconfig, context string) string {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: context}).Namespace()
-	if err != nil || ns == "" {
-		return "default"
-	}
-	return ns
 }
 
 func printWhy(out io.Writer, e *why.Explanation) error {

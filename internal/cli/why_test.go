@@ -15,16 +15,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	restclient "k8s.io/client-go/rest"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/cli/why"
-	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -33,12 +31,7 @@ import (
 // pod in another namespace, and a Pending pod whose 80Gi claim (from a
 // template, not created yet) fits nowhere.
 func whyCluster(t *testing.T) []runtime.Object {
-	_, ctx := ktesting.NewTestContext(t)
-	srv, err := gpusim.New("h200x2", "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{ForceEnforcement: domain.EnforcementDMem})
+	inv, err := domain.SimulatedInventory("h200x2", "node-a", domain.EnforcementDMem)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,8 +68,8 @@ func whyCluster(t *testing.T) []runtime.Object {
 func runWhy(t *testing.T, client kubernetes.Interface, args ...string) string {
 	t.Helper()
 	var out bytes.Buffer
-	cmd := newWhyCommand(IOStreams{Out: &out, ErrOut: &out}, func(string, string) (kubernetes.Interface, error) { return client, nil })
-	cmd.SetArgs(args)
+	cmd := newRootCommand(IOStreams{Out: &out, ErrOut: &out}, func(genericclioptions.RESTClientGetter) (kubernetes.Interface, error) { return client, nil })
+	cmd.SetArgs(append([]string{"why"}, args...))
 	if err := cmd.Execute(); err != nil {
 		t.Fatalf("why %v: %v\n%s", args, err, out.String())
 	}
@@ -151,12 +144,12 @@ func TestWhyCommandClaim(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, got)
 		}
 	}
-	cmd := newWhyCommand(IOStreams{Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}, func(string, string) (kubernetes.Interface, error) { return client, nil })
-	cmd.SetArgs([]string{})
+	cmd := newRootCommand(IOStreams{Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}, func(genericclioptions.RESTClientGetter) (kubernetes.Interface, error) { return client, nil })
+	cmd.SetArgs([]string{"why"})
 	if err := cmd.Execute(); err == nil {
 		t.Error("why without an argument succeeded")
 	}
-	cmd.SetArgs([]string{"deployment/x"})
+	cmd.SetArgs([]string{"why", "deployment/x"})
 	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "want a pod name or resourceclaim/NAME") {
 		t.Errorf("why deployment/x: %v", err)
 	}

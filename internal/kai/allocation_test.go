@@ -6,11 +6,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/internal/kai"
-	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
 	"github.com/gpufrac/gpufrac/internal/placement"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -27,12 +24,7 @@ func shippedClasses(t *testing.T) []*resourceapi.DeviceClass {
 }
 
 func h200Cluster(t *testing.T) *placement.Cluster {
-	_, ctx := ktesting.NewTestContext(t)
-	srv, err := gpusim.New("h200x2", "node-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{ForceEnforcement: domain.EnforcementDMem})
+	inv, err := domain.SimulatedInventory("h200x2", "node-a", domain.EnforcementDMem)
 	if err != nil {
 		t.Fatal(err)
 	}

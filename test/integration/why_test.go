@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gpufrac/gpufrac/internal/cli"
 	"github.com/gpufrac/gpufrac/internal/cli/why"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
@@ -166,12 +167,25 @@ func nodeVerdict(t *testing.T, e why.Explanation, node string) why.NodeResult {
 	return why.NodeResult{}
 }
 
+// runWhyText runs the kubectl-gpufrac binary, built without cgo as
+// `make build-cli` builds it, against the control plane: the command as a
+// user runs it, kubectl's flags (cli-runtime) included. (A binary, not the
+// command tree in-process: cli-runtime links Go's plugin package, which
+// makes the linker bind every symbol at start, and this test binary links
+// go-nvml, whose NVML symbols resolve only lazily.)
 func runWhyText(t *testing.T, kubeconfig string, args ...string) string {
 	t.Helper()
+	bin := filepath.Join(t.TempDir(), "kubectl-gpufrac")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/kubectl-gpufrac")
+	build.Dir = filepath.Join("..", "..")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building kubectl-gpufrac with CGO_ENABLED=0: %v\n%s", err, out)
+	}
 	var out, errOut bytes.Buffer
-	root := cli.NewRootCommand(cli.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
-	root.SetArgs(append([]string{"why", "--kubeconfig", kubeconfig}, args...))
-	if err := root.ExecuteContext(context.Background()); err != nil {
+	cmd := exec.CommandContext(t.Context(), bin, append([]string{"why", "--kubeconfig", kubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
 		t.Fatalf("kubectl gpufrac why %v: %v\n%s", args, err, errOut.String())
 	}
 	return out.String()

@@ -10,12 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/cli/why"
-	"github.com/gpufrac/gpufrac/internal/node/gpusim"
-	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -40,16 +37,13 @@ func newCluster(t *testing.T) *cluster {
 // enforcement; unhealthy maps GPU index to a taint reason.
 func (c *cluster) node(name, spec string, enf domain.Enforcement, unhealthy map[int]string) *cluster {
 	c.t.Helper()
-	_, ctx := ktesting.NewTestContext(c.t)
-	srv, err := gpusim.New(spec, name)
+	// A driver with MPS v3 whatever the enforcement: the node is
+	// simulated as dmem, and its enforcement then set.
+	inv, err := domain.SimulatedInventory(spec, name, domain.EnforcementDMem)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{ForceEnforcement: enf,
-		LookPath: func(string) (string, error) { return "/usr/bin/nvidia-cuda-mps-control", nil }})
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	inv.Enforcement = enf
 	bad := map[string]string{}
 	for _, g := range inv.GPUs {
 		if r, ok := unhealthy[g.Index]; ok {

@@ -1,0 +1,160 @@
+// Package deps_test pins the dependency rules of the layout
+// (docs/architecture.md, "Dependencies"): asked of `go list`, so a new
+// import that breaks one fails here rather than in a user's build.
+package deps_test
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/gpufrac/gpufrac"
+
+type pkg struct {
+	path     string
+	standard bool
+	cgo      bool
+	imports  []string
+}
+
+// list runs go list from the repository root with env added and parses one
+// line per package: import path, standard, cgo, imports.
+func list(t *testing.T, env []string, args ...string) []pkg {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), "go", append([]string{"list", "-f",
+		`{{.ImportPath}} {{.Standard}} {{if .CgoFiles}}true{{else}}false{{end}} {{join .Imports ","}}`}, args...)...)
+	cmd.Dir = filepath.Join("..", "..")
+	cmd.Env = append(os.Environ(), env...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %v: %v\n%s", args, err, stderr.String())
+	}
+	var pkgs []pkg
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 3 {
+			continue
+		}
+		p := pkg{path: f[0], standard: f[1] == "true", cgo: f[2] == "true"}
+		if len(f) > 3 {
+			p.imports = strings.Split(f[3], ",")
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func isStandard(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
+// TestDomainImportsOnlyStdlibAndAPIMachinery: pkg/domain is the leaf every
+// audience shares.
+func TestDomainImportsOnlyStdlibAndAPIMachinery(t *testing.T) {
+	for _, p := range list(t, nil, "./pkg/domain") {
+		for _, imp := range p.imports {
+			if !isStandard(imp) && !strings.HasPrefix(imp, "k8s.io/apimachinery/") {
+				t.Errorf("%s imports %s; the domain leaf may import only the standard library and k8s.io/apimachinery", p.path, imp)
+			}
+		}
+	}
+}
+
+// TestPlanLinksNoCgoAndNoClientset: claim planning is pure; it must not
+// link NVML (cgo) nor a Kubernetes clientset, so that the CLI and the
+// webhook can use it.
+func TestPlanLinksNoCgoAndNoClientset(t *testing.T) {
+	for _, target := range []string{"./internal/node/plan", "./pkg/domain"} {
+		deps := list(t, []string{"CGO_ENABLED=1"}, "-deps", target)
+		if len(deps) < 2 {
+			t.Fatalf("go list -deps %s listed %d packages", target, len(deps))
+		}
+		for _, p := range deps {
+			if p.cgo && !p.standard {
+				t.Errorf("%s depends on %s, which uses cgo", target, p.path)
+			}
+			if strings.HasPrefix(p.path, "github.com/NVIDIA/") || p.path == "k8s.io/client-go/kubernetes" {
+				t.Errorf("%s depends on %s", target, p.path)
+			}
+		}
+	}
+}
+
+// TestCLIBuildsWithoutCgo: kubectl-gpufrac is installed by krew and go
+// install on machines without a C toolchain or NVML, linux and darwin.
+func TestCLIBuildsWithoutCgo(t *testing.T) {
+	for _, p := range list(t, []string{"CGO_ENABLED=1"}, "-deps", "./cmd/kubectl-gpufrac") {
+		if strings.HasPrefix(p.path, "github.com/NVIDIA/") || (p.cgo && !p.standard) {
+			t.Errorf("kubectl-gpufrac depends on %s (cgo)", p.path)
+		}
+	}
+	targets := [][2]string{{"linux", "amd64"}, {"linux", "arm64"}, {"darwin", "amd64"}, {"darwin", "arm64"}}
+	if testing.Short() {
+		// make test-unit: this machine's platform only (the four
+		// cold cross builds take minutes; make build-cli does them).
+		targets = [][2]string{{runtime.GOOS, runtime.GOARCH}}
+	}
+	for _, target := range targets {
+		goos, goarch := target[0], target[1]
+		out := filepath.Join(t.TempDir(), "kubectl-gpufrac")
+		cmd := exec.CommandContext(t.Context(), "go", "build", "-o", out, "./cmd/kubectl-gpufrac")
+		cmd.Dir = filepath.Join("..", "..")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("CGO_ENABLED=0 GOOS=%s GOARCH=%s go build ./cmd/kubectl-gpufrac: %v\n%s", goos, goarch, err, b)
+		}
+	}
+}
+
+// TestNoBinaryLinksNVMLAndCLIRuntime: k8s.io/cli-runtime links Go's plugin
+// package (through kustomize), which makes the linker bind every symbol
+// at start (-z now); go-nvml leaves NVML's symbols to lazy binding (newer
+// entry points are absent from older drivers). A binary or test linking
+// both dies at start with "undefined symbol: nvml...". So the two never
+// meet: only the kubectl plugin's tree uses cli-runtime.
+func TestNoBinaryLinksNVMLAndCLIRuntime(t *testing.T) {
+	// Every binary: each main package and each test binary (path.test,
+	// named main too), with everything it links.
+	cmd := exec.CommandContext(t.Context(), "go", "list", "-test", "-f", `{{.ImportPath}} {{.Name}} {{join .Deps ","}}`, "./...")
+	cmd.Dir = filepath.Join("..", "..")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -test ./...: %v\n%s", err, stderr.String())
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<26)
+	checked := 0
+	for sc.Scan() {
+		f := strings.SplitN(sc.Text(), " ", 3)
+		if len(f) < 3 || f[1] != "main" {
+			continue
+		}
+		checked++
+		var nvml, cliRuntime bool
+		for _, d := range strings.Split(f[2], ",") {
+			nvml = nvml || strings.HasPrefix(d, "github.com/NVIDIA/go-nvml/")
+			cliRuntime = cliRuntime || strings.HasPrefix(d, "k8s.io/cli-runtime/")
+		}
+		if nvml && cliRuntime {
+			t.Errorf("%s links both go-nvml and k8s.io/cli-runtime", f[0])
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if checked < 10 {
+		t.Fatalf("go list -test found only %d binaries to check", checked)
+	}
+}
