@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/templates"
-	"github.com/gpufrac/gpufrac/test/bench/internal/packing"
+	"github.com/gpufrac/gpufrac/test/bench/packing/internal/packing"
 )
 
 func main() {

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gpufrac/gpufrac/test/bench/internal/packing"
+	"github.com/gpufrac/gpufrac/test/bench/packing/internal/packing"
 )
 
 func TestChartWritesAPNG(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/templates"
-	"github.com/gpufrac/gpufrac/test/bench/internal/packing"
+	"github.com/gpufrac/gpufrac/test/bench/packing/internal/packing"
 )
 
 const gpuBytes = int64(141) << 30
