@@ -14,8 +14,6 @@ import (
 	"testing"
 )
 
-const module = "github.com/gpufrac/gpufrac"
-
 type pkg struct {
 	path     string
 	standard bool

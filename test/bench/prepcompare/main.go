@@ -50,7 +50,7 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	logger := klog.NewKlogr()
+	logger := klog.Background()
 	ctx = klog.NewContext(ctx, logger)
 	var levels []int
 	for _, s := range strings.Split(*concs, ",") {
