@@ -14,14 +14,20 @@ func TestLDFlagStampsTheVersion(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a program")
 	}
-	dir := t.TempDir()
+	// The program must sit inside the module: Go lets only packages under
+	// github.com/gpufrac/gpufrac import internal/buildinfo.
+	dir, err := os.MkdirTemp(".", "stamptest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	main := filepath.Join(dir, "main.go")
 	src := "package main\n\nimport (\n\t\"fmt\"\n\n\t\"github.com/gpufrac/gpufrac/internal/buildinfo\"\n)\n\nfunc main() { fmt.Print(buildinfo.Version) }\n"
 	if err := os.WriteFile(main, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(dir, "v")
-	cmd := exec.Command("go", "build", "-ldflags", LDFlag("1.2.3-test"), "-o", bin, main)
+	bin := filepath.Join(t.TempDir(), "v")
+	cmd := exec.Command("go", "build", "-ldflags", LDFlag("1.2.3-test"), "-o", bin, "./"+filepath.Base(dir))
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)

@@ -31,7 +31,7 @@ func buildDouble(t testing.TB) (launcher, driverRoot string) {
 		t.Skip("the daemon's launcher chroots into the driver root: needs root (make test runs as root)")
 	}
 	dir := t.TempDir()
-	repo, err := filepath.Abs("../..")
+	repo, err := filepath.Abs("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
