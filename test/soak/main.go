@@ -125,8 +125,14 @@ func run(ctx context.Context, o options) (finalErr error) {
 	// about the plugin, not its log volume.
 	s.extra = []string{"--metrics-address=127.0.0.1:" + strconv.Itoa(port), "-v=1",
 		"--kube-api-qps=" + strconv.Itoa(o.qps), "--kube-api-burst=" + strconv.Itoa(2*o.qps)}
+	// MPS off (NoMPS): the soak runs no kubelet, so nothing would run the
+	// plugin's MPS daemon Pods, and on this r615-class node every fraction
+	// is an MPS client: each Prepare would wait out --mps-ready-timeout for
+	// a daemon that never starts. The soak is about the plugin's own churn
+	// (checkpoint, CDI specs, status, restarts); the daemon's lifecycle is
+	// covered by test/integration and test/e2e, which run the daemons.
 	s.node, err = cp.AddNode(ctx, harness.NodeOptions{
-		Name: "soak", GPUs: "h200x8", NoStandIn: true, MaxPods: o.claims/claimsPerPod + 10, PluginArgs: s.extra,
+		Name: "soak", GPUs: "h200x8", NoStandIn: true, NoMPS: true, MaxPods: o.claims/claimsPerPod + 10, PluginArgs: s.extra,
 	})
 	if err != nil {
 		return err
