@@ -28,12 +28,26 @@
 #    borrowing and at the hard limit (the signals of internal/node/incident).
 # Prints PASS/FAIL per check and exits non-zero on any FAIL.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 2
 work=$(mktemp -d /tmp/gpufrac-gpu.XXXXXX)
 fails=0
 pass() { echo "PASS: $*"; }
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-trap 'echo quit | CUDA_MPS_PIPE_DIRECTORY=$work/pipe nvidia-cuda-mps-control >/dev/null 2>&1; kill $(jobs -p) 2>/dev/null; wait; rm -rf "$work"' EXIT
+# cleanup: the daemons quit; $work/driver-root is only ever mounted in the
+# launcher check's private mount namespaces, but rm must never walk into a
+# bind of the host's root, so it is refused if that is still a mount point.
+cleanup() {
+	echo quit | CUDA_MPS_PIPE_DIRECTORY=$work/pipe nvidia-cuda-mps-control >/dev/null 2>&1
+	[ -S "$work/lpipe/control" ] && CUDA_MPS_PIPE_DIRECTORY=$work/lpipe nvidia-cuda-mps-control -p 3 -q >/dev/null 2>&1
+	# shellcheck disable=SC2046 # one PID a word
+	kill $(jobs -p) 2>/dev/null; wait
+	if mountpoint -q "$work/driver-root" 2>/dev/null; then
+		echo "FAIL: $work/driver-root is still mounted; $work left in place"
+	else
+		rm -rf --one-file-system "$work"
+	fi
+}
+trap cleanup EXIT
 
 command -v nvidia-smi >/dev/null || { echo "no nvidia-smi: not a GPU machine"; exit 2; }
 nvidia-smi --query-gpu=index,uuid,name,memory.total,driver_version --format=csv
@@ -189,6 +203,7 @@ eviction_check() {
 	fi
 	fault_check
 	kill -TERM $daemon; wait $daemon
+	# shellcheck disable=SC2046 # one PID a word
 	for cg in "$a" "$b"; do kill $(cat "$cg/cgroup.procs") 2>/dev/null; sleep 0.2; rmdir "$cg"; done
 }
 
@@ -232,6 +247,135 @@ fault_check() {
 	else
 		fail "fault: no 'client terminated: pid=... cgroup=... device=... route=...: why' line in the daemon's logs: MPSClientTerminated cannot fire on this driver until internal/node/mps reads the real line (printed above)"
 	fi
+}
+
+# launcher_check: the daemon as the Pod runs it (docs/nvidia-contract.md
+# D4-D6). (a) D4: where nvidia-cuda-mps-control, nvidia-cuda-mps-server,
+# nvidia-smi and sh are under each driver root found (/ for a host
+# install, /run/nvidia/driver for the GPU Operator's), and whether
+# gpufrac's lookup (mpslauncher.FindInRoot, run by test/gpu/findinroot)
+# finds them. (b) r615+: for each root with MPS, the v3 daemon script runs
+# through gpufrac-mps-launcher as templates/mps-control-daemon.yaml starts
+# it (`gpufrac-mps-launcher -- sh -c SCRIPT`, the pipe, log and config
+# directories bound and their variables rewritten); D5: the binds are
+# there inside the root and a client outside the root gets its limit;
+# D6: a namespace create/get/list/delete cycle through the launcher, as
+# a probe runs it, and `namespace get ... pipe-directory` against the
+# rewritten path. The root is mounted read-only at $work/driver-root in a
+# private mount namespace (unshare -m), as the Pod mounts it at
+# /driver-root: the launcher refuses / itself.
+launcher_check() {
+	roots=/
+	[ -d /run/nvidia/driver ] && roots="$roots /run/nvidia/driver"
+	if ! go build -o "$work/findinroot" ./test/gpu/findinroot; then
+		fail "launcher: cannot build test/gpu/findinroot"; return
+	fi
+	mps_roots=""
+	for root in $roots; do
+		for bin in nvidia-cuda-mps-control nvidia-cuda-mps-server nvidia-smi sh; do
+			# Where it really is: the lookup's directories, then a wider search.
+			where=$(find "$root/usr/local/sbin" "$root/usr/local/bin" "$root/usr/sbin" "$root/usr/bin" "$root/sbin" "$root/bin" \
+				"$root/usr/lib" "$root/usr/libexec" "$root/opt" -maxdepth 3 -name "$bin" 2>/dev/null | sed 's#//*#/#g' | sort -u | tr '\n' ' ')
+			found=$("$work/findinroot" "$root" "$bin"); frc=$?
+			fact "D4: driver root $root: $bin at: ${where:-nowhere}; gpufrac's lookup: $found"
+			if [ $frc -eq 0 ]; then
+				pass "D4: driver root $root: gpufrac's lookup finds $bin (${found#"$bin "} -> $(readlink -f "${found#"$bin "}"))"
+			elif [ -n "$where" ]; then
+				fail "D4: driver root $root: $bin is at $where but gpufrac's lookup does not find it: $found"
+			else
+				echo "SKIP: D4: driver root $root: no $bin (MPS binaries missing or not a driver root)"
+			fi
+		done
+		"$work/findinroot" "$root" nvidia-cuda-mps-control nvidia-smi sh >/dev/null && mps_roots="$mps_roots $root"
+	done
+	if [ "${driver%%.*}" -lt 615 ]; then
+		echo "SKIP: D5, D6 (the v3 daemon through gpufrac-mps-launcher): MPS v3 needs driver r615 or later (have $driver)"; return
+	fi
+	[ -n "$mps_roots" ] || { echo "SKIP: D5, D6: no driver root among ($roots) has nvidia-cuda-mps-control, nvidia-smi and sh"; return; }
+	command -v unshare >/dev/null || { echo "SKIP: D5, D6: no unshare (util-linux) to mount the driver root as the Pod does"; return; }
+	launcher=${GPUFRAC_MPS_LAUNCHER:-$work/gpufrac-mps-launcher}
+	if [ -z "${GPUFRAC_MPS_LAUNCHER:-}" ] && ! CGO_ENABLED=0 go build -o "$launcher" ./cmd/gpufrac-mps-launcher; then
+		fail "launcher: cannot build gpufrac-mps-launcher"; return
+	fi
+	for root in $mps_roots; do launcher_daemon "$root"; done
+}
+
+# launcher_daemon ROOT: (b) of launcher_check for one driver root.
+launcher_daemon() {
+	root=$1
+	lns=cgpulaunch000000000
+	ins=/tmp/gpufrac-mps/cuda_mps_pipe_directory # the launcher's rewritten CUDA_MPS_PIPE_DIRECTORY (mpslauncher.ScratchDir)
+	rm -rf "$work/lpipe" "$work/llog" "$work/lconfig"
+	mkdir -p "$work/lpipe" "$work/llog" "$work/lconfig" "$work/driver-root"
+	printf '%s %s 100\n' "$lns" "$ceiling_mib" >"$work/lconfig/namespaces"
+	go run ./test/gpu/render -part toml -uuid "$uuid" -driver "$driver" >"$work/lconfig/mps.toml" || { fail "D5/D6 ($root): cannot render mps.toml"; return; }
+	script=$(go run ./test/gpu/render -version v3 -uuid "$uuid") || { fail "D5/D6 ($root): cannot render the template"; return; }
+	# in_pod CMD...: CMD in a fresh private mount namespace with the root
+	# mounted read-only at $work/driver-root, as a daemon Pod's container
+	# or probe (each its own namespace) sees it, through the launcher.
+	# Called only in subshells (&, $(...)): it execs, so the background
+	# job's PID ends up the script's shell, which TERM must reach.
+	in_pod() {
+		exec env CUDA_VISIBLE_DEVICES="$uuid" CUDA_MPS_PIPE_DIRECTORY="$work/lpipe" CUDA_MPS_LOG_DIRECTORY="$work/llog" GPUFRAC_MPS_CONFIG="$work/lconfig" \
+			unshare --mount --propagation private sh -c 'mount --rbind "$1" "$2" && mount -o remount,bind,ro "$2" && shift 2 && exec "$@"' \
+			in-pod "$root" "$work/driver-root" "$launcher" --driver-root "$work/driver-root" -- "$@"
+	}
+	in_pod sh -c "$script" >"$work/ldaemon.out" 2>&1 &
+	ldaemon=$!
+	for _ in $(seq 1 100); do [ -f "$work/lconfig/ready" ] && break; sleep 0.2; done
+	if [ ! -f "$work/lconfig/ready" ]; then
+		fail "D5/D6 ($root): the daemon through the launcher never became ready; output: $(tail -n5 "$work/ldaemon.out" | tr '\n' '|') log: $(tail -n5 "$work/llog/control.log" 2>/dev/null | tr '\n' '|')"
+		kill -TERM "$ldaemon" 2>/dev/null; wait "$ldaemon"; return
+	fi
+	pass "D4/D5 ($root): the v3 daemon script ran through gpufrac-mps-launcher and applied its namespace (the script itself compares pipe-directory with the rewritten path)"
+	# D5: the binds inside the root, as the daemon's shell sees them.
+	seen=$(in_pod sh -c 'echo "pipe=$CUDA_MPS_PIPE_DIRECTORY log=$CUDA_MPS_LOG_DIRECTORY config=$GPUFRAC_MPS_CONFIG PATH=$PATH"; test -d /proc/1 && echo proc; test -c /dev/nvidiactl && echo dev; test -d /dev/shm && echo shm; test -d /sys/class && echo sys; test -S "$CUDA_MPS_PIPE_DIRECTORY/control" && echo pipe' 2>&1 | tr '\n' ' ')
+	fact "D5 ($root): inside the root: $seen"
+	case "$seen" in
+	"pipe=$ins "*" proc dev shm sys pipe ") pass "D5 ($root): host /proc, /dev, /dev/shm, /sys and the daemon's socket are there inside the root ($seen)" ;;
+	*) fail "D5 ($root): the launcher's binds are not all there inside the root: $seen" ;;
+	esac
+	# D5: a client outside the root (its own path to the same directory)
+	# is served by the daemon inside it, within its namespace's limit.
+	out=$(CUDA_MPS_PIPE_DIRECTORY=$work/lpipe/gpufrac/$lns "$work/memalloc" 2>&1 | head -n1)
+	got=$(echo "$out" | awk '{print $2}')
+	if [ -n "$got" ] && [ "$got" -le "$ceiling_mib" ] 2>/dev/null && [ "$got" -ge $((ceiling_mib - limit_slack)) ]; then
+		pass "D5 ($root): a client outside the root got the namespace's $ceiling_mib MiB limit from the daemon inside it ($got MiB)"
+	else
+		fail "D5 ($root): a client at $work/lpipe/gpufrac/$lns was not held to $ceiling_mib MiB by the daemon inside the root: $out"
+	fi
+	# D6: one create/get/list/delete cycle through the launcher, as a probe.
+	ns2=cgpulaunch000000001
+	ctl3() { in_pod nvidia-cuda-mps-control -p 3 "$@" </dev/null 2>&1; }
+	out=$(ctl3 namespace create "$ns2" --server=gpufrac); rc=$?
+	fact "D6 ($root): namespace create $ns2 through the launcher: exit $rc: $out"
+	dir=$(ctl3 namespace get "$ns2" gpufrac pipe-directory); rc2=$?
+	list=$(ctl3 namespace list --server=gpufrac --format=csv,noheader | tr '\n' ';')
+	fact "D6 ($root): namespace get $ns2 gpufrac pipe-directory: exit $rc2: $dir; namespace list: $list"
+	if [ $rc -eq 0 ] && [ "$dir" = "$ins/gpufrac/$ns2" ] && [ -S "$work/lpipe/gpufrac/$ns2/control" ]; then
+		pass "D6 ($root): the server reports pipe-directory in the daemon's view ($dir = the launcher's $ins/gpufrac/$ns2; on the host $work/lpipe/gpufrac/$ns2/control)"
+	else
+		fail "D6 ($root): pipe-directory '$dir' (exit $rc2) is not the launcher's rewritten $ins/gpufrac/$ns2 with a control socket at $work/lpipe/gpufrac/$ns2 on the host"
+	fi
+	echo "$list" | grep -q "$ns2" && pass "D6 ($root): namespace list through the launcher shows $ns2" || fail "D6 ($root): namespace list through the launcher lacks $ns2: $list"
+	out=$(ctl3 namespace delete "$ns2" --server=gpufrac --force); rc=$?
+	[ $rc -eq 0 ] && pass "D6 ($root): namespace delete $ns2 through the launcher" || fail "D6 ($root): namespace delete $ns2 through the launcher: exit $rc: $out"
+	# Stop as the kubelet does: TERM, on which the script quits the daemon
+	# (nvidia-cuda-mps-control -p 3 -q) and waits for it.
+	kill -TERM "$ldaemon"; wait "$ldaemon"; rc=$?
+	if [ $rc -eq 0 ] && [ ! -S "$work/lpipe/control" ]; then
+		pass "D5 ($root): the daemon through the launcher quit on TERM (exit 0, no control socket left)"
+	else
+		fail "D5 ($root): the daemon through the launcher did not stop cleanly: exit $rc, output: $(tail -n3 "$work/ldaemon.out" | tr '\n' '|')"
+		CUDA_MPS_PIPE_DIRECTORY=$work/lpipe nvidia-cuda-mps-control -p 3 -q 2>/dev/null
+	fi
+	# The mounts lived in the launcher's namespaces only.
+	if grep -q " $work/driver-root" /proc/self/mountinfo; then
+		fail "D7 ($root): $work/driver-root is still mounted in the host's namespace"
+	else
+		pass "D7 ($root): nothing the launcher mounted is left in the host's mount namespace"
+	fi
+	echo "D5/D6 ($root) control log:"; tail -n 10 "$work/llog/control.log" 2>/dev/null
 }
 
 dmem_check() {
@@ -291,6 +435,7 @@ if [ "${driver%%.*}" -ge 615 ]; then
 else
 	echo "SKIP: MPS v3 needs driver r615 or later (have $driver)"
 fi
+launcher_check
 echo "SKIP: r620 items (cgroup/cgroup_depth routing, r620 TOML keys) need an r620 driver"
 dmem_check
 mode_after=$(nvidia-smi -i "$uuid" --query-gpu=compute_mode --format=csv,noheader)
