@@ -26,6 +26,10 @@
 #    there: allocation must stop at the hard limit; then, with memalloc
 #    holding its memory, NVML's per-cgroup current use must read as
 #    borrowing and at the hard limit (the signals of internal/node/incident).
+# 4. The node's own MPS (docs/nvidia-contract.md D4-D6): where the driver
+#    root's MPS binaries are and whether gpufrac's lookup finds them; on
+#    r615+, the v3 daemon script through gpufrac-mps-launcher (launcher_check).
+#    Needs Go (it builds the launcher) or GPUFRAC_MPS_LAUNCHER=<prebuilt>.
 # Prints PASS/FAIL per check and exits non-zero on any FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
