@@ -9,6 +9,7 @@
 //
 //	go run ./test/bench/realsched -f WORKLOAD.yaml -nodes 64 -gpus h200x8 -packing=on -o json
 //	go run ./test/bench/realsched -trace 400 -seed 1 -nodes 64 -packing=off
+//	go run ./test/bench/realsched -trace 400 -nodes 64 -scheduler-config test/bench/realsched/testdata/scheduler-pct10.yaml
 package main
 
 import (
