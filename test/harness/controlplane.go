@@ -53,6 +53,11 @@ type Options struct {
 	// kube-scheduler and kube-controller-manager (benchmarks lift their
 	// client QPS with --kube-api-qps and --kube-api-burst).
 	SchedulerArgs, ControllerManagerArgs []string
+	// SchedulerConfig, when set, is a KubeSchedulerConfiguration (YAML)
+	// kube-scheduler runs with (--config) in place of --kubeconfig; the
+	// harness fills in clientConnection.kubeconfig (schedconfig.go).
+	// Scheduler flags that --config overrides must then be in it.
+	SchedulerConfig []byte
 	// Workloads makes the control plane run a chart's DaemonSets and
 	// Deployments on real nodes: their controllers, a pod network the API
 	// server routes to, and an API server pods reach (workloads.go).
@@ -235,8 +240,14 @@ func (cp *ControlPlane) startComponents(ctx context.Context, bins kubebuild.Bina
 		return err
 	}
 
+	schedConfig := "--kubeconfig=" + schedKubeconfig
+	if len(cp.opts.SchedulerConfig) > 0 {
+		if schedConfig, err = cp.writeSchedulerConfig(schedKubeconfig); err != nil {
+			return err
+		}
+	}
 	scheduler, err := cp.start("kube-scheduler", bins[kubebuild.KubeScheduler], append([]string{
-		"--kubeconfig=" + schedKubeconfig, "--leader-elect=false",
+		schedConfig, "--leader-elect=false",
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[3]),
 		"--cert-dir=" + filepath.Join(cp.Dir, "kube-scheduler")}, cp.opts.SchedulerArgs...)...)
 	if err != nil {

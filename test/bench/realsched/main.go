@@ -9,6 +9,7 @@
 //
 //	go run ./test/bench/realsched -f WORKLOAD.yaml -nodes 64 -gpus h200x8 -packing=on -o json
 //	go run ./test/bench/realsched -trace 400 -seed 1 -nodes 64 -packing=off
+//	go run ./test/bench/realsched -trace 400 -nodes 64 -scheduler-config test/bench/realsched/testdata/scheduler-pct10.yaml
 package main
 
 import (
@@ -64,6 +65,7 @@ func main() {
 	settle := flag.Duration("settle", 5*time.Second, "placement is done when nothing changed for this long and every pod is bound or unschedulable")
 	var schedulerFlags stringList
 	flag.Var(&schedulerFlags, "scheduler-flag", "extra kube-scheduler flag, repeatable (e.g. --authorization-always-allow-paths=/healthz,/debug/pprof/profile to profile it)")
+	schedulerConfig := flag.String("scheduler-config", "", "a KubeSchedulerConfiguration file kube-scheduler runs with (--config); the harness fills in clientConnection.kubeconfig, and qps/burst from -qps unless the file sets them")
 	flag.Parse()
 	if err := check(*file, *trace, *packing, *output); err != nil {
 		fmt.Fprintln(os.Stderr, "realsched:", err)
@@ -73,7 +75,15 @@ func main() {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	res, err := run(ctx, config{file: *file, trace: *trace, seed: *seed, nodes: *nodes, gpus: *gpus,
+	var schedConfig []byte
+	if *schedulerConfig != "" {
+		var err error
+		if schedConfig, err = os.ReadFile(*schedulerConfig); err != nil {
+			fmt.Fprintln(os.Stderr, "realsched: -scheduler-config:", err)
+			os.Exit(2)
+		}
+	}
+	res, err := run(ctx, config{schedulerConfig: schedConfig, file: *file, trace: *trace, seed: *seed, nodes: *nodes, gpus: *gpus,
 		packing: *packing == "on", qps: *qps, settle: *settle, schedulerFlags: schedulerFlags})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "realsched:", err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,14 +36,27 @@ type config struct {
 	settle  time.Duration
 	// schedulerFlags are extra kube-scheduler flags.
 	schedulerFlags []string
+	// schedulerConfig is a KubeSchedulerConfiguration (YAML) or empty for
+	// the scheduler's defaults.
+	schedulerConfig []byte
 }
 
 const namespace = "bench"
 
 func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 	lift := []string{fmt.Sprintf("--kube-api-qps=%d", cfg.qps), fmt.Sprintf("--kube-api-burst=%d", 2*cfg.qps)}
+	schedArgs := append(slices.Clone(lift), cfg.schedulerFlags...)
+	var schedConfig []byte
+	if len(cfg.schedulerConfig) > 0 {
+		// --config overrides the client flags; the lift goes in the file.
+		var err error
+		if schedConfig, err = liftSchedulerConfig(cfg.schedulerConfig, cfg.qps); err != nil {
+			return nil, err
+		}
+		schedArgs = cfg.schedulerFlags
+	}
 	cp, err := harness.Start(ctx, harness.Options{
-		Progress: os.Stderr, SchedulerArgs: append(lift, cfg.schedulerFlags...), ControllerManagerArgs: lift,
+		Progress: os.Stderr, SchedulerArgs: schedArgs, SchedulerConfig: schedConfig, ControllerManagerArgs: lift,
 		// The nodes carry slices only; no plugin runs, so none is built.
 		PluginBinary: "/nonexistent/gpufrac-kubelet-plugin",
 	})
