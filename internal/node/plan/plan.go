@@ -8,7 +8,6 @@ package plan
 
 import (
 	"fmt"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -17,6 +16,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/errcap"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -68,12 +68,18 @@ type InvalidError struct {
 	Errs            field.ErrorList
 }
 
+// MaxErrorBytes bounds InvalidError's message: a claim with many bad
+// shares, or one huge bad value, gives an error (the kubelet's answer, the
+// claim's Event) that is cut with a count of what was left out.
+const MaxErrorBytes = 4096
+
 func (e *InvalidError) Error() string {
 	msgs := make([]string, len(e.Errs))
 	for i, err := range e.Errs {
 		msgs[i] = err.Error()
 	}
-	return fmt.Sprintf("claim %s/%s cannot be prepared: %s", e.Namespace, e.Name, strings.Join(msgs, "; "))
+	prefix := fmt.Sprintf("claim %s/%s cannot be prepared: ", e.Namespace, e.Name)
+	return prefix + errcap.Join(msgs, "; ", max(0, MaxErrorBytes-len(prefix)))
 }
 
 // Compute plans claim on the node described by inv. The claim must be
@@ -87,6 +93,9 @@ func Compute(claim *resourceapi.ResourceClaim, inv *domain.Inventory, opts Optio
 	resultsPath := field.NewPath("status", "allocation", "devices", "results")
 	configsPath := field.NewPath("status", "allocation", "devices", "config")
 
+	if err := checkShareCount(alloc.Devices.Results, inv, resultsPath); err != nil {
+		return nil, &InvalidError{claim.Namespace, claim.Name, field.ErrorList{err}}
+	}
 	out := &Claim{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name}
 	var errs field.ErrorList
 	for i, r := range alloc.Devices.Results {
@@ -102,6 +111,7 @@ func Compute(claim *resourceapi.ResourceClaim, inv *domain.Inventory, opts Optio
 			out.Devices = append(out.Devices, *dev)
 		}
 	}
+	errs = append(errs, checkPerGPUConsumed(out.Devices, resultsPath)...)
 	errs = append(errs, checkMPSPerContainer(out.Devices, resultsPath)...)
 	if len(errs) > 0 {
 		return nil, &InvalidError{claim.Namespace, claim.Name, errs}
@@ -121,10 +131,15 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 	if !ok {
 		return nil, field.ErrorList{field.NotFound(path.Child("device"), r.Device)}
 	}
+	consumedPath := path.Child("consumedCapacity").Key(string(domain.MemoryCapacity))
 	request, ok := r.ConsumedCapacity[domain.MemoryCapacity]
 	if !ok {
-		return nil, field.ErrorList{field.Required(path.Child("consumedCapacity").Key(string(domain.MemoryCapacity)),
+		return nil, field.ErrorList{field.Required(consumedPath,
 			"gpufrac devices are shared: the scheduler must record the consumed memory (is the DRAConsumableCapacity feature off?)")}
+	}
+	soft, boundErr := consumedBytes(request, gpu, consumedPath)
+	if boundErr != nil {
+		return nil, field.ErrorList{boundErr}
 	}
 
 	cfg, cfgErrs := mergedConfig(allConfigs, configsPath, r)
@@ -147,7 +162,7 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 		Device:                 r.Device,
 		ShareID:                r.ShareID,
 		GPU:                    gpu,
-		SoftLimitBytes:         request.Value(),
+		SoftLimitBytes:         soft,
 		HardLimitBytes:         limit.Value(),
 		ComputeMode:            cfg.EffectiveComputeMode(),
 		ActiveThreadPercentage: cfg.ActiveThreadPercentage,
