@@ -2,12 +2,14 @@ package plan
 
 import (
 	"fmt"
+	"regexp"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/errcap"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -82,4 +84,19 @@ func checkPerGPUConsumed(devs []Device, path *field.Path) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// uidPattern is the character set of the IDs that name files and CDI
+// devices: a claim's UID (the API server makes it, a UUID) and a share's
+// ShareID (the API documents it as format k8s-uuid, a lowercase UUID).
+// Both are checked here anyway, more loosely than a UUID (letters, digits,
+// -) so that nothing able to climb out of a directory or break a CDI
+// device name reaches a path.
+var uidPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+func checkUID(uid string, path *field.Path) *field.Error {
+	if uidPattern.MatchString(uid) {
+		return nil
+	}
+	return field.Invalid(path, errcap.Text(uid, 128), "must be a UID: lowercase letters, digits and '-', starting with a letter or digit, at most 63 characters")
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/node/plan"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -49,6 +51,16 @@ func TestHostileAllocations(t *testing.T) {
 		{"-1e30", one("-1e30"), field0 + `"-1e30"` + bound},
 		{"shares of one GPU above it together", many(2, "100Gi"),
 			`status.allocation.devices.results: Invalid value: "200Gi": the claim's shares of GPU gpu-0 consume this much together, more than the 141Gi it offers on this node`},
+		{"a share ID that climbs out", func() *resourceapi.ResourceClaim {
+			c := one("40Gi")
+			c.Status.Allocation.Devices.Results[0].ShareID = ptr.To(types.UID("../../etc/x"))
+			return c
+		}(), `status.allocation.devices.results[0].shareID: Invalid value: "../../etc/x": must be a UID: lowercase letters, digits and '-', starting with a letter or digit, at most 63 characters`},
+		{"a claim UID that climbs out", func() *resourceapi.ResourceClaim {
+			c := one("40Gi")
+			c.UID = "../x"
+			return c
+		}(), `metadata.uid: Invalid value: "../x": must be a UID: lowercase letters, digits and '-', starting with a letter or digit, at most 63 characters`},
 		{"more shares than the node holds", many(283, "1Gi"),
 			`status.allocation.devices.results: Invalid value: 283: 283 gpufrac shares in one claim, but this node's 2 GPUs hold at most 282 (shares of at least 1Gi)`},
 	} {

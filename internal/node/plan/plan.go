@@ -93,6 +93,9 @@ func Compute(claim *resourceapi.ResourceClaim, inv *domain.Inventory, opts Optio
 	resultsPath := field.NewPath("status", "allocation", "devices", "results")
 	configsPath := field.NewPath("status", "allocation", "devices", "config")
 
+	if err := checkUID(string(claim.UID), field.NewPath("metadata", "uid")); err != nil {
+		return nil, &InvalidError{claim.Namespace, claim.Name, field.ErrorList{err}}
+	}
 	if err := checkShareCount(alloc.Devices.Results, inv, resultsPath); err != nil {
 		return nil, &InvalidError{claim.Namespace, claim.Name, field.ErrorList{err}}
 	}
@@ -130,6 +133,11 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 	gpu, ok := gpuForDevice(inv, r.Device)
 	if !ok {
 		return nil, field.ErrorList{field.NotFound(path.Child("device"), r.Device)}
+	}
+	if r.ShareID != nil {
+		if err := checkUID(string(*r.ShareID), path.Child("shareID")); err != nil {
+			return nil, field.ErrorList{err}
+		}
 	}
 	consumedPath := path.Child("consumedCapacity").Key(string(domain.MemoryCapacity))
 	request, ok := r.ConsumedCapacity[domain.MemoryCapacity]

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
+	"github.com/gpufrac/gpufrac/internal/errcap"
 	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -57,8 +58,14 @@ func (r *eventReporter) DaemonRecovered(c *plan.Claim) {
 		Message: "the recreated MPS daemon is ready; containers that used the old one must restart", Since: time.Now()})
 }
 
+// maxNoteBytes is the events.k8s.io/v1 limit on an Event's note
+// (documented on Event.Note: "Maximal length of the note is 1kB"); a
+// longer one is refused by the API server and the Event lost, so errors
+// built from a hostile claim are cut to it, saying how much was left out.
+const maxNoteBytes = 1024
+
 func (r *eventReporter) PrepareFailed(claim *resourceapi.ResourceClaim, err error) {
-	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "PrepareFailed", "Prepare", "%s", err.Error())
+	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "PrepareFailed", "Prepare", "%s", errcap.Text(err.Error(), maxNoteBytes))
 }
 
 // UnprepareFailed matters as much as a failed Prepare: until the kubelet's
@@ -66,5 +73,5 @@ func (r *eventReporter) PrepareFailed(claim *resourceapi.ResourceClaim, err erro
 // server running), and the pod stays Terminating.
 func (r *eventReporter) UnprepareFailed(c kubeletplugin.NamespacedObject, err error) {
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID}}
-	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "UnprepareFailed", "Unprepare", "%s", err.Error())
+	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "UnprepareFailed", "Unprepare", "%s", errcap.Text(err.Error(), maxNoteBytes))
 }
