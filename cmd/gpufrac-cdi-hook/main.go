@@ -10,14 +10,19 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/spf13/cobra"
 
+	"github.com/gpufrac/gpufrac/internal/errcap"
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
 	"github.com/gpufrac/gpufrac/internal/node/gpusim"
 )
 
+// maxErrorBytes bounds the hook's error message.
+const maxErrorBytes = 4096
+
 func main() {
 	if err := newCommand().Execute(); err != nil {
-		// The runtime shows this to the user as the container's error.
-		fmt.Fprintln(os.Stderr, "gpufrac-cdi-hook:", err)
+		// The runtime shows this to the user as the container's error; one
+		// built from a hostile state stays short and says what it cut.
+		fmt.Fprintln(os.Stderr, "gpufrac-cdi-hook:", errcap.Text(err.Error(), maxErrorBytes))
 		os.Exit(1)
 	}
 }

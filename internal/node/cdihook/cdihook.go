@@ -44,16 +44,23 @@ func ParseLimit(s string) (Limit, error) {
 	if err != nil {
 		return Limit{}, fmt.Errorf("--gpu %q: hard limit %q is not a number of bytes", s, hardStr)
 	}
+	if hard == 0 {
+		return Limit{}, fmt.Errorf("--gpu %q: hard limit 0 would leave the container no GPU memory at all", s)
+	}
 	if soft > hard {
 		return Limit{}, fmt.Errorf("--gpu %q: soft limit %d is above hard limit %d", s, soft, hard)
 	}
 	return Limit{UUID: uuid, Soft: soft, Hard: hard}, nil
 }
 
-// ReadState decodes the OCI state the runtime passes on stdin.
+// ReadState decodes the OCI state the runtime passes on stdin, reading at
+// most MaxStateBytes of it.
 func ReadState(r io.Reader) (*oci.State, error) {
 	var st oci.State
-	if err := json.NewDecoder(r).Decode(&st); err != nil {
+	if err := json.NewDecoder(&limitedReader{r: r, n: MaxStateBytes}).Decode(&st); err != nil {
+		if errors.Is(err, ErrStateTooLarge) {
+			return nil, ErrStateTooLarge
+		}
 		return nil, fmt.Errorf("reading the OCI container state from stdin: %w", err)
 	}
 	if st.Pid <= 0 {
@@ -122,7 +129,15 @@ func FindCgroup(procRoot, cgroupRoot string, pid int) (Cgroup, error) {
 	default:
 		return Cgroup{}, fmt.Errorf("cgroup of the container not found: %s lists no cgroup", file)
 	}
-	return cg, checkCgroupPath(cgroupRoot, cg.Path, file)
+	// On v1 the hierarchy's mount must itself be below the cgroup root, and
+	// the container's cgroup below that mount: its root cgroup binds every
+	// process of the hierarchy.
+	if !cg.V2 {
+		if err := checkCgroupPath(cgroupRoot, cg.Root, file); err != nil {
+			return Cgroup{}, err
+		}
+	}
+	return cg, checkCgroupPath(cg.Root, cg.Path, file)
 }
 
 // setMemoryLimitsSymbol must be exported by libnvidia-ml for limits to work.
@@ -225,12 +240,14 @@ func writeRecord(st *oci.State, cg Cgroup, opts Options) error {
 	if err != nil {
 		return err
 	}
-	path := RecordPath(opts.RecordDir, opts.ClaimUID, st.ID)
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	path, err := resolveRecordPath(opts.RecordDir, opts.ClaimUID, st.ID)
+	if err != nil {
 		return err
 	}
+	// The rename replaces whatever is at path, a link included, without
+	// following it; the temporary file is never opened through a link.
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, raw, 0o640); err != nil {
+	if err := writeFileNoFollow(tmp, raw); err != nil {
 		return err
 	}
 	return os.Rename(tmp, path)
@@ -251,6 +268,9 @@ func Run(stdin io.Reader, opts Options) error {
 		return errors.New("no --gpu limits given: nothing to apply")
 	}
 	if err := ValidateClaimUID(opts.ClaimUID); err != nil {
+		return err
+	}
+	if err := ValidateRecordDir(opts.RecordDir); err != nil {
 		return err
 	}
 	st, err := ReadState(stdin)

@@ -1,10 +1,16 @@
 package cdihook
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
+
+	"github.com/gpufrac/gpufrac/internal/errcap"
 )
 
 // Container IDs as runtimes make them (containerd and CRI-O: 64 hex
@@ -16,7 +22,7 @@ var containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_+.-]{0,127}$
 // a file name.
 func ValidateContainerID(id string) error {
 	if !containerIDPattern.MatchString(id) || strings.Contains(id, "..") {
-		return fmt.Errorf("OCI state: container id %q is not an id a runtime makes (letters, digits, _ + - ., at most 128)", id)
+		return fmt.Errorf("OCI state: container id %q is not an id a runtime makes (letters, digits, _ + - ., at most 128)", errcap.Text(id, 160))
 	}
 	return nil
 }
@@ -28,7 +34,17 @@ var claimUIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 // means no record is wanted.
 func ValidateClaimUID(uid string) error {
 	if uid != "" && !claimUIDPattern.MatchString(uid) {
-		return fmt.Errorf("--claim %q: not a ResourceClaim UID (lowercase letters, digits and -)", uid)
+		return fmt.Errorf("--claim %q: not a ResourceClaim UID (lowercase letters, digits and -, at most 63)", errcap.Text(uid, 160))
+	}
+	return nil
+}
+
+// ValidateRecordDir refuses a --record-dir the hook could resolve against
+// its working directory (the runtime's, not the plugin's) or that walks
+// up: the plugin writes an absolute, clean path into every CDI spec.
+func ValidateRecordDir(dir string) error {
+	if dir != "" && (!filepath.IsAbs(dir) || filepath.Clean(dir) != dir) {
+		return fmt.Errorf("--record-dir %q: must be an absolute path without . or .. elements", errcap.Text(dir, 160))
 	}
 	return nil
 }
@@ -38,9 +54,81 @@ func ValidateClaimUID(uid string) error {
 // node) and not a path a ".." took elsewhere.
 func checkCgroupPath(root, path, from string) error {
 	root = filepath.Clean(root)
-	rel, err := filepath.Rel(root, path)
-	if err != nil || rel == "." || rel == ".." || strings.HasPrefix(rel, "../") {
+	if !strictlyBelow(root, path) {
 		return fmt.Errorf("%s names cgroup %s, which is not a cgroup below %s: refusing to set limits there", from, path, root)
 	}
 	return nil
+}
+
+// strictlyBelow tells whether path (made absolute and clean) lies inside
+// dir and is not dir itself.
+func strictlyBelow(dir, path string) bool {
+	rel, err := filepath.Rel(filepath.Clean(dir), filepath.Clean(path))
+	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../") && !filepath.IsAbs(rel)
+}
+
+// MaxStateBytes bounds the OCI state read from stdin. The state is the
+// container's id, status, pid, bundle path and annotations; Kubernetes
+// caps an object's annotations at 256 KiB (documented: apimachinery's
+// TotalAnnotationSizeLimitB) and runtimes add a few of their own, so a
+// state sixteen times that is not one a runtime wrote (inferred).
+const MaxStateBytes = 4 << 20
+
+// ErrStateTooLarge is returned for stdin past MaxStateBytes.
+var ErrStateTooLarge = fmt.Errorf("the OCI state on stdin is larger than %d bytes (4 MiB); a runtime's state is far smaller, refusing to read more", MaxStateBytes)
+
+// limitedReader fails, rather than ends, once more than n bytes were
+// asked of it: a state cut at the limit must not parse as a shorter one.
+type limitedReader struct {
+	r io.Reader
+	n int64
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, ErrStateTooLarge
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	k, err := l.r.Read(p)
+	l.n -= int64(k)
+	return k, err
+}
+
+// resolveRecordPath is RecordPath, resolved: the claim's directory is
+// created if need be and must resolve (symbolic links followed) to a
+// directory inside recordDir's own resolution, so neither the IDs nor a
+// link planted under the directory sends the record elsewhere.
+func resolveRecordPath(recordDir, claimUID, containerID string) (string, error) {
+	path := RecordPath(recordDir, claimUID, containerID)
+	if !strictlyBelow(recordDir, path) {
+		return "", fmt.Errorf("record path %s is not inside %s", path, recordDir)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return "", err
+	}
+	realDir, err := filepath.EvalSymlinks(recordDir)
+	if err != nil {
+		return "", err
+	}
+	realClaimDir, err := filepath.EvalSymlinks(filepath.Dir(path))
+	if err != nil {
+		return "", err
+	}
+	if realClaimDir != filepath.Join(realDir, claimUID) {
+		return "", fmt.Errorf("record directory %s resolves to %s, outside %s: refusing to write there", filepath.Dir(path), realClaimDir, realDir)
+	}
+	return filepath.Join(realClaimDir, filepath.Base(path)), nil
+}
+
+// writeFileNoFollow writes raw to a new or truncated path that is not a
+// symbolic link.
+func writeFileNoFollow(path string, raw []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o640)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(raw)
+	return errors.Join(err, f.Close())
 }

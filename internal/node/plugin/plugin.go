@@ -98,6 +98,11 @@ func (c *Config) validate() error {
 	if c.PluginDataDir == "" || c.RegistrarDir == "" || c.CDIRoot == "" {
 		errs = append(errs, errors.New("plugin data, registrar and CDI directories are required"))
 	}
+	if c.PluginDataDir != "" && !filepath.IsAbs(c.PluginDataDir) {
+		// The CDI hook, run by the runtime from its own directory, records
+		// containers under it (and refuses a relative --record-dir).
+		errs = append(errs, fmt.Errorf("plugin data directory %q must be an absolute path", c.PluginDataDir))
+	}
 	if c.CDI.HookPath == "" || c.CDI.DeviceNode == nil {
 		errs = append(errs, errors.New("the CDI hook path and a device node resolver are required"))
 	}
