@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
+
+	"github.com/gpufrac/gpufrac/internal/errcap"
 )
 
 // Checks are the probes' answers; nil means always ok.
@@ -21,6 +23,27 @@ type Checks struct {
 	Healthz func() error
 	// Readyz fails while the process should get no traffic.
 	Readyz func() error
+}
+
+// Limits bound what one client can make the server hold. Scrapes and
+// probes are GETs without a body and with a few small headers, so nothing
+// a legitimate client sends comes near them.
+type Limits struct {
+	// ReadHeader and Read bound the time to send the request (a slow
+	// client is disconnected); Write bounds the response; Idle a kept-alive
+	// connection between requests.
+	ReadHeader, Read, Write, Idle time.Duration
+	// MaxHeaderBytes bounds the request line and headers; a larger request
+	// gets 431 Request Header Fields Too Large.
+	MaxHeaderBytes int
+	// MaxProbeMessageBytes bounds the failure message a probe returns.
+	MaxProbeMessageBytes int
+}
+
+// DefaultLimits are the limits of Start and StartWithChecks.
+func DefaultLimits() Limits {
+	return Limits{ReadHeader: 10 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 90 * time.Second,
+		MaxHeaderBytes: 16 << 10, MaxProbeMessageBytes: 1 << 10}
 }
 
 // Start listens on addr and serves /metrics from gatherer and /healthz until
@@ -33,19 +56,26 @@ func Start(ctx context.Context, addr string, gatherer prometheus.Gatherer) (stri
 // StartWithChecks is Start with /healthz and /readyz answering checks. The
 // returned channel is closed once the server has stopped after ctx ended.
 func StartWithChecks(ctx context.Context, addr string, gatherer prometheus.Gatherer, checks Checks) (string, <-chan struct{}, error) {
+	return StartWithLimits(ctx, addr, gatherer, checks, DefaultLimits())
+}
+
+// StartWithLimits is StartWithChecks with the given limits.
+func StartWithLimits(ctx context.Context, addr string, gatherer prometheus.Gatherer, checks Checks, limits Limits) (string, <-chan struct{}, error) {
 	logger := klog.FromContext(ctx)
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", nil, fmt.Errorf("listening for metrics on %s: %w", addr, err)
 	}
+	// GET patterns answer GET and HEAD; any other method gets 405 Method
+	// Not Allowed, and any other path 404, before a handler runs.
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorLog: nil}))
-	mux.HandleFunc("/healthz", probe(checks.Healthz))
-	mux.HandleFunc("/readyz", probe(checks.Readyz))
-	// Scrapes are GETs without a body: every read and write is bounded, so
-	// a slow client cannot hold a connection.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second,
-		WriteTimeout: 30 * time.Second, IdleTimeout: 90 * time.Second}
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorLog: nil}))
+	mux.HandleFunc("GET /healthz", probe(checks.Healthz, limits.MaxProbeMessageBytes))
+	mux.HandleFunc("GET /readyz", probe(checks.Readyz, limits.MaxProbeMessageBytes))
+	// Every read and write is bounded, so a slow client cannot hold a
+	// connection, nor a large one memory.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: limits.ReadHeader, ReadTimeout: limits.Read,
+		WriteTimeout: limits.Write, IdleTimeout: limits.Idle, MaxHeaderBytes: limits.MaxHeaderBytes}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -66,12 +96,12 @@ func StartWithChecks(ctx context.Context, addr string, gatherer prometheus.Gathe
 	return lis.Addr().String(), stopped, nil
 }
 
-func probe(check func() error) http.HandlerFunc {
+func probe(check func() error, maxMessage int) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if check != nil {
 			if err := check(); err != nil {
 				klog.FromContext(r.Context()).V(2).Info("Probe failed", "path", r.URL.Path, "err", err)
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				http.Error(w, errcap.Text(err.Error(), maxMessage), http.StatusServiceUnavailable)
 				return
 			}
 		}
