@@ -1,9 +1,9 @@
 package cdihook
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,16 +39,15 @@ func LiveReservations(recordDir, root string) (Live, error) {
 	}
 	live := Live{}
 	for _, f := range files {
-		raw, err := os.ReadFile(f)
+		r, err := ReadRecord(f)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // the plugin removed it meanwhile
 		}
+		if errors.Is(err, ErrBadRecord) {
+			continue // not a record a hook wrote: it holds nothing
+		}
 		if err != nil {
 			return nil, err
-		}
-		var r Record
-		if err := json.Unmarshal(raw, &r); err != nil {
-			continue
 		}
 		if fi, err := os.Stat(r.Cgroup); err != nil || !fi.IsDir() {
 			continue
@@ -58,7 +57,14 @@ func LiveReservations(recordDir, root string) (Live, error) {
 				if live[l.UUID] == nil {
 					live[l.UUID] = map[string]uint64{}
 				}
-				live[l.UUID][a] += l.Soft
+				// Saturating: records hold what NVML accepted (at most
+				// the GPU's memory), but a sum must not wrap whatever
+				// the files say.
+				sum := live[l.UUID][a] + l.Soft
+				if sum < l.Soft {
+					sum = math.MaxUint64
+				}
+				live[l.UUID][a] = sum
 			}
 		}
 	}

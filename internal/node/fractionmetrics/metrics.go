@@ -13,7 +13,6 @@ package fractionmetrics
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -203,12 +202,8 @@ func (c *Collector) collectUsage(ch chan<- prometheus.Metric, live map[types.UID
 }
 
 func readRecord(path string) (cdihook.Record, bool) {
-	var r cdihook.Record
-	raw, err := os.ReadFile(path)
-	if err != nil || json.Unmarshal(raw, &r) != nil {
-		return r, false
-	}
-	return r, true
+	r, err := cdihook.ReadRecord(path)
+	return r, err == nil
 }
 
 // PruneRecords removes the records of claims no longer prepared and of
