@@ -84,7 +84,10 @@ FUZZ_TARGETS := \
 	FuzzTranslate:./internal/kai \
 	FuzzDecode:./internal/node/checkpoint \
 	FuzzReadState:./internal/node/cdihook \
-	FuzzParseLimit:./internal/node/cdihook
+	FuzzParseLimit:./internal/node/cdihook \
+	FuzzRecordPath:./internal/node/cdihook \
+	FuzzFindCgroup:./internal/node/cdihook \
+	FuzzComputeConsumed:./internal/node/plan
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		echo "== $${t%%:*} ($(FUZZTIME))"; \
