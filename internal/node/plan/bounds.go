@@ -100,3 +100,8 @@ func checkUID(uid string, path *field.Path) *field.Error {
 	}
 	return field.Invalid(path, errcap.Text(uid, 128), "must be a UID: lowercase letters, digits and '-', starting with a letter or digit, at most 63 characters")
 }
+
+// ValidUID tells whether uid has a UID's character set (see uidPattern);
+// callers that name files after a UID they did not read from a claim
+// (the kubelet's Unprepare) check it first.
+func ValidUID(uid string) bool { return uidPattern.MatchString(uid) }

@@ -189,3 +189,48 @@ func waitForEvent(ctx context.Context, t *testing.T, client *fake.Clientset, cla
 	}
 	return note
 }
+
+// TestHostileUnprepareOverGRPC: NodeUnprepareResources carries claim UIDs
+// the plugin does not look up (the claim may be gone); one that is not a
+// UID fails alone, naming it, and no file outside the CDI directory is
+// touched. (Only the kubelet, as root, reaches the socket: this is defence
+// in depth.)
+func TestHostileUnprepareOverGRPC(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
+	cfg := simNodeConfig(t, client)
+	plugin, err := nodeplugin.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plugin.Stop()
+	info, err := registerapi.NewRegistrationClient(dial(t, filepath.Join(cfg.RegistrarDir, "gpufrac.dev-reg.sock"))).GetInfo(ctx, &registerapi.InfoRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dra := drapb.NewDRAPluginClient(dial(t, info.Endpoint))
+	// A victim beside the CDI directory, where "../" from a spec name lands.
+	victim := filepath.Join(filepath.Dir(cfg.CDIRoot), "victim.json")
+	if err := os.WriteFile(victim, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []string{"../../../victim", "../../victim", "../victim", "a/../../victim", "UPPER", "", strings.Repeat("a", 64), "a\x00b"} {
+		res, err := dra.NodeUnprepareResources(ctx, &drapb.NodeUnprepareResourcesRequest{Claims: []*drapb.Claim{
+			{Namespace: "default", Name: "x", Uid: uid}, {Namespace: "default", Name: "fine", Uid: "fine-uid"},
+		}})
+		if err != nil {
+			t.Fatalf("uid %q: %v", uid, err)
+		}
+		if r := res.Claims[uid]; r == nil || !strings.Contains(r.Error, "not a UID") {
+			t.Errorf("uid %q: %+v, want a refusal naming it", uid, r)
+		}
+		if r := res.Claims["fine-uid"]; r == nil || r.Error != "" {
+			t.Errorf("the claim beside uid %q: %+v", uid, r)
+		}
+		if _, err := os.Stat(victim); err != nil {
+			t.Fatalf("uid %q: the file beside the CDI directory: %v", uid, err)
+		}
+	}
+}

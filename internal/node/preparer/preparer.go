@@ -20,6 +20,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/internal/errcap"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
 	"github.com/gpufrac/gpufrac/internal/node/plan"
@@ -257,6 +258,12 @@ func (p *Preparer) rollback(ctx context.Context, pl *plan.Claim) error {
 // Unprepare undoes Prepare. A claim this node never prepared (or already
 // unprepared) succeeds.
 func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedObject) error {
+	// The UID names the CDI spec and the checkpoint entry, and arrives as
+	// the caller sent it: no claim was read to vouch for it.
+	if !plan.ValidUID(string(ref.UID)) {
+		return fmt.Errorf("claim %s/%s: uid %q is not a UID (lowercase letters, digits and '-', at most 63); nothing named after it is touched",
+			ref.Namespace, ref.Name, errcap.Text(string(ref.UID), 128))
+	}
 	defer p.locks.lock(ref.UID)()
 
 	entry, ok := p.cfg.Checkpoint.Get(ref.UID)
