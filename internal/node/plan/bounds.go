@@ -65,15 +65,17 @@ func consumedBytes(q resource.Quantity, gpu domain.GPU, path *field.Path) (int64
 }
 
 // checkPerGPUConsumed refuses shares of one GPU that together consume more
-// than it offers: the scheduler's accounting never allows that.
+// than it offers (the scheduler's accounting never allows that), or whose
+// hard limits add up to more than its memory.
 func checkPerGPUConsumed(devs []Device, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for _, g := range (&Claim{Devices: devs}).PerGPU() {
 		var gpu domain.GPU
+		shares := 0
 		for _, d := range devs {
 			if d.GPU.UUID == g.UUID {
 				gpu = d.GPU
-				break
+				shares++
 			}
 		}
 		offered := domain.PublishedMemory(gpu.MemoryBytes)
@@ -81,6 +83,16 @@ func checkPerGPUConsumed(devs []Device, path *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(path, resource.NewQuantity(g.SoftLimitBytes, resource.BinarySI).String(), fmt.Sprintf(
 				"the claim's shares of GPU %s consume this much together, more than the %s it offers on this node",
 				domain.DeviceName(gpu.Index), offered.String())))
+			continue
+		}
+		// A container gets the sum of its claim's limits on a GPU; NVML
+		// refuses a limit above the GPU's memory, which would fail every
+		// container of the claim at creation instead of here.
+		// (One share's limit is checked against it where it is configured.)
+		if total := int64(gpu.MemoryBytes); shares > 1 && g.HardLimitBytes > total {
+			errs = append(errs, field.Invalid(path, resource.NewQuantity(g.HardLimitBytes, resource.BinarySI).String(), fmt.Sprintf(
+				"the memoryLimits of the claim's shares of GPU %s add up to this, more than its memory %s; a container gets their sum",
+				domain.DeviceName(gpu.Index), resource.NewQuantity(total, resource.BinarySI).String())))
 		}
 	}
 	return errs

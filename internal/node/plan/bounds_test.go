@@ -51,6 +51,11 @@ func TestHostileAllocations(t *testing.T) {
 		{"-1e30", one("-1e30"), field0 + `"-1e30"` + bound},
 		{"shares of one GPU above it together", many(2, "100Gi"),
 			`status.allocation.devices.results: Invalid value: "200Gi": the claim's shares of GPU gpu-0 consume this much together, more than the 141Gi it offers on this node`},
+		{"limits of one GPU's shares above it together", claim([]result{
+			{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"},
+			{request: "gpu", device: "gpu-0", share: "s2", memory: "40Gi"},
+		}, fromClaim(fc(`,"memoryLimit":"100Gi"`))),
+			`status.allocation.devices.results: Invalid value: "200Gi": the memoryLimits of the claim's shares of GPU gpu-0 add up to this, more than its memory 141Gi; a container gets their sum`},
 		{"a share ID that climbs out", func() *resourceapi.ResourceClaim {
 			c := one("40Gi")
 			c.Status.Allocation.Devices.Results[0].ShareID = ptr.To(types.UID("../../etc/x"))
