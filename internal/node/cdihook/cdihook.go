@@ -267,6 +267,15 @@ func Run(stdin io.Reader, opts Options) error {
 	if len(opts.Limits) == 0 {
 		return errors.New("no --gpu limits given: nothing to apply")
 	}
+	// One limit per GPU: NVML keeps the last of two, and the record would
+	// count both into the ancestors' reservations.
+	seen := map[string]bool{}
+	for _, l := range opts.Limits {
+		if seen[l.UUID] {
+			return fmt.Errorf("--gpu %s given twice: one limit per GPU", l.UUID)
+		}
+		seen[l.UUID] = true
+	}
 	if err := ValidateClaimUID(opts.ClaimUID); err != nil {
 		return err
 	}

@@ -44,6 +44,8 @@ type hostileCase struct {
 	// directory (base/records) and a directory a hostile input aims at
 	// (base/outside).
 	setup func(t *testing.T, base string)
+	// twice gives the first GPU's --gpu a second time.
+	twice bool
 	// want is a substring of the error; "" means the container is created.
 	want string
 }
@@ -101,6 +103,8 @@ func TestHostileHookInputs(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
+		// --gpu
+		{name: "one GPU given twice", twice: true, want: "given twice: one limit per GPU"},
 		// cgroups from /proc/<pid>/cgroup
 		{name: "the root cgroup (v2)", proc: "0::/\n", want: "which is not a cgroup below"},
 		{name: "an empty cgroup path", proc: "0::\n", want: "which is not a cgroup below"},
@@ -132,8 +136,12 @@ func TestHostileHookInputs(t *testing.T) {
 			if recordDir == "" {
 				recordDir = filepath.Join(base, "records")
 			}
+			limits := []cdihook.Limit{{UUID: srv.Devices[0].(*server.Device).UUID, Soft: 1 << 30, Hard: 1 << 30}}
+			if tc.twice {
+				limits = append(limits, cdihook.Limit{UUID: limits[0].UUID, Soft: 2 << 30, Hard: 2 << 30})
+			}
 			err := cdihook.Run(stdin, cdihook.Options{
-				Limits: []cdihook.Limit{{UUID: srv.Devices[0].(*server.Device).UUID, Soft: 1 << 30, Hard: 1 << 30}}, ProcRoot: procTree(t, "42", proc),
+				Limits: limits, ProcRoot: procTree(t, "42", proc),
 				CgroupRoot: "/sys/fs/cgroup", DriverRoot: driverRoot(t), Open: opener(srv), ClaimUID: claim, RecordDir: recordDir,
 			})
 			switch {
