@@ -272,7 +272,7 @@ func Run(stdin io.Reader, opts Options) error {
 	seen := map[string]bool{}
 	for _, l := range opts.Limits {
 		if seen[l.UUID] {
-			return fmt.Errorf("--gpu %s given twice: one limit per GPU", l.UUID)
+			return fmt.Errorf("--gpu %q given twice: one limit per GPU", l.UUID)
 		}
 		seen[l.UUID] = true
 	}

@@ -101,7 +101,7 @@ func checkPerGPUConsumed(devs []Device, path *field.Path) field.ErrorList {
 // uidPattern is the character set of the IDs that name files and CDI
 // devices: a claim's UID (the API server makes it, a UUID) and a share's
 // ShareID (the API documents it as format k8s-uuid, a lowercase UUID).
-// Both are checked here anyway, more loosely than a UUID (letters, digits,
+// Both are checked anyway (ShareID here, the claim's UID by the preparer), more loosely than a UUID (letters, digits,
 // -) so that nothing able to climb out of a directory or break a CDI
 // device name reaches a path.
 var uidPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
@@ -113,7 +113,7 @@ func checkUID(uid string, path *field.Path) *field.Error {
 	return field.Invalid(path, errcap.Text(uid, 128), "must be a UID: lowercase letters, digits and '-', starting with a letter or digit, at most 63 characters")
 }
 
-// ValidUID tells whether uid has a UID's character set (see uidPattern);
-// callers that name files after a UID they did not read from a claim
-// (the kubelet's Unprepare) check it first.
+// ValidUID tells whether uid has a UID's character set (see uidPattern).
+// The node checks a claim's UID before naming files after it (Compute does
+// not: the CLI plans claims it only imagines, named after their pods).
 func ValidUID(uid string) bool { return uidPattern.MatchString(uid) }

@@ -93,9 +93,6 @@ func Compute(claim *resourceapi.ResourceClaim, inv *domain.Inventory, opts Optio
 	resultsPath := field.NewPath("status", "allocation", "devices", "results")
 	configsPath := field.NewPath("status", "allocation", "devices", "config")
 
-	if err := checkUID(string(claim.UID), field.NewPath("metadata", "uid")); err != nil {
-		return nil, &InvalidError{claim.Namespace, claim.Name, field.ErrorList{err}}
-	}
 	if err := checkShareCount(alloc.Devices.Results, inv, resultsPath); err != nil {
 		return nil, &InvalidError{claim.Namespace, claim.Name, field.ErrorList{err}}
 	}

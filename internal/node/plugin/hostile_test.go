@@ -94,6 +94,10 @@ func TestHostileAllocationsOverGRPC(t *testing.T) {
 		{"a share ID that climbs out of a directory", func(c *resourceapi.ResourceClaim) {
 			c.Status.Allocation.Devices.Results[0].ShareID = ptr.To(types.UID("../../../etc/passwd"))
 		}, `status.allocation.devices.results[0].shareID: Invalid value: "../../../etc/passwd": must be a UID`},
+		{"a claim UID that climbs out of a directory", func(c *resourceapi.ResourceClaim) { c.UID = "../../../etc/x" },
+			`uid "../../../etc/x" is not a UID (lowercase letters, digits and '-', at most 63); nothing named after it is touched`},
+		{"a claim UID with a NUL", func(c *resourceapi.ResourceClaim) { c.UID = "a\x00b" },
+			`uid "a\x00b" is not a UID`},
 		{"another node's pool", func(c *resourceapi.ResourceClaim) { c.Status.Allocation.Devices.Results[0].Pool = "node-b" },
 			`status.allocation.devices.results[0].pool: Invalid value: "node-b": allocated from another node's pool`},
 		{"a device name with ../", func(c *resourceapi.ResourceClaim) { c.Status.Allocation.Devices.Results[0].Device = "../gpu-0" },
@@ -140,10 +144,10 @@ func TestHostileAllocationsOverGRPC(t *testing.T) {
 			if len(bad.Status.Allocation.Devices.Results) == 32 && !strings.Contains(r.Error, "more left out)") {
 				t.Errorf("a capped error must count what it left out: %s", r.Error)
 			}
-			// Nothing left behind: no CDI spec, no checkpoint entry.
-			specs, _ := filepath.Glob(filepath.Join(cfg.CDIRoot, "*"+string(bad.UID)+"*"))
-			if len(specs) != 0 {
-				t.Errorf("CDI specs left behind: %v", specs)
+			// Nothing left behind: the good claim's CDI spec alone, no
+			// checkpoint entry.
+			if specs, err := os.ReadDir(cfg.CDIRoot); err != nil || len(specs) != 1 || !strings.Contains(specs[0].Name(), string(good.UID)) {
+				t.Errorf("CDI specs %v (%v), want the good claim's alone", specs, err)
 			}
 			if raw, err := os.ReadFile(filepath.Join(cfg.PluginDataDir, nodeplugin.CheckpointFile)); err != nil || strings.Contains(string(raw), string(bad.UID)) {
 				t.Errorf("checkpoint (err %v) mentions the hostile claim", err)

@@ -103,6 +103,11 @@ func (p *Preparer) failpoint(name string) error {
 // kubelet. A claim prepared before (even by an earlier process) returns the
 // same devices without redoing its side effects.
 func (p *Preparer) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim) ([]kubeletplugin.Device, error) {
+	// The UID names the CDI spec and the checkpoint entry.
+	if err := checkUID(claim.Namespace, claim.Name, claim.UID); err != nil {
+		p.report(claim, err)
+		return nil, err
+	}
 	defer p.locks.lock(claim.UID)()
 
 	if entry, ok := p.cfg.Checkpoint.Get(claim.UID); ok {
@@ -258,11 +263,10 @@ func (p *Preparer) rollback(ctx context.Context, pl *plan.Claim) error {
 // Unprepare undoes Prepare. A claim this node never prepared (or already
 // unprepared) succeeds.
 func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedObject) error {
-	// The UID names the CDI spec and the checkpoint entry, and arrives as
-	// the caller sent it: no claim was read to vouch for it.
-	if !plan.ValidUID(string(ref.UID)) {
-		return fmt.Errorf("claim %s/%s: uid %q is not a UID (lowercase letters, digits and '-', at most 63); nothing named after it is touched",
-			ref.Namespace, ref.Name, errcap.Text(string(ref.UID), 128))
+	// The UID arrives as the caller sent it: no claim was read to vouch
+	// for it.
+	if err := checkUID(ref.Namespace, ref.Name, ref.UID); err != nil {
+		return err
 	}
 	defer p.locks.lock(ref.UID)()
 
@@ -374,6 +378,16 @@ func (p *Preparer) Prepared() []plan.Claim {
 		}
 	}
 	return out
+}
+
+// checkUID refuses a claim UID that could not be one before anything is
+// named after it.
+func checkUID(namespace, name string, uid types.UID) error {
+	if plan.ValidUID(string(uid)) {
+		return nil
+	}
+	return fmt.Errorf("claim %s/%s: uid %q is not a UID (lowercase letters, digits and '-', at most 63); nothing named after it is touched",
+		namespace, name, errcap.Text(string(uid), 128))
 }
 
 func devices(pl *plan.Claim) []kubeletplugin.Device {
