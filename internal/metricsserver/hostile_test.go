@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,5 +141,41 @@ func TestHostileRequests(t *testing.T) {
 				t.Fatalf("scrape after the hostile request: %d %v", scrape.status, err)
 			}
 		})
+	}
+}
+
+// TestProbeFloodRunsTheCheckOnce: 200 concurrent /healthz requests (the
+// plugin's check dials its sockets and reads the checkpoint) run the
+// check once per ProbeInterval, not once each, and all get its answer.
+func TestProbeFloodRunsTheCheckOnce(t *testing.T) {
+	var runs atomic.Int32
+	release := make(chan struct{})
+	addr := start(t, metricsserver.Checks{Healthz: func() error {
+		runs.Add(1)
+		<-release
+		return errors.New("wedged")
+	}})
+	var wg sync.WaitGroup
+	statuses := make([]int, 200)
+	for i := range statuses {
+		wg.Go(func() {
+			a, err := raw(t, addr, []byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"))
+			if err == nil {
+				statuses[i] = a.status
+			}
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	for i, s := range statuses {
+		if s != http.StatusServiceUnavailable {
+			t.Fatalf("request %d: status %d, want 503", i, s)
+		}
+	}
+	// testLimits keep the default interval (1 s): one run, or two if the
+	// requests straddled it on a slow machine.
+	if n := runs.Load(); n > 2 {
+		t.Errorf("the check ran %d times for 200 requests", n)
 	}
 }

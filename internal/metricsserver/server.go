@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,12 +39,17 @@ type Limits struct {
 	MaxHeaderBytes int
 	// MaxProbeMessageBytes bounds the failure message a probe returns.
 	MaxProbeMessageBytes int
+	// ProbeInterval is how long a check's answer is reused: the plugin's
+	// health check dials its own sockets and reads the checkpoint, so a
+	// flood of probe requests runs it at most once per interval (callers
+	// arriving while it runs wait for that run) instead of once each.
+	ProbeInterval time.Duration
 }
 
 // DefaultLimits are the limits of Start and StartWithChecks.
 func DefaultLimits() Limits {
 	return Limits{ReadHeader: 10 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 90 * time.Second,
-		MaxHeaderBytes: 16 << 10, MaxProbeMessageBytes: 1 << 10}
+		MaxHeaderBytes: 16 << 10, MaxProbeMessageBytes: 1 << 10, ProbeInterval: time.Second}
 }
 
 // Start listens on addr and serves /metrics from gatherer and /healthz until
@@ -70,8 +76,8 @@ func StartWithLimits(ctx context.Context, addr string, gatherer prometheus.Gathe
 	// Not Allowed, and any other path 404, before a handler runs.
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{ErrorLog: nil}))
-	mux.HandleFunc("GET /healthz", probe(checks.Healthz, limits.MaxProbeMessageBytes))
-	mux.HandleFunc("GET /readyz", probe(checks.Readyz, limits.MaxProbeMessageBytes))
+	mux.HandleFunc("GET /healthz", probe(coalesce(checks.Healthz, limits.ProbeInterval), limits.MaxProbeMessageBytes))
+	mux.HandleFunc("GET /readyz", probe(coalesce(checks.Readyz, limits.ProbeInterval), limits.MaxProbeMessageBytes))
 	// Every read and write is bounded, so a slow client cannot hold a
 	// connection, nor a large one memory.
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: limits.ReadHeader, ReadTimeout: limits.Read,
@@ -94,6 +100,27 @@ func StartWithLimits(ctx context.Context, addr string, gatherer prometheus.Gathe
 	}()
 	logger.Info("Serving metrics", "address", lis.Addr().String())
 	return lis.Addr().String(), stopped, nil
+}
+
+// coalesce runs check at most once per interval: later callers within it
+// get the last answer, and callers arriving during a run wait for it.
+func coalesce(check func() error, interval time.Duration) func() error {
+	if check == nil || interval <= 0 {
+		return check
+	}
+	var mu sync.Mutex
+	var last time.Time
+	var lastErr error
+	return func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if !last.IsZero() && time.Since(last) < interval {
+			return lastErr
+		}
+		lastErr = check()
+		last = time.Now()
+		return lastErr
+	}
 }
 
 func probe(check func() error, maxMessage int) http.HandlerFunc {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
@@ -56,7 +57,11 @@ func TestHealthzFailsWhenDRASocketIsGone(t *testing.T) {
 	if err := os.Remove(draSock); err != nil {
 		t.Fatalf("removing the DRA socket: %v", err)
 	}
+	// A check's answer is reused for metricsserver's probe interval (1 s).
 	code, body := probe()
+	for deadline := time.Now().Add(10 * time.Second); code == http.StatusOK && time.Now().Before(deadline); code, body = probe() {
+		time.Sleep(100 * time.Millisecond)
+	}
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "DRA socket "+draSock) {
 		t.Errorf("without the DRA socket: /healthz %d %q, want 503 naming the socket", code, body)
 	}
