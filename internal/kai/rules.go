@@ -444,7 +444,7 @@ const maxMiB = math.MaxInt64 >> 20
 
 func mibQuantity(mib uint64) (resource.Quantity, error) {
 	if mib > maxMiB {
-		return resource.Quantity{}, fmt.Errorf("gpufrac: %d MiB is more memory than any GPU has", mib)
+		return resource.Quantity{}, fmt.Errorf("gpufrac: must be at most %d MiB (more overflows a count of bytes); no GPU comes near it", uint64(maxMiB))
 	}
 	return *resource.NewQuantity(int64(mib)<<20, resource.BinarySI), nil
 }

@@ -190,22 +190,19 @@ func translatedAlready(pod *corev1.Pod) bool {
 }
 
 // checkBounds refuses what KAI accepts but no GPU in the cluster can ever
-// satisfy (the one deliberate difference in what is admitted).
+// satisfy (the one deliberate difference in what is admitted). Every bound
+// names the annotation, its value and where the bound comes from.
 func checkBounds(pod *corev1.Pod, req *request, opts Options) *Error {
 	if req.kind == kindPortion && len(opts.GPUMemorySizes) == 0 {
 		return refusal(AnnotationFraction, pod.Annotations[AnnotationFraction], "gpufrac: the cluster has no gpufrac GPUs, so a portion cannot be turned into memory")
 	}
-	if opts.MaxGPUsPerNode > 0 && req.count > int64(opts.MaxGPUsPerNode) {
-		return refusal(AnnotationNumDevices, pod.Annotations[AnnotationNumDevices], fmt.Sprintf("gpufrac: no node has more than %d gpufrac GPUs", opts.MaxGPUsPerNode))
+	if bound, source := MaxDevices(opts.MaxGPUsPerNode); req.count > int64(bound) {
+		return refusal(AnnotationNumDevices, pod.Annotations[AnnotationNumDevices], fmt.Sprintf("gpufrac: must be at most %d, %s", bound, source))
 	}
-	largest := largestSize(opts.GPUMemorySizes)
+	largest, source := LargestGPU(opts.GPUMemorySizes)
 	check := func(q resource.Quantity, key string) *Error {
-		if q.Cmp(resource.MustParse("1Pi")) > 0 || (largest != nil && q.Cmp(*largest) > 0) {
-			bound := "1Pi"
-			if largest != nil {
-				bound = largest.String()
-			}
-			return refusal(key, pod.Annotations[key], fmt.Sprintf("gpufrac: %s is more than the largest GPU in the cluster (%s)", q.String(), bound))
+		if q.Cmp(largest) > 0 {
+			return refusal(key, pod.Annotations[key], fmt.Sprintf("gpufrac: %s must be at most %s, the largest GPU %s", q.String(), largest.String(), source))
 		}
 		return nil
 	}

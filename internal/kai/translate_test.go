@@ -306,9 +306,9 @@ func TestRefusals(t *testing.T) {
 		{"fraction with no gpufrac GPUs", map[string]string{"gpu-fraction": "0.5"}, main, nil,
 			`annotation gpu-fraction="0.5": gpufrac: the cluster has no gpufrac GPUs, so a portion cannot be turned into memory`},
 		{"memory above the largest GPU", map[string]string{"gpu-memory": "200000"}, main, sizes,
-			`annotation gpu-memory="200000": gpufrac: 200000Mi is more than the largest GPU in the cluster (141Gi)`},
+			`annotation gpu-memory="200000": gpufrac: 200000Mi must be at most 141Gi, the largest GPU the cluster publishes`},
 		{"memory that overflows bytes", map[string]string{"gpu-memory": "9223372036854775807"}, main, sizes,
-			`annotation gpu-memory="9223372036854775807": gpufrac: 9223372036854775807 MiB is more memory than any GPU has`},
+			`annotation gpu-memory="9223372036854775807": gpufrac: must be at most 8796093022207 MiB (more overflows a count of bytes); no GPU comes near it`},
 		{"unknown pod-wide mode", map[string]string{"gpu-memory": "1024", "kai.scheduler/gpu-compute-sharing-mode": "exclusive"}, main, sizes,
 			`annotation kai.scheduler/gpu-compute-sharing-mode="exclusive": gpufrac: must be time-slicing or sm-sharing (KAI's code does not read this key; gpufrac reads it as the default compute mode)`},
 	} {
@@ -323,7 +323,7 @@ func TestRefusals(t *testing.T) {
 		})
 	}
 	res, err := kai.Translate(pod(map[string]string{"gpu-memory": "1024", "gpu-fraction-num-devices": "9"}, "main"), kai.Options{GPUMemorySizes: sizes, MaxGPUsPerNode: 8})
-	if err == nil || err.Error() != prefix+`annotation gpu-fraction-num-devices="9": gpufrac: no node has more than 8 gpufrac GPUs` {
+	if err == nil || err.Error() != prefix+`annotation gpu-fraction-num-devices="9": gpufrac: must be at most 8, the most gpufrac GPUs one node in the cluster publishes` {
 		t.Errorf("a device count above any node's: %v %v", res, err)
 	}
 }

@@ -73,27 +73,26 @@ func isInvalid(s string) bool {
 	return size <= 1
 }
 
-// Truncate keeps s to at most max bytes (cut at a rune boundary) and says
+// Truncate keeps s to at most n bytes (cut at a rune boundary) and says
 // how many bytes were left out.
-func Truncate(s string, max int) string {
-	if len(s) <= max {
+func Truncate(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	cut := max
+	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
 	return fmt.Sprintf("%s... (%d more bytes)", s[:cut], len(s)-cut)
 }
 
-// Limit keeps at most max of lines and, when some are left out, adds a
-// line saying how many.
-func Limit(lines []string, max int, what string) []string {
-	if len(lines) <= max {
+// Limit keeps at most n of lines and, when some are left out, adds a line
+// saying how many.
+func Limit(lines []string, n int, what string) []string {
+	if len(lines) <= n {
 		return lines
 	}
-	out := append(lines[:max:max], fmt.Sprintf("... and %d more %s", len(lines)-max, what))
-	return out
+	return append(lines[:n:n], fmt.Sprintf("... and %d more %s", len(lines)-n, what))
 }
 
 // Writer escapes what is written through it as Escape does, newlines and
