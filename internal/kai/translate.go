@@ -10,6 +10,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpufrac/gpufrac/internal/gpubounds"
 )
 
 // Options are the cluster facts a translation depends on.
@@ -196,10 +198,10 @@ func checkBounds(pod *corev1.Pod, req *request, opts Options) *Error {
 	if req.kind == kindPortion && len(opts.GPUMemorySizes) == 0 {
 		return refusal(AnnotationFraction, pod.Annotations[AnnotationFraction], "gpufrac: the cluster has no gpufrac GPUs, so a portion cannot be turned into memory")
 	}
-	if bound, source := MaxDevices(opts.MaxGPUsPerNode); req.count > int64(bound) {
+	if bound, source := gpubounds.MaxDevices(opts.MaxGPUsPerNode); req.count > int64(bound) {
 		return refusal(AnnotationNumDevices, pod.Annotations[AnnotationNumDevices], fmt.Sprintf("gpufrac: must be at most %d, %s", bound, source))
 	}
-	largest, source := LargestGPU(opts.GPUMemorySizes)
+	largest, source := gpubounds.LargestGPU(opts.GPUMemorySizes)
 	check := func(q resource.Quantity, key string) *Error {
 		if q.Cmp(largest) > 0 {
 			return refusal(key, pod.Annotations[key], fmt.Sprintf("gpufrac: %s must be at most %s, the largest GPU %s", q.String(), largest.String(), source))
@@ -227,16 +229,6 @@ func checkBounds(pod *corev1.Pod, req *request, opts Options) *Error {
 		return refusal(AnnotationSharingMode, v, "gpufrac: must be time-slicing or sm-sharing (KAI's code does not read this key; gpufrac reads it as the default compute mode)")
 	}
 	return nil
-}
-
-func largestSize(sizes []resource.Quantity) *resource.Quantity {
-	var out *resource.Quantity
-	for i := range sizes {
-		if out == nil || sizes[i].Cmp(*out) > 0 {
-			out = &sizes[i]
-		}
-	}
-	return out
 }
 
 func forContainer(pod *corev1.Pod, name string, f func(*corev1.Container)) {

@@ -1,7 +1,12 @@
-package kai
+// Package gpubounds holds the bounds every quantity a user gives gpufrac
+// is checked against before any arithmetic: the most memory one share may
+// ask for and the most devices one request may ask for, each with where it
+// comes from, so an error can say so.
+package gpubounds
 
 import (
 	"fmt"
+	"slices"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -27,8 +32,8 @@ func MaxDevices(maxPerNode int) (int, string) {
 // or, when none is known, the largest GPU in the simulated catalog of
 // pkg/domain (the largest GPU gpufrac has figures for).
 func LargestGPU(sizes []resource.Quantity) (resource.Quantity, string) {
-	if l := largestSize(sizes); l != nil {
-		return l.DeepCopy(), "the cluster publishes"
+	if len(sizes) > 0 {
+		return slices.MaxFunc(sizes, func(a, b resource.Quantity) int { return a.Cmp(b) }).DeepCopy(), "the cluster publishes"
 	}
 	q, name := CatalogLargestGPU()
 	return q, fmt.Sprintf("gpufrac knows (%s in its catalog; the cluster publishes no gpufrac GPU here)", name)
