@@ -36,7 +36,7 @@ func LargestGPU(sizes []resource.Quantity) (resource.Quantity, string) {
 		return slices.MaxFunc(sizes, func(a, b resource.Quantity) int { return a.Cmp(b) }).DeepCopy(), "the cluster publishes"
 	}
 	q, name := CatalogLargestGPU()
-	return q, fmt.Sprintf("gpufrac knows (%s in its catalog; the cluster publishes no gpufrac GPU here)", name)
+	return q, fmt.Sprintf("gpufrac knows (%s in its simulated catalog; no GPU sizes of a cluster were given)", name)
 }
 
 // CatalogLargestGPU is the largest GPU of the simulated catalog and its

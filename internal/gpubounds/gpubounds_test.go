@@ -21,7 +21,7 @@ func TestBounds(t *testing.T) {
 	}
 	// No sizes known: the catalog's largest, b200 (184320 MiB, go-nvml's preset).
 	q, source = LargestGPU(nil)
-	if q.String() != "180Gi" || source != "gpufrac knows (b200 in its catalog; the cluster publishes no gpufrac GPU here)" {
+	if q.String() != "180Gi" || source != "gpufrac knows (b200 in its simulated catalog; no GPU sizes of a cluster were given)" {
 		t.Errorf("LargestGPU(nil) = %s %q", q.String(), source)
 	}
 }
