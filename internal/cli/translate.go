@@ -33,17 +33,11 @@ func newTranslateCommand(streams IOStreams) *cobra.Command {
 			if len(filenames) == 0 {
 				return fmt.Errorf("-f is required")
 			}
-			opts := kai.Options{}
-			for _, m := range memory {
-				q, err := resource.ParseQuantity(m)
-				if err != nil {
-					return fmt.Errorf("--gpu-memory %q: %w", m, err)
-				}
-				if q.Sign() <= 0 || q.Cmp(resource.MustParse("1Pi")) > 0 {
-					return fmt.Errorf("--gpu-memory %q: must be a GPU memory size above 0 and at most 1Pi", m)
-				}
-				opts.GPUMemorySizes = append(opts.GPUMemorySizes, q)
+			sizes, err := parseGPUMemory(memory)
+			if err != nil {
+				return err
 			}
+			opts := kai.Options{GPUMemorySizes: sizes}
 			inputs, err := readInputs(filenames, streams.In)
 			if err != nil {
 				return err
@@ -65,6 +59,25 @@ func newTranslateCommand(streams IOStreams) *cobra.Command {
 	cmd.Flags().StringArrayVarP(&filenames, "filename", "f", nil, "file or directory of Pods (- for stdin); repeatable")
 	cmd.Flags().StringArrayVar(&memory, "gpu-memory", nil, "a GPU memory size in the cluster, e.g. 141Gi; repeatable")
 	return cmd
+}
+
+// parseGPUMemory reads --gpu-memory values: GPU sizes from 1Mi (KAI's
+// portions are whole MiB of a GPU) to 1Pi (inferred: several thousand times
+// today's largest GPU, b200's 180Gi, yet far from overflowing int64 bytes,
+// so no later arithmetic on it can overflow).
+func parseGPUMemory(values []string) ([]resource.Quantity, error) {
+	var sizes []resource.Quantity
+	for _, m := range values {
+		q, err := resource.ParseQuantity(m)
+		if err != nil {
+			return nil, fmt.Errorf("--gpu-memory %q: %w", m, err)
+		}
+		if q.Cmp(resource.MustParse("1Mi")) < 0 || q.Cmp(resource.MustParse("1Pi")) > 0 {
+			return nil, fmt.Errorf("--gpu-memory %q: must be a GPU memory size from 1Mi to 1Pi", m)
+		}
+		sizes = append(sizes, q)
+	}
+	return sizes, nil
 }
 
 // translateDocuments prints the translation of every Pod in data; it
