@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -72,9 +71,9 @@ type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *adm
 func (s *Server) serve(admit admitFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		logger := klog.FromContext(r.Context())
-		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		body, code, err := readBody(w, r)
 		if err != nil {
-			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+			http.Error(w, err.Error(), code)
 			return
 		}
 		var review admissionv1.AdmissionReview
@@ -83,6 +82,7 @@ func (s *Server) serve(admit admitFunc) http.HandlerFunc {
 			return
 		}
 		resp := admit(r.Context(), review.Request)
+		bounded(resp)
 		resp.UID = review.Request.UID
 		review.Response, review.Request = resp, nil
 		out, err := json.Marshal(review)
