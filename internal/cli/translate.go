@@ -85,9 +85,14 @@ func parseGPUMemory(values []string) ([]resource.Quantity, error) {
 func translateDocuments(out, errOut io.Writer, source string, data []byte, opts kai.Options) (bool, error) {
 	ok := true
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	found := false
 	for doc := 1; ; doc++ {
 		raw, err := reader.Read()
 		if errors.Is(err, io.EOF) {
+			if !found {
+				// An empty file or pipe is a mistake upstream, not a pod.
+				return false, fmt.Errorf("%s: no Kubernetes object in this input: it is empty", source)
+			}
 			return ok, nil
 		}
 		if err != nil {
@@ -96,6 +101,7 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
+		found = true
 		var pod corev1.Pod
 		if err := yaml.UnmarshalStrict(raw, &pod); err != nil || pod.Kind != "Pod" {
 			fmt.Fprintf(errOut, "%s: document %d: not a Pod, skipped\n", source, doc)
