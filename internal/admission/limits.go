@@ -58,8 +58,18 @@ func bounded(resp *admissionv1.AdmissionResponse) {
 	resp.Warnings = termsafe.Limit(out, MaxWarnings, "warnings")
 }
 
-// problemList joins problems for a denial, at most MaxProblems of them,
-// with a count of the rest.
+// problemList joins problems for a denial: at most MaxProblems of them,
+// and only as many as fit a message, with a count of the rest.
 func problemList(problems []string) string {
-	return strings.Join(termsafe.Limit(problems, MaxProblems, "problems, not listed"), "; ")
+	budget := MaxMessageBytes - 256 // room for the prefix and the count
+	n, size := 0, 0
+	for n < len(problems) && n < MaxProblems && (n == 0 || size+len(problems[n])+2 <= budget) {
+		size += len(problems[n]) + 2
+		n++
+	}
+	out := strings.Join(problems[:n], "; ")
+	if n < len(problems) {
+		out += fmt.Sprintf("; ... and %d more problems, not listed", len(problems)-n)
+	}
+	return out
 }

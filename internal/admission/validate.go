@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -38,7 +39,7 @@ func (s *Server) validate(ctx context.Context, req *admissionv1.AdmissionRequest
 		if r.Source != "request" || !r.Failed() {
 			continue
 		}
-		problems = append(problems, r.Lines()...)
+		problems = append(problems, r.LinesUpTo(math.MaxInt)...) // problemList counts what it leaves out
 	}
 	if len(problems) > 0 {
 		return deny(http.StatusUnprocessableEntity, "invalid gpufrac.dev configuration: "+problemList(problems))

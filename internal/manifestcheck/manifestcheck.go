@@ -60,8 +60,11 @@ func (r Result) Failed() bool { return r.Err != nil || len(r.Problems) > 0 }
 // Names and messages come from the manifest, so every line is escaped
 // (termsafe) and kept to MaxLineBytes, and at most MaxProblems problems are
 // listed per object, with a count of the rest.
-func (r Result) Lines() []string {
-	lines := r.lines()
+func (r Result) Lines() []string { return r.LinesUpTo(MaxProblems) }
+
+// LinesUpTo is Lines listing at most n problems.
+func (r Result) LinesUpTo(n int) []string {
+	lines := r.lines(n)
 	for i := range lines {
 		lines[i] = termsafe.Escape(termsafe.Truncate(lines[i], MaxLineBytes))
 	}
@@ -74,7 +77,7 @@ const (
 	MaxProblems  = 20
 )
 
-func (r Result) lines() []string {
+func (r Result) lines(most int) []string {
 	obj := r.Kind + "/" + r.Name
 	switch {
 	case r.Err != nil && r.Document == 0:
@@ -100,8 +103,8 @@ func (r Result) lines() []string {
 			lines = append(lines, obj+": "+e.Field+": "+oneLine(e.ErrorBody()))
 		}
 	}
-	if len(lines) > MaxProblems {
-		lines = append(lines[:MaxProblems:MaxProblems], fmt.Sprintf("%s: ... and %d more problems, not listed", obj, len(lines)-MaxProblems))
+	if len(lines) > most {
+		lines = append(lines[:most:most], fmt.Sprintf("%s: ... and %d more problems, not listed", obj, len(lines)-most))
 	}
 	return lines
 }
