@@ -118,7 +118,7 @@ func TestHostileAdmission(t *testing.T) {
 		{"memory request negative", "8 x 141Gi", admission.PathValidate, reviewBody("ResourceClaim", hostileClaim("c", "-1Gi", "10Gi", "")), 200,
 			`spec.devices.requests[0].exactly.capacity.requests[memory]: Invalid value: "-1Gi": must be greater than zero`},
 		{"3,000 unknown fields", "8 x 141Gi", admission.PathValidate, reviewBody("ResourceClaim", hostileClaim("c", "10Gi", "20Gi", many)), 200,
-			`ResourceClaim/c: spec.devices.config[0].opaque.parameters: Forbidden: unknown field "f1017"; ... and 2980 more problems, not listed`},
+			`ResourceClaim/c: spec.devices.config[0].opaque.parameters: Forbidden: unknown field "f1014"; ... and 2980 more problems, not listed`},
 		{"a claim name with escapes", "8 x 141Gi", admission.PathValidate, reviewBody("ResourceClaim", hostileClaim("c\x1b[31m\u202e", "10Gi", "0", "")), 200,
 			`ResourceClaim/c\x1b[31m\u202e: spec.devices.config[0].opaque.parameters.memoryLimit`},
 		// Either webhook: bodies.
