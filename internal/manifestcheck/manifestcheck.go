@@ -66,7 +66,7 @@ func (r Result) Lines() []string { return r.LinesUpTo(MaxProblems) }
 func (r Result) LinesUpTo(n int) []string {
 	lines := r.lines(n)
 	for i := range lines {
-		lines[i] = termsafe.Escape(termsafe.Truncate(lines[i], MaxLineBytes))
+		lines[i] = termsafe.Truncate(termsafe.Escape(lines[i]), MaxLineBytes)
 	}
 	return lines
 }
