@@ -136,6 +136,16 @@ func TestHostileInputCLI(t *testing.T) {
 		{"translate --gpu-memory -1Gi", nil, []string{"translate", "--gpu-memory", "-1Gi", "-f", file("p.yaml", kaiPod("p", "gpu-fraction", "0.5"))}, `--gpu-memory "-1Gi": must be a GPU memory size from 1Mi to 1Pi`, 0},
 		{"translate --gpu-memory 0", nil, []string{"translate", "--gpu-memory", "0", "-f", file("p.yaml", kaiPod("p", "gpu-fraction", "0.5"))}, `--gpu-memory "0": must be a GPU memory size from 1Mi to 1Pi`, 0},
 		{"translate --gpu-memory 1e30", nil, []string{"translate", "--gpu-memory", "1e30", "-f", file("p.yaml", kaiPod("p", "gpu-fraction", "0.5"))}, `--gpu-memory "1e30": must be a GPU memory size from 1Mi to 1Pi`, 0},
+		// Simulations past any cluster (each ran out of memory).
+		{"simulate --nodes 1000000000", nil, []string{"simulate", "--nodes", "1000000000", "--generate", "1"}, "--nodes 1000000000: must be from 1 to 5000", 0},
+		{"simulate --nodes -1", nil, []string{"simulate", "--nodes", "-1", "--generate", "1"}, "--nodes -1: must be from 1 to 5000", 0},
+		{"simulate --generate 1000000000", nil, []string{"simulate", "--generate", "1000000000"}, "--generate 1000000000: must be from 1 to 150000", 0},
+		{"simulate --generate -5", nil, []string{"simulate", "--generate", "-5"}, "--generate -5: must be from 1 to 150000", 0},
+		{"simulate replicas 1000000000", nil, []string{"simulate", "-f", file("rep.yaml", kaiPod("p", "gpu-memory", "1024", "gpufrac.dev/replicas", "1000000000"))},
+			`pod p: annotation gpufrac.dev/replicas="1000000000": must be a number from 1 to 150000`, 0},
+		{"simulate replicas that add up past a cluster", nil, []string{"simulate", "-f", file("rep2.yaml", kaiPod("p", "gpu-memory", "1024", "gpufrac.dev/replicas", "100000") + "---\n" + kaiPod("q", "gpu-memory", "1024", "gpufrac.dev/replicas", "100000"))},
+			"the workload holds more than 150000 pods (replicas counted)", 0},
+		{"simulate /dev/zero", nil, []string{"simulate", "-f", "/dev/zero"}, "reading /dev/zero: more than 32 MiB", 0},
 		{"translate --gpu-memory 1 (a byte)", nil, []string{"translate", "--gpu-memory", "1", "-f", file("p.yaml", kaiPod("p", "gpu-fraction", "0.5"))}, `--gpu-memory "1": must be a GPU memory size from 1Mi to 1Pi`, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

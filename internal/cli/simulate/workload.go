@@ -23,6 +23,16 @@ import (
 // AnnotationReplicas makes one Pod of a workload file stand for N.
 const AnnotationReplicas = "gpufrac.dev/replicas"
 
+// The bounds of a simulation are Kubernetes' own for one cluster: at most
+// 5,000 nodes and 150,000 pods in total (documented: "Considerations for
+// large clusters", kubernetes.io/docs/setup/best-practices/cluster-large).
+// A simulation beyond them describes no cluster, and would run out of
+// memory long before it said anything.
+const (
+	MaxNodes = 5000
+	MaxPods  = 150000
+)
+
 // Load reads a workload: ResourceClaimTemplates, DeviceClasses and Pods in
 // multi-document YAML. Pods reference templates by name; KAI-annotated Pods
 // are translated with the controller's code for the given GPU sizes.
@@ -69,8 +79,8 @@ func Load(data []byte, sizes []resource.Quantity) ([]Pod, []*resourceapi.DeviceC
 		item := Pod{Name: p.Name, Replicas: 1}
 		if v, ok := p.Annotations[AnnotationReplicas]; ok {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return nil, nil, fmt.Errorf("pod %s: %s=%q is not a positive number", p.Name, AnnotationReplicas, v)
+			if err != nil || n < 1 || n > MaxPods {
+				return nil, nil, fmt.Errorf("pod %s: annotation %s=%q: must be a number from 1 to %d (the most pods a Kubernetes cluster holds)", p.Name, AnnotationReplicas, v, MaxPods)
 			}
 			item.Replicas = n
 		}
