@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -9,9 +11,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	restclient "k8s.io/client-go/rest"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -143,7 +149,7 @@ func TestHostileInputCLI(t *testing.T) {
 		{"simulate --generate -5", nil, []string{"simulate", "--generate", "-5"}, "--generate -5: must be from 1 to 150000", 0},
 		{"simulate replicas 1000000000", nil, []string{"simulate", "-f", file("rep.yaml", kaiPod("p", "gpu-memory", "1024", "gpufrac.dev/replicas", "1000000000"))},
 			`pod p: annotation gpufrac.dev/replicas="1000000000": must be a number from 1 to 150000`, 0},
-		{"simulate replicas that add up past a cluster", nil, []string{"simulate", "-f", file("rep2.yaml", kaiPod("p", "gpu-memory", "1024", "gpufrac.dev/replicas", "100000") + "---\n" + kaiPod("q", "gpu-memory", "1024", "gpufrac.dev/replicas", "100000"))},
+		{"simulate replicas that add up past a cluster", nil, []string{"simulate", "-f", file("rep2.yaml", kaiPod("p", "gpu-memory", "1024", "gpufrac.dev/replicas", "100000")+"---\n"+kaiPod("q", "gpu-memory", "1024", "gpufrac.dev/replicas", "100000"))},
 			"the workload holds more than 150000 pods (replicas counted)", 0},
 		{"simulate /dev/zero", nil, []string{"simulate", "-f", "/dev/zero"}, "reading /dev/zero: more than 32 MiB", 0},
 		{"translate --gpu-memory 1 (a byte)", nil, []string{"translate", "--gpu-memory", "1", "-f", file("p.yaml", kaiPod("p", "gpu-fraction", "0.5"))}, `--gpu-memory "1": must be a GPU memory size from 1Mi to 1Pi`, 0},
@@ -205,4 +211,41 @@ func trim(s string) string {
 		return s[:2000] + "..."
 	}
 	return s
+}
+
+// endlessMetrics is a node's /metrics that never ends.
+type endlessMetrics struct{}
+
+func (endlessMetrics) DoRaw(context.Context) ([]byte, error) {
+	return nil, errors.New("DoRaw reads without bound: use Stream")
+}
+func (endlessMetrics) Stream(context.Context) (io.ReadCloser, error) {
+	return io.NopCloser(endless{}), nil
+}
+
+// TestHostileMetricsAreBounded: `why` reads each node's /metrics through
+// the pod proxy; a node that sends without end is read up to 16 MiB and
+// reported as not seen, and why still answers.
+func TestHostileMetricsAreBounded(t *testing.T) {
+	objs := whyCluster(t)
+	objs = append(objs, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gpufrac-kubelet-plugin-abc", Namespace: "gpufrac",
+		Labels: map[string]string{"app.kubernetes.io/name": "gpufrac", "app.kubernetes.io/component": "kubelet-plugin"}},
+		Spec: corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "kubelet-plugin",
+			Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 8080}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}})
+	for _, o := range objs {
+		if c, ok := o.(*resourceapi.ResourceClaim); ok && c.Name == "held-gpu-0" {
+			r := c.Status.Allocation.Devices.Results[0]
+			c.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: r.Driver, Pool: r.Pool, Device: r.Device,
+				ShareID: ptr.To(string(*r.ShareID)), Data: &runtime.RawExtension{Raw: []byte(`{"uuid":"GPU-X","memoryRequest":"100Gi"}`)}}}
+		}
+	}
+	client := fake.NewClientset(objs...)
+	client.PrependProxyReactor("pods", func(k8stesting.Action) (bool, restclient.ResponseWrapper, error) {
+		return true, endlessMetrics{}, nil
+	})
+	got := runWhy(t, client, "resourceclaim/held-gpu-0", "-n", "other")
+	if !strings.Contains(got, "more than 16 MiB, the most read of one node's metrics") {
+		t.Errorf("output:\n%s", trim(got))
+	}
 }
