@@ -42,6 +42,9 @@ func build(pod *corev1.Pod, req *request, opts Options) (*resourceapi.ResourceCl
 	perSize := req.kind == kindPortion || req.portionLimit > 0 || (mode == "sm-sharing" && req.compute == 0)
 	var shares []share
 	if perSize {
+		if n := len(opts.GPUMemorySizes); n > resourceapi.FirstAvailableDeviceRequestMaxSize {
+			return nil, nil, Errors{{Rule: fmt.Sprintf("gpufrac: this request takes a share of each GPU size, the cluster publishes %d sizes, and a claim can name at most %d alternatives (resource.k8s.io/v1 FirstAvailableDeviceRequestMaxSize)", n, resourceapi.FirstAvailableDeviceRequestMaxSize)}}
+		}
 		sizes := slices.Clone(opts.GPUMemorySizes)
 		// Smaller GPUs first: the cheaper fit.
 		slices.SortFunc(sizes, func(a, b resource.Quantity) int { return a.Cmp(b) })

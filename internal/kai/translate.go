@@ -87,6 +87,30 @@ type Inputs struct {
 	MemoryStep     resource.Quantity   `json:"memoryStep"`
 }
 
+// validate bounds recorded inputs: at most 8 GPU sizes (a claim's
+// firstAvailable holds at most resource.k8s.io/v1
+// FirstAvailableDeviceRequestMaxSize alternatives, documented), each from
+// 1Mi to 1Pi; a reserve from 0 to 1Pi in MiB; a memory step from 1 byte to
+// 1Gi.
+func (in Inputs) validate() error {
+	if len(in.GPUMemorySizes) > resourceapi.FirstAvailableDeviceRequestMaxSize {
+		return fmt.Errorf("gpuMemorySizes: %d sizes, at most %d (resource.k8s.io/v1 FirstAvailableDeviceRequestMaxSize)", len(in.GPUMemorySizes), resourceapi.FirstAvailableDeviceRequestMaxSize)
+	}
+	lo, hi := resource.MustParse("1Mi"), resource.MustParse("1Pi")
+	for i, q := range in.GPUMemorySizes {
+		if q.Cmp(lo) < 0 || q.Cmp(hi) > 0 {
+			return fmt.Errorf("gpuMemorySizes[%d]: %s: must be from 1Mi to 1Pi", i, q.String())
+		}
+	}
+	if in.ReservedMiB < 0 || in.ReservedMiB > hi.Value()>>20 {
+		return fmt.Errorf("reservedMiB: %d: must be from 0 to %d (1Pi)", in.ReservedMiB, hi.Value()>>20)
+	}
+	if step := in.MemoryStep; !step.IsZero() && (step.Sign() < 0 || step.Cmp(resource.MustParse("1Gi")) > 0) {
+		return fmt.Errorf("memoryStep: %s: must be from 1 byte to 1Gi", step.String())
+	}
+	return nil
+}
+
 // Translate returns nil, nil for a pod with nothing to translate (no KAI
 // fractional request, or translated already), and Errors for a pod KAI
 // refuses or no GPU in the cluster can satisfy.
@@ -151,6 +175,11 @@ func TemplateFor(pod *corev1.Pod, opts Options) (*resourceapi.ResourceClaimTempl
 	if err := json.Unmarshal([]byte(raw), &in); err != nil {
 		return nil, fmt.Errorf("annotation %s: %w", AnnotationInputs, err)
 	}
+	// Anyone who may create a pod may write these inputs: they are held to
+	// what the webhook itself could have recorded.
+	if err := in.validate(); err != nil {
+		return nil, fmt.Errorf("pod %s/%s: annotation %s: %w", pod.Namespace, pod.Name, AnnotationInputs, err)
+	}
 	opts.GPUMemorySizes, opts.ReservedMiB, opts.MemoryStep = in.GPUMemorySizes, in.ReservedMiB, in.MemoryStep
 	opts.defaults()
 	req, kerr := admit(pod)
@@ -198,6 +227,7 @@ func checkBounds(pod *corev1.Pod, req *request, opts Options) *Error {
 	if req.kind == kindPortion && len(opts.GPUMemorySizes) == 0 {
 		return refusal(AnnotationFraction, pod.Annotations[AnnotationFraction], "gpufrac: the cluster has no gpufrac GPUs, so a portion cannot be turned into memory")
 	}
+
 	if bound, source := gpubounds.MaxDevices(opts.MaxGPUsPerNode); req.count > int64(bound) {
 		return refusal(AnnotationNumDevices, pod.Annotations[AnnotationNumDevices], fmt.Sprintf("gpufrac: must be at most %d, %s", bound, source))
 	}

@@ -369,3 +369,36 @@ func TestBinderArithmetic(t *testing.T) {
 		t.Errorf("a reserve that swallows the GPU: %v", err)
 	}
 }
+
+// TestHostileRecordedInputs: the inputs a translated pod records are
+// written by whoever creates the pod (a pod may skip the webhook), so the
+// controller's TemplateFor holds them to what the webhook could record,
+// and a per-size request over more sizes than a claim can name is refused.
+func TestHostileRecordedInputs(t *testing.T) {
+	nine := make([]resource.Quantity, 9)
+	for i := range nine {
+		nine[i] = *resource.NewQuantity(int64(i+1)<<30, resource.BinarySI)
+	}
+	if _, err := kai.Translate(pod(map[string]string{"gpu-fraction": "0.5"}, "main"), kai.Options{GPUMemorySizes: nine}); err == nil ||
+		!strings.Contains(err.Error(), "the cluster publishes 9 sizes, and a claim can name at most 8 alternatives") {
+		t.Errorf("nine GPU sizes: %v", err)
+	}
+	res, err := kai.Translate(pod(map[string]string{"gpu-fraction": "0.5"}, "main"), kai.Options{GPUMemorySizes: sizes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for inputs, want := range map[string]string{
+		`{"gpuMemorySizes":["1e30"],"memoryStep":"256Mi"}`:                                                `gpuMemorySizes[0]: 1e30: must be from 1Mi to 1Pi`,
+		`{"gpuMemorySizes":["-80Gi"],"memoryStep":"256Mi"}`:                                               `gpuMemorySizes[0]: -80Gi: must be from 1Mi to 1Pi`,
+		`{"gpuMemorySizes":["80Gi"],"reservedMiB":-9223372036854775808,"memoryStep":"256Mi"}`:             `reservedMiB: -9223372036854775808: must be from 0 to 1073741824 (1Pi)`,
+		`{"gpuMemorySizes":["80Gi"],"reservedMiB":9223372036854775807,"memoryStep":"256Mi"}`:              `reservedMiB: 9223372036854775807: must be from 0 to 1073741824 (1Pi)`,
+		`{"gpuMemorySizes":["80Gi"],"memoryStep":"-1"}`:                                                   `memoryStep: -1: must be from 1 byte to 1Gi`,
+		`{"gpuMemorySizes":["1Gi","2Gi","3Gi","4Gi","5Gi","6Gi","7Gi","8Gi","9Gi"],"memoryStep":"256Mi"}`: `gpuMemorySizes: 9 sizes, at most 8`,
+	} {
+		p := res.Pod.DeepCopy()
+		p.Annotations[kai.AnnotationInputs] = inputs
+		if _, err := kai.TemplateFor(p, kai.Options{}); err == nil || !strings.Contains(err.Error(), "annotation gpufrac.dev/kai-inputs: "+want) {
+			t.Errorf("%s: %v, want %q", inputs, err, want)
+		}
+	}
+}
