@@ -33,7 +33,7 @@ func TestWebhookServerCutsSlowClients(t *testing.T) {
 	go func() { served <- srv.Serve(lis) }()
 	defer func() {
 		_ = srv.Close()
-		<-served
+		<-served //nolint:errcheck // after Close, Serve returns ErrServerClosed
 	}()
 
 	const body = 200
