@@ -112,6 +112,9 @@ func TestHostileInputCLI(t *testing.T) {
 		{"a claim name that clears the screen", nil, []string{"validate", "-f", file("esc.yaml", claimWith(`evil\e[2J\e]0;title\a`, "10Gi", "-1"))}, `ResourceClaim/evil\x1b[2J\x1b]0;title\x07: `, 0},
 		{"a pod name and annotation with escapes", nil, []string{"translate", "-f", file("escpod.yaml", kaiPod(`p\e[31m\u202e`, "gpu-memory", `\e[2J`))},
 			`# Pod/p\x1b[31m\u202e: refused: cannot translate KAI GPU-sharing annotations: annotation gpu-memory="\x1b[2J": failed to parse gpu memory annotation value`, 0},
+		{"a 300 KB pod name and container name", nil, []string{"translate", "--gpu-memory", "80Gi", "-f", file("big.yaml",
+			kaiPod(strings.Repeat("n", 300000), "gpu-fraction", "0.5", "gpu-fraction-container-name", strings.Repeat("c", 300000)))},
+			"more bytes)", 0},
 		// KAI annotations without bounds.
 		{"gpu-memory at the int64 edge", nil, []string{"translate", "-f", file("mmax.yaml", kaiPod("p", "gpu-memory", "9223372036854775807"))},
 			`annotation gpu-memory="9223372036854775807": gpufrac: must be at most 8796093022207 MiB (more overflows a count of bytes)`, 0},

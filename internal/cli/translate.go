@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/termsafe"
 )
 
 // newTranslateCommand previews, offline, what the admission webhook makes of
@@ -61,6 +62,9 @@ func newTranslateCommand(streams IOStreams) *cobra.Command {
 	return cmd
 }
 
+// maxMessageBytes caps one message taken from a manifest in the output.
+const maxMessageBytes = 1024
+
 // parseGPUMemory reads --gpu-memory values: GPU sizes from 1Mi (KAI's
 // portions are whole MiB of a GPU) to 1Pi (inferred: several thousand times
 // today's largest GPU, b200's 180Gi, yet far from overflowing int64 bytes,
@@ -107,17 +111,20 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 			fmt.Fprintf(errOut, "%s: document %d: not a Pod, skipped\n", source, doc)
 			continue
 		}
-		printComparison(out, pod.Name, kai.Compare(&pod, opts))
+		// The name and the messages come from the file: bounded (a name
+		// the API server accepts is at most 253 bytes, documented).
+		name := termsafe.Truncate(pod.Name, 253)
+		printComparison(out, name, kai.Compare(&pod, opts))
 		res, err := kai.Translate(&pod, opts)
 		switch {
 		case err != nil:
-			fmt.Fprintf(out, "# Pod/%s: refused: %v\n", pod.Name, err)
+			fmt.Fprintf(out, "# Pod/%s: refused: %s\n", name, termsafe.Truncate(err.Error(), maxMessageBytes))
 			ok = false
 		case res == nil:
-			fmt.Fprintf(out, "# Pod/%s: nothing to translate\n", pod.Name)
+			fmt.Fprintf(out, "# Pod/%s: nothing to translate\n", name)
 		default:
 			for _, w := range res.Warnings {
-				fmt.Fprintf(errOut, "Warning: Pod/%s: %s\n", pod.Name, w)
+				fmt.Fprintf(errOut, "Warning: Pod/%s: %s\n", name, termsafe.Truncate(w, maxMessageBytes))
 			}
 			if err := printYAML(out, res.Template); err != nil {
 				return false, err
@@ -134,8 +141,9 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 func printComparison(out io.Writer, name string, rows []kai.Row) {
 	fmt.Fprintf(out, "# Pod/%s: KAI-Scheduler vs gpufrac\n", name)
 	width := [2]int{len("aspect"), len("KAI-Scheduler")}
+	cell := func(s string) string { return termsafe.Truncate(s, maxMessageBytes) }
 	for _, r := range rows {
-		width[0], width[1] = max(width[0], len(r.Aspect)), max(width[1], len(r.KAI))
+		width[0], width[1] = max(width[0], len(r.Aspect)), max(width[1], len(cell(r.KAI)))
 	}
 	line := func(mark, a, k, g string) {
 		fmt.Fprintf(out, "# %-2s %-*s | %-*s | %s\n", mark, width[0], a, width[1], k, g)
@@ -146,7 +154,7 @@ func printComparison(out io.Writer, name string, rows []kai.Row) {
 		if r.Differs() {
 			mark = "!="
 		}
-		line(mark, r.Aspect, r.KAI, r.Gpufrac)
+		line(mark, r.Aspect, cell(r.KAI), cell(r.Gpufrac))
 	}
 }
 
