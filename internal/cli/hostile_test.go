@@ -154,6 +154,8 @@ func TestHostileInputCLI(t *testing.T) {
 			`pod p: annotation gpufrac.dev/replicas="1000000000": must be a number from 1 to 150000`, 0},
 		{"simulate replicas that add up past a cluster", nil, []string{"simulate", "-f", file("rep2.yaml", kaiPod("p", "gpu-memory", "1024", "gpufrac.dev/replicas", "100000")+"---\n"+kaiPod("q", "gpu-memory", "1024", "gpufrac.dev/replicas", "100000"))},
 			"the workload holds more than 150000 pods (replicas counted)", 0},
+		{"simulate a negative memory request", nil, []string{"simulate", "-f", file("neg.yaml", "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: t}\nspec:\n  spec:\n    devices:\n      requests:\n      - name: gpu\n        exactly: {deviceClassName: gpufrac.dev, capacity: {requests: {memory: -1Gi}}}\n")},
+			"document 1: ResourceClaimTemplate t: spec.spec.devices.requests[0].exactly.capacity.requests[memory]: -1Gi: must be greater than zero", 0},
 		{"simulate /dev/zero", nil, []string{"simulate", "-f", "/dev/zero"}, "reading /dev/zero: more than 32 MiB", 0},
 		{"translate --gpu-memory 1 (a byte)", nil, []string{"translate", "--gpu-memory", "1", "-f", file("p.yaml", kaiPod("p", "gpu-fraction", "0.5"))}, `--gpu-memory "1": must be a GPU memory size from 1Mi to 1Pi`, 0},
 	} {
