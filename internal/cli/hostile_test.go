@@ -11,8 +11,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -252,5 +254,40 @@ func TestHostileMetricsAreBounded(t *testing.T) {
 	got := runWhy(t, client, "resourceclaim/held-gpu-0", "-n", "other")
 	if !strings.Contains(got, "more than 16 MiB, the most read of one node's metrics") {
 		t.Errorf("output:\n%s", trim(got))
+	}
+}
+
+// TestHostileAllocationsInStatus: the API server accepts any
+// consumedCapacity in a claim's status; `status` lists a share whose
+// memory is outside (0, the GPU's memory] as invalid and leaves it out of
+// the sums (1e30 read as 0, sums overflowed int64).
+func TestHostileAllocationsInStatus(t *testing.T) {
+	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("141Gi")}}
+	objs := []runtime.Object{&resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: "gpufrac.dev", NodeName: ptr.To("node-a"), Pool: resourceapi.ResourcePool{Name: "node-a", ResourceSliceCount: 1},
+		Devices: []resourceapi.Device{{Name: "gpu-0", Capacity: capacity}}}}}
+	for _, v := range []string{"40Gi", "1e30", "-1Gi", "9223372036854775807", "142Gi"} {
+		objs = append(objs, &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c" + v, Namespace: "team"}, Status: resourceapi.ResourceClaimStatus{
+			Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+				Request: "gpu", Driver: "gpufrac.dev", Pool: "node-a", Device: "gpu-0", ShareID: ptr.To(types.UID("s" + v)),
+				ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(v)}}}}}}})
+	}
+	var out bytes.Buffer
+	cmd := newRootCommand(IOStreams{Out: &out, ErrOut: &out}, func(genericclioptions.RESTClientGetter) (kubernetes.Interface, error) {
+		return fake.NewClientset(objs...), nil
+	})
+	cmd.SetArgs([]string{"status"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	got := out.String()
+	lines := strings.Split(got, "\n")
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "node-a gpu-0 141Gi 40Gi 40Gi 0.28 5" {
+		t.Errorf("gpu-0 row %q, want only the 40Gi share summed", lines[1])
+	}
+	for _, v := range []string{"1e30", "-1Gi", "9223372036854775807", "142Gi"} {
+		if !strings.Contains(got, "INVALID: consumed memory "+v+" is outside (0, 141Gi], the GPU's memory") {
+			t.Errorf("share of %s not flagged:\n%s", v, got)
+		}
 	}
 }
