@@ -23,6 +23,20 @@ import (
 	"k8s.io/utils/ptr"
 )
 
+const billionLaughs = `apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: bomb}
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+`
+
 // endless is standard input that never ends (yes | kubectl gpufrac ...).
 type endless struct{}
 
@@ -88,6 +102,9 @@ func TestHostileInputCLI(t *testing.T) {
 		{"validate /dev/zero", nil, []string{"validate", "-f", "/dev/zero"}, "reading /dev/zero: more than 32 MiB, the most one input may hold", 0},
 		{"validate endless stdin", endless{}, []string{"validate", "-f", "-"}, "reading standard input: more than 32 MiB", 0},
 		{"translate /dev/zero", nil, []string{"translate", "-f", "/dev/zero"}, "reading /dev/zero: more than 32 MiB", 0},
+		// Parser bombs: the YAML library's own limits hold.
+		{"billion laughs", strings.NewReader(billionLaughs), []string{"validate", "-f", "-"}, "<stdin>: document 1: yaml: document contains excessive aliasing", 0},
+		{"100,000 nested lists", strings.NewReader(strings.Repeat("[", 100000) + strings.Repeat("]", 100000)), []string{"validate", "-f", "-"}, "<stdin>: document 1: yaml: exceeded max depth of 10000", 0},
 		// Empty input.
 		{"validate an empty file", nil, []string{"validate", "-f", file("empty.yaml", "")}, "empty.yaml: no Kubernetes object in this input", 0},
 		{"validate empty stdin", strings.NewReader(""), []string{"validate", "-f", "-"}, "<stdin>: no Kubernetes object in this input", 0},
