@@ -13,6 +13,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/termsafe"
 )
@@ -72,7 +73,7 @@ const maxMessageBytes = 1024
 func parseGPUMemory(values []string) ([]resource.Quantity, error) {
 	var sizes []resource.Quantity
 	for _, m := range values {
-		q, err := resource.ParseQuantity(m)
+		q, err := v1alpha1.ParseQuantity(m)
 		if err != nil {
 			return nil, fmt.Errorf("--gpu-memory %q: %w", m, err)
 		}

@@ -34,6 +34,9 @@ func FuzzTranslate(f *testing.F) {
 	f.Add("", "", "", "9223372036854775807", "8Ei", "main")
 	f.Add("", "", "", "1e30", "-8Ei", "main")
 	f.Add("", "", "", "1m", "141Gi", "main")
+	// Exponents whose arithmetic took minutes before the text was bounded.
+	f.Add("", "", "", "1E-999999999", "", "main")
+	f.Add("", "", "", "1Gi", "1e999999999", "main")
 	f.Fuzz(func(t *testing.T, fraction, memory, num, request, limit, container string) {
 		a := map[string]string{}
 		set := func(k, v string) {

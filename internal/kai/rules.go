@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 )
 
 // This file transcribes KAI-Scheduler's admission of a new pod by a user:
@@ -382,7 +384,7 @@ func nvFractionsData(a map[string]string) (map[string]*nvContainer, *Error) {
 			}
 			d.compute = &c
 		case SuffixMemoryRequest, SuffixMemoryLimit:
-			q, perr := resource.ParseQuantity(v)
+			q, perr := v1alpha1.ParseQuantity(v) // bounded: see its comment
 			if perr != nil || q.Sign() <= 0 {
 				return nil, refusal(k, v, "annotation value must be a valid Kubernetes memory quantity greater than 0")
 			}
@@ -402,7 +404,7 @@ func nvFractionsData(a map[string]string) (map[string]*nvContainer, *Error) {
 	// when the request key sorts after the limit key, so settle it here.
 	for name, d := range out {
 		if k := PrefixNvFractions + name + SuffixMemoryRequest; a[k] != "" {
-			if q, err := resource.ParseQuantity(a[k]); err == nil {
+			if q, err := v1alpha1.ParseQuantity(a[k]); err == nil {
 				d.request = &q
 			}
 		}

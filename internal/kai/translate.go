@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/gpubounds"
 )
 
@@ -85,6 +86,39 @@ type Inputs struct {
 	GPUMemorySizes []resource.Quantity `json:"gpuMemorySizes,omitempty"`
 	ReservedMiB    int64               `json:"reservedMiB,omitempty"`
 	MemoryStep     resource.Quantity   `json:"memoryStep"`
+}
+
+// decodeInputs reads recorded inputs with every quantity's text bounded
+// before it is parsed (v1alpha1.ParseQuantity): json.Unmarshal into a
+// resource.Quantity would parse "1E-999999999" for minutes.
+func decodeInputs(raw string) (Inputs, error) {
+	var text struct {
+		GPUMemorySizes []string `json:"gpuMemorySizes"`
+		ReservedMiB    int64    `json:"reservedMiB"`
+		MemoryStep     string   `json:"memoryStep"`
+	}
+	if err := json.Unmarshal([]byte(raw), &text); err != nil {
+		return Inputs{}, err
+	}
+	if len(text.GPUMemorySizes) > resourceapi.FirstAvailableDeviceRequestMaxSize {
+		return Inputs{}, fmt.Errorf("gpuMemorySizes: %d sizes, at most %d (resource.k8s.io/v1 FirstAvailableDeviceRequestMaxSize)", len(text.GPUMemorySizes), resourceapi.FirstAvailableDeviceRequestMaxSize)
+	}
+	in := Inputs{ReservedMiB: text.ReservedMiB}
+	for i, s := range text.GPUMemorySizes {
+		q, err := v1alpha1.ParseQuantity(s)
+		if err != nil {
+			return Inputs{}, fmt.Errorf("gpuMemorySizes[%d]: %q: %w", i, s, err)
+		}
+		in.GPUMemorySizes = append(in.GPUMemorySizes, q)
+	}
+	if text.MemoryStep != "" {
+		q, err := v1alpha1.ParseQuantity(text.MemoryStep)
+		if err != nil {
+			return Inputs{}, fmt.Errorf("memoryStep: %q: %w", text.MemoryStep, err)
+		}
+		in.MemoryStep = q
+	}
+	return in, in.validate()
 }
 
 // validate bounds recorded inputs: at most 8 GPU sizes (a claim's
@@ -171,15 +205,12 @@ func TemplateFor(pod *corev1.Pod, opts Options) (*resourceapi.ResourceClaimTempl
 	if name == "" || !ok {
 		return nil, fmt.Errorf("pod %s/%s is not translated", pod.Namespace, pod.Name)
 	}
-	var in Inputs
-	if err := json.Unmarshal([]byte(raw), &in); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w", AnnotationInputs, err)
-	}
-	// Anyone who may create a pod may write these inputs: they are held to
-	// what the webhook itself could have recorded.
-	if err := in.validate(); err != nil {
+	in, err := decodeInputs(raw)
+	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s: annotation %s: %w", pod.Namespace, pod.Name, AnnotationInputs, err)
 	}
+	// Anyone who may create a pod may write these inputs: decodeInputs
+	// holds them to what the webhook itself could have recorded.
 	opts.GPUMemorySizes, opts.ReservedMiB, opts.MemoryStep = in.GPUMemorySizes, in.ReservedMiB, in.MemoryStep
 	opts.defaults()
 	req, kerr := admit(pod)

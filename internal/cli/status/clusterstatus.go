@@ -92,7 +92,7 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 			}
 			if data, ok := deviceData(c, r); ok {
 				cl.Prepared, cl.Mode, cl.Enforcement = true, data.ComputeMode, data.Enforcement
-				if q, err := resource.ParseQuantity(data.MemoryLimit); err == nil && cl.Invalid == "" {
+				if q, err := v1alpha1.ParseQuantity(data.MemoryLimit); err == nil && cl.Invalid == "" {
 					if cl.Invalid = outside("memory limit", q, g.Memory); cl.Invalid == "" {
 						cl.Limit = q.Value()
 					}
