@@ -121,6 +121,15 @@ func TestHostileAdmission(t *testing.T) {
 			`ResourceClaim/c: spec.devices.config[0].opaque.parameters: Forbidden: unknown field "f1014"; ... and 2980 more problems, not listed`},
 		{"a claim name with escapes", "8 x 141Gi", admission.PathValidate, reviewBody("ResourceClaim", hostileClaim("c\x1b[31m\u202e", "10Gi", "0", "")), 200,
 			`ResourceClaim/c\x1b[31m\u202e: spec.devices.config[0].opaque.parameters.memoryLimit`},
+		// Exponents that took minutes of CPU to parse or compare.
+		{"a KAI memory request of 1E-999999999", "8 x 141Gi", admission.PathMutatePods,
+			reviewBody("Pod", hostilePod("p", map[string]string{"nvidia.com/container.main.gpu-memory.request": "1E-999999999"})), 200,
+			`annotation nvidia.com/container.main.gpu-memory.request="1E-999999999": gpufrac: exponent -999999999 is outside [-30, 30]`},
+		{"a pod's cpu of 1E-999999999, sent directly", "8 x 141Gi", admission.PathMutatePods,
+			reviewBody("Pod", []byte(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"},"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"1E-999999999"}}}]}}`)),
+			http.StatusBadRequest, "the number 1E-999999999 has an exponent outside [-30, 30]"},
+		{"a claim's memory of 1e999999999, sent directly", "8 x 141Gi", admission.PathValidate,
+			reviewBody("ResourceClaim", hostileClaim("c", "1e999999999", "10Gi", "")), http.StatusBadRequest, "the number 1e999999999 has an exponent outside [-30, 30]"},
 		// Either webhook: bodies.
 		{"a body over 8 MiB", "8 x 141Gi", admission.PathValidate, bytes.Repeat([]byte(" "), 9<<20), http.StatusRequestEntityTooLarge,
 			"the request body is over 8 MiB"},

@@ -20,7 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/termsafe"
 )
 
 // Paths the webhook configurations point at.
@@ -74,6 +76,13 @@ func (s *Server) serve(admit admitFunc) http.HandlerFunc {
 		body, code, err := readBody(w, r)
 		if err != nil {
 			http.Error(w, err.Error(), code)
+			return
+		}
+		if n := v1alpha1.FindUnboundedQuantity(body); n != "" {
+			// Decoding a Pod or a claim would parse it into a
+			// resource.Quantity for minutes (v1alpha1.ParseQuantity).
+			http.Error(w, fmt.Sprintf("the number %s has an exponent outside [-%d, %d]", termsafe.Truncate(n, 64),
+				v1alpha1.MaxQuantityExponent, v1alpha1.MaxQuantityExponent), http.StatusBadRequest)
 			return
 		}
 		var review admissionv1.AdmissionReview

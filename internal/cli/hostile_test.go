@@ -123,6 +123,15 @@ func TestHostileInputCLI(t *testing.T) {
 			`capacity.requests[memory]: Invalid value: "1e30": must be at most 180Gi`, 0},
 		{"validate --gpu-memory -1Gi", nil, []string{"validate", "--gpu-memory", "-1Gi", "-f", file("ok.yaml", claimWith("c", "10Gi", "20Gi"))},
 			`--gpu-memory "-1Gi": must be a GPU memory size from 1Mi to 1Pi`, 0},
+		// Exponents that took minutes of CPU to parse or compare.
+		{"memory request 1E-999999999", nil, []string{"validate", "-f", file("eneg.yaml", claimWith("c", "1E-999999999", "10Gi"))},
+			"document 1: ResourceClaim/c: the number 1E-999999999 has an exponent outside [-30, 30]", 0},
+		{"memoryLimit 1e999999999", nil, []string{"validate", "-f", file("epos.yaml", claimWith("c", "10Gi", "1e999999999"))},
+			`spec.devices.config[0].opaque.parameters.memoryLimit: Invalid value: "1e999999999": exponent 999999999 is outside [-30, 30]`, 0},
+		{"a KAI memory request of 1E-999999999", nil, []string{"translate", "-f", file("ekai.yaml", kaiPod("p", "nvidia.com/container.main.gpu-memory.request", "1E-999999999"))},
+			`annotation nvidia.com/container.main.gpu-memory.request="1E-999999999": gpufrac: exponent -999999999 is outside [-30, 30]`, 0},
+		{"translate --gpu-memory 1e999999999", nil, []string{"translate", "--gpu-memory", "1e999999999", "-f", file("p.yaml", kaiPod("p", "gpu-fraction", "0.5"))},
+			`--gpu-memory "1e999999999": exponent 999999999 is outside [-30, 30]`, 0},
 		// Uncapped messages.
 		{"a memoryLimit of 500,000 digits", nil, []string{"validate", "-f", file("digits.yaml", claimWith("c", "10Gi", strings.Repeat("9", 500000)+"x"))},
 			"more bytes)", 2048},

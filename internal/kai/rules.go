@@ -1,6 +1,7 @@
 package kai
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -385,6 +386,9 @@ func nvFractionsData(a map[string]string) (map[string]*nvContainer, *Error) {
 			d.compute = &c
 		case SuffixMemoryRequest, SuffixMemoryLimit:
 			q, perr := v1alpha1.ParseQuantity(v) // bounded: see its comment
+			if unbounded := new(v1alpha1.UnboundedQuantityError); errors.As(perr, &unbounded) {
+				return nil, refusal(k, v, "gpufrac: "+perr.Error())
+			}
 			if perr != nil || q.Sign() <= 0 {
 				return nil, refusal(k, v, "annotation value must be a valid Kubernetes memory quantity greater than 0")
 			}

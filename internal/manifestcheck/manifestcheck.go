@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/gpubounds"
 	"github.com/gpufrac/gpufrac/internal/termsafe"
 )
@@ -296,6 +297,12 @@ func parseObject(source string, doc int, data []byte, list *header) []*parsed {
 		return []*parsed{res}
 	}
 
+	if n := v1alpha1.FindUnboundedQuantity(data); n != "" {
+		// Decoding would parse it into a resource.Quantity for minutes.
+		res.Err = fmt.Errorf("the number %s has an exponent outside [-%d, %d]: no quantity needs it, and arithmetic on it takes minutes",
+			termsafe.Truncate(n, 64), v1alpha1.MaxQuantityExponent, v1alpha1.MaxQuantityExponent)
+		return []*parsed{res}
+	}
 	obj, _, err := strictDecoder.Decode(data, nil, nil)
 	if strict, ok := runtime.AsStrictDecodingError(err); ok {
 		// The object decoded; only its strictness failed. A misspelled

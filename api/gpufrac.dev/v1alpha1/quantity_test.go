@@ -25,3 +25,20 @@ func TestParseQuantityIsBounded(t *testing.T) {
 		}
 	}
 }
+
+func TestFindUnboundedQuantity(t *testing.T) {
+	for doc, want := range map[string]string{
+		`{"spec":{"containers":[{"resources":{"requests":{"cpu":"1E-999999999"}}}]}}`:                       "1E-999999999",
+		`{"spec":{"overhead":{"memory":2e999999999}}}`:                                                      "2e999999999",
+		`{"exactly":{"capacity":{"requests":{"memory":"1e999999999"}}}}`:                                    "1e999999999",
+		`{"emptyDir":{"sizeLimit":"1e-100"}}`:                                                               "1e-100",
+		`{"limits":{"memory":"` + strings.Repeat("9", 65) + `"}}`:                                           strings.Repeat("9", 65),
+		`{"requests":{"memory":"141Gi","cpu":1e30,"x":"1e-30"}}`:                                            "",
+		`{"env":[{"name":"X","value":"1e999999999"}],"metadata":{"annotations":{"gpu-fraction":"1e-300"}}}`: "",
+		`not json`: "",
+	} {
+		if got := FindUnboundedQuantity([]byte(doc)); got != want {
+			t.Errorf("%s: %q, want %q", doc, got, want)
+		}
+	}
+}
