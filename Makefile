@@ -82,6 +82,7 @@ FUZZTIME ?= 1m
 FUZZ_TARGETS := \
 	FuzzDecodeValidate:./api/gpufrac.dev/v1alpha1 \
 	FuzzTranslate:./internal/kai \
+	FuzzCheck:./internal/manifestcheck \
 	FuzzDecode:./internal/node/checkpoint \
 	FuzzReadState:./internal/node/cdihook \
 	FuzzParseLimit:./internal/node/cdihook \

@@ -59,7 +59,7 @@ func (s *Server) validatePod(ctx context.Context, req *admissionv1.AdmissionRequ
 		}
 	}
 	if len(problems) > 0 {
-		resp := deny(http.StatusUnprocessableEntity, "one guarantee per claim: "+strings.Join(problems, "; "))
+		resp := deny(http.StatusUnprocessableEntity, "one guarantee per claim: "+problemList(problems))
 		resp.Warnings = warnings
 		return resp
 	}

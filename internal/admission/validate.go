@@ -3,8 +3,8 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
-	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 
@@ -32,14 +32,17 @@ func (s *Server) validate(ctx context.Context, req *admissionv1.AdmissionRequest
 		}
 	}
 	var problems []string
-	for _, r := range manifestcheck.Check(inputs...) {
+	// Memory is bounded by the largest GPU the cluster publishes (or, with
+	// none published yet, by gpufrac's catalog); the problem says which.
+	opts := manifestcheck.Options{GPUMemorySizes: s.Cluster.GPUMemorySizes()}
+	for _, r := range manifestcheck.CheckWith(opts, inputs...) {
 		if r.Source != "request" || !r.Failed() {
 			continue
 		}
-		problems = append(problems, r.Lines()...)
+		problems = append(problems, r.LinesUpTo(math.MaxInt)...) // problemList counts what it leaves out
 	}
 	if len(problems) > 0 {
-		return deny(http.StatusUnprocessableEntity, "invalid gpufrac.dev configuration: "+strings.Join(problems, "; "))
+		return deny(http.StatusUnprocessableEntity, "invalid gpufrac.dev configuration: "+problemList(problems))
 	}
 	return allow()
 }

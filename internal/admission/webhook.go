@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -21,7 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/termsafe"
 )
 
 // Paths the webhook configurations point at.
@@ -72,9 +73,16 @@ type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *adm
 func (s *Server) serve(admit admitFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		logger := klog.FromContext(r.Context())
-		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		body, code, err := readBody(w, r)
 		if err != nil {
-			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+			http.Error(w, err.Error(), code)
+			return
+		}
+		if n := v1alpha1.FindUnboundedQuantity(body); n != "" {
+			// Decoding a Pod or a claim would parse it into a
+			// resource.Quantity for minutes (v1alpha1.ParseQuantity).
+			http.Error(w, fmt.Sprintf("the number %s has an exponent outside [-%d, %d]", termsafe.Truncate(n, 64),
+				v1alpha1.MaxQuantityExponent, v1alpha1.MaxQuantityExponent), http.StatusBadRequest)
 			return
 		}
 		var review admissionv1.AdmissionReview
@@ -83,6 +91,7 @@ func (s *Server) serve(admit admitFunc) http.HandlerFunc {
 			return
 		}
 		resp := admit(r.Context(), review.Request)
+		bounded(resp)
 		resp.UID = review.Request.UID
 		review.Response, review.Request = resp, nil
 		out, err := json.Marshal(review)

@@ -213,7 +213,7 @@ func TestMutateRefusesWithKAIsReason(t *testing.T) {
 	srv := newServer(t)
 	for annotations, want := range map[string]string{
 		`{"gpu-fraction":"1.5"}`:                               `cannot translate KAI GPU-sharing annotations: annotation gpu-fraction="1.5": gpu-fraction annotation value must be a positive number smaller than 1.0`,
-		`{"gpu-memory":"1024","gpu-fraction-num-devices":"9"}`: `cannot translate KAI GPU-sharing annotations: annotation gpu-fraction-num-devices="9": gpufrac: no node has more than 8 gpufrac GPUs`,
+		`{"gpu-memory":"1024","gpu-fraction-num-devices":"9"}`: `cannot translate KAI GPU-sharing annotations: annotation gpu-fraction-num-devices="9": gpufrac: must be at most 8, the most gpufrac GPUs one node in the cluster publishes`,
 	} {
 		var a map[string]string
 		_ = json.Unmarshal([]byte(annotations), &a)

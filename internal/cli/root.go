@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
+
+	"github.com/gpufrac/gpufrac/internal/termsafe"
 )
 
 // IOStreams are where commands read and write, so that tests can run them
@@ -43,6 +45,9 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 }
 
 func newRootCommand(streams IOStreams, clientFor clientFunc) *cobra.Command {
+	// Every command prints names and messages taken from manifests and the
+	// cluster: none may act on the terminal (termsafe).
+	streams.Out, streams.ErrOut = termsafe.Writer(streams.Out), termsafe.Writer(streams.ErrOut)
 	root := &cobra.Command{
 		Use:   "kubectl-gpufrac",
 		Short: "Work with gpufrac.dev fractional GPU claims",
@@ -75,6 +80,9 @@ func newRootCommand(streams IOStreams, clientFor clientFunc) *cobra.Command {
 	return root
 }
 
+// maxErrorBytes caps the one error line main prints.
+const maxErrorBytes = 4096
+
 // ExitCode maps the error of Execute to the process's exit status, and
 // prints it unless the command has already reported (ExitError).
 func ExitCode(err error, errOut io.Writer) int {
@@ -85,6 +93,6 @@ func ExitCode(err error, errOut io.Writer) int {
 	if errors.As(err, &exit) {
 		return exit.Code
 	}
-	fmt.Fprintf(errOut, "error: %v\n", err)
+	fmt.Fprintf(errOut, "error: %s\n", termsafe.Escape(termsafe.Truncate(err.Error(), maxErrorBytes)))
 	return 1
 }

@@ -34,6 +34,12 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 			"packing node affinity when --packing is on, and a seeded random choice among equal scores.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if nodes < 1 || nodes > simulate.MaxNodes {
+				return fmt.Errorf("--nodes %d: must be from 1 to %d (the most nodes a Kubernetes cluster holds)", nodes, simulate.MaxNodes)
+			}
+			if cmd.Flags().Changed("generate") && (generate < 1 || generate > simulate.MaxPods) {
+				return fmt.Errorf("--generate %d: must be from 1 to %d (the most pods a Kubernetes cluster holds)", generate, simulate.MaxPods)
+			}
 			cluster := simulate.Cluster{Nodes: nodes, GPUs: gpus}
 			slices, err := cluster.Slices(ctx)
 			if err != nil {
@@ -62,6 +68,13 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 				}
 			default:
 				return fmt.Errorf("give a workload with -f or --generate")
+			}
+			total := 0
+			for _, p := range pods {
+				total += max(p.Replicas, 1)
+				if total > simulate.MaxPods {
+					return fmt.Errorf("the workload holds more than %d pods (replicas counted), the most a Kubernetes cluster holds", simulate.MaxPods)
+				}
 			}
 			var sched simulate.Scheduler
 			switch scheduler {

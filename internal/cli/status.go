@@ -62,6 +62,9 @@ func printStatus(out io.Writer, gpus []status.GPU) error {
 			if !c.Prepared {
 				mode = "(not prepared yet)"
 			}
+			if c.Invalid != "" {
+				mode += " INVALID: " + c.Invalid
+			}
 			fmt.Fprintf(w, "  %s/%s\tpods: %s\t%s\t\t%s\t%s\t%s\t\t\n", c.Namespace, c.Name, strings.Join(c.Pods, ","), "",
 				bytesQ(c.Request), bytesQ(c.Limit), mode)
 		}

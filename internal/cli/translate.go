@@ -13,7 +13,9 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/termsafe"
 )
 
 // newTranslateCommand previews, offline, what the admission webhook makes of
@@ -33,17 +35,11 @@ func newTranslateCommand(streams IOStreams) *cobra.Command {
 			if len(filenames) == 0 {
 				return fmt.Errorf("-f is required")
 			}
-			opts := kai.Options{}
-			for _, m := range memory {
-				q, err := resource.ParseQuantity(m)
-				if err != nil {
-					return fmt.Errorf("--gpu-memory %q: %w", m, err)
-				}
-				if q.Sign() <= 0 || q.Cmp(resource.MustParse("1Pi")) > 0 {
-					return fmt.Errorf("--gpu-memory %q: must be a GPU memory size above 0 and at most 1Pi", m)
-				}
-				opts.GPUMemorySizes = append(opts.GPUMemorySizes, q)
+			sizes, err := parseGPUMemory(memory)
+			if err != nil {
+				return err
 			}
+			opts := kai.Options{GPUMemorySizes: sizes}
 			inputs, err := readInputs(filenames, streams.In)
 			if err != nil {
 				return err
@@ -67,14 +63,41 @@ func newTranslateCommand(streams IOStreams) *cobra.Command {
 	return cmd
 }
 
+// maxMessageBytes caps one message taken from a manifest in the output.
+const maxMessageBytes = 1024
+
+// parseGPUMemory reads --gpu-memory values: GPU sizes from 1Mi (KAI's
+// portions are whole MiB of a GPU) to 1Pi (inferred: several thousand times
+// today's largest GPU, b200's 180Gi, yet far from overflowing int64 bytes,
+// so no later arithmetic on it can overflow).
+func parseGPUMemory(values []string) ([]resource.Quantity, error) {
+	var sizes []resource.Quantity
+	for _, m := range values {
+		q, err := v1alpha1.ParseQuantity(m)
+		if err != nil {
+			return nil, fmt.Errorf("--gpu-memory %q: %w", m, err)
+		}
+		if q.Cmp(resource.MustParse("1Mi")) < 0 || q.Cmp(resource.MustParse("1Pi")) > 0 {
+			return nil, fmt.Errorf("--gpu-memory %q: must be a GPU memory size from 1Mi to 1Pi", m)
+		}
+		sizes = append(sizes, q)
+	}
+	return sizes, nil
+}
+
 // translateDocuments prints the translation of every Pod in data; it
 // reports false if any Pod was refused.
 func translateDocuments(out, errOut io.Writer, source string, data []byte, opts kai.Options) (bool, error) {
 	ok := true
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	found := false
 	for doc := 1; ; doc++ {
 		raw, err := reader.Read()
 		if errors.Is(err, io.EOF) {
+			if !found {
+				// An empty file or pipe is a mistake upstream, not a pod.
+				return false, fmt.Errorf("%s: no Kubernetes object in this input: it is empty", source)
+			}
 			return ok, nil
 		}
 		if err != nil {
@@ -83,22 +106,26 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}
+		found = true
 		var pod corev1.Pod
 		if err := yaml.UnmarshalStrict(raw, &pod); err != nil || pod.Kind != "Pod" {
 			fmt.Fprintf(errOut, "%s: document %d: not a Pod, skipped\n", source, doc)
 			continue
 		}
-		printComparison(out, pod.Name, kai.Compare(&pod, opts))
+		// The name and the messages come from the file: bounded (a name
+		// the API server accepts is at most 253 bytes, documented).
+		name := termsafe.Truncate(pod.Name, 253)
+		printComparison(out, name, kai.Compare(&pod, opts))
 		res, err := kai.Translate(&pod, opts)
 		switch {
 		case err != nil:
-			fmt.Fprintf(out, "# Pod/%s: refused: %v\n", pod.Name, err)
+			fmt.Fprintf(out, "# Pod/%s: refused: %s\n", name, termsafe.Truncate(err.Error(), maxMessageBytes))
 			ok = false
 		case res == nil:
-			fmt.Fprintf(out, "# Pod/%s: nothing to translate\n", pod.Name)
+			fmt.Fprintf(out, "# Pod/%s: nothing to translate\n", name)
 		default:
 			for _, w := range res.Warnings {
-				fmt.Fprintf(errOut, "Warning: Pod/%s: %s\n", pod.Name, w)
+				fmt.Fprintf(errOut, "Warning: Pod/%s: %s\n", name, termsafe.Truncate(w, maxMessageBytes))
 			}
 			if err := printYAML(out, res.Template); err != nil {
 				return false, err
@@ -115,8 +142,9 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 func printComparison(out io.Writer, name string, rows []kai.Row) {
 	fmt.Fprintf(out, "# Pod/%s: KAI-Scheduler vs gpufrac\n", name)
 	width := [2]int{len("aspect"), len("KAI-Scheduler")}
+	cell := func(s string) string { return termsafe.Truncate(s, maxMessageBytes) }
 	for _, r := range rows {
-		width[0], width[1] = max(width[0], len(r.Aspect)), max(width[1], len(r.KAI))
+		width[0], width[1] = max(width[0], len(r.Aspect)), max(width[1], len(cell(r.KAI)))
 	}
 	line := func(mark, a, k, g string) {
 		fmt.Fprintf(out, "# %-2s %-*s | %-*s | %s\n", mark, width[0], a, width[1], k, g)
@@ -127,7 +155,7 @@ func printComparison(out io.Writer, name string, rows []kai.Row) {
 		if r.Differs() {
 			mark = "!="
 		}
-		line(mark, r.Aspect, r.KAI, r.Gpufrac)
+		line(mark, r.Aspect, cell(r.KAI), cell(r.Gpufrac))
 	}
 }
 

@@ -68,7 +68,7 @@ func TestTranslateRefusesABadGPUSize(t *testing.T) {
 		root := NewRootCommand(IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
 		root.SetArgs([]string{"translate", "-f", "-", "--gpu-memory", size})
 		err := root.Execute()
-		if err == nil || !strings.Contains(err.Error(), "must be a GPU memory size above 0 and at most 1Pi") {
+		if err == nil || !strings.Contains(err.Error(), "must be a GPU memory size from 1Mi to 1Pi") {
 			t.Errorf("--gpu-memory %s: %v", size, err)
 		}
 	}

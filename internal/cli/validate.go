@@ -16,9 +16,9 @@ import (
 const stdinName = "<stdin>"
 
 func newValidateCommand(streams IOStreams) *cobra.Command {
-	var filenames []string
+	var filenames, memory []string
 	cmd := &cobra.Command{
-		Use:   "validate -f FILE [-f FILE...]",
+		Use:   "validate -f FILE [-f FILE...] [--gpu-memory 141Gi ...]",
 		Short: "Check the gpufrac.dev configs in manifests, offline",
 		Long: `Check ResourceClaims, ResourceClaimTemplates and DeviceClasses (resource.k8s.io/v1)
 before applying them: every opaque config for driver gpufrac.dev is decoded strictly and
@@ -28,21 +28,31 @@ in the same run lend their computeMode to the claims that use them.
 
 Prints "<Kind>/<name>: valid" for each object that passes and one
 "<Kind>/<name>: <field path>: <reason>" line per problem otherwise; objects of other
-kinds are listed as ignored. Exits 1 when there is any problem.`,
+kinds are listed as ignored. Exits 1 when there is any problem, and when an input holds
+no object at all.
+
+No memory request or memoryLimit may exceed the largest GPU: the largest --gpu-memory
+given (the sizes of your cluster's GPUs), else the largest GPU of gpufrac's simulated
+catalog; each problem says which bound applied. One input may hold at most 32 MiB.`,
 		Example: `  kubectl gpufrac validate -f claim.yaml
   kubectl gpufrac validate -f deviceclasses.yaml -f claim.yaml
   helm template ./chart | kubectl gpufrac validate -f -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			sizes, err := parseGPUMemory(memory)
+			if err != nil {
+				return err
+			}
 			inputs, err := readInputs(filenames, streams.In)
 			if err != nil {
 				return err
 			}
-			return printResults(streams.Out, manifestcheck.Check(inputs...))
+			return printResults(streams.Out, manifestcheck.CheckWith(manifestcheck.Options{GPUMemorySizes: sizes}, inputs...))
 		},
 	}
 	cmd.Flags().StringArrayVarP(&filenames, "filename", "f", nil,
 		"file or directory of manifests (YAML or JSON) to check; - reads standard input; may be repeated")
+	cmd.Flags().StringArrayVar(&memory, "gpu-memory", nil, "a GPU memory size in the cluster, e.g. 141Gi, bounding memory requests and limits; repeatable")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd
 }
@@ -74,9 +84,9 @@ func readInputs(filenames []string, stdin io.Reader) ([]manifestcheck.Input, err
 				return nil, fmt.Errorf("-f - given more than once: standard input can be read only once")
 			}
 			readStdin = true
-			data, err := io.ReadAll(stdin)
+			data, err := manifestcheck.ReadLimited(stdin, "standard input")
 			if err != nil {
-				return nil, fmt.Errorf("reading standard input: %w", err)
+				return nil, err
 			}
 			inputs = append(inputs, manifestcheck.Input{Name: stdinName, Data: data})
 			continue
@@ -86,7 +96,7 @@ func readInputs(filenames []string, stdin io.Reader) ([]manifestcheck.Input, err
 			return nil, err
 		}
 		for _, f := range files {
-			data, err := os.ReadFile(f)
+			data, err := readFile(f)
 			if err != nil {
 				return nil, err
 			}
@@ -94,6 +104,17 @@ func readInputs(filenames []string, stdin io.Reader) ([]manifestcheck.Input, err
 		}
 	}
 	return inputs, nil
+}
+
+// readFile reads at most manifestcheck.MaxInputBytes of a file, which may
+// be a device or a pipe (/dev/zero, <(...)) with no end.
+func readFile(name string) ([]byte, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	return manifestcheck.ReadLimited(f, name)
 }
 
 func expand(name string) ([]string, error) {

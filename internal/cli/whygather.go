@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -215,7 +216,7 @@ func gatherUsage(ctx context.Context, client kubernetes.Interface, target why.Ta
 			unseen("memory in use on node %s (no running gpufrac-kubelet-plugin pod with a metrics port there)", node)
 			continue
 		}
-		raw, err := client.CoreV1().Pods(plugin.Namespace).ProxyGet("http", plugin.Name, port, "/metrics", nil).DoRaw(ctx)
+		raw, err := readMetrics(ctx, client, plugin, port)
 		if err != nil {
 			unseen("memory in use on node %s (reading the plugin's /metrics through pods/proxy: %v)", node, err)
 			continue
@@ -227,6 +228,28 @@ func gatherUsage(ctx context.Context, client kubernetes.Interface, target why.Ta
 		}
 		snap.Usage = append(snap.Usage, u...)
 	}
+}
+
+// maxMetricsBytes bounds what is read of one node's /metrics: a node with
+// a thousand containers publishes well under 1 MiB (inferred from the
+// plugin's few series per container), and a node that sends without end
+// must not exhaust the user's memory.
+const maxMetricsBytes = 16 << 20
+
+func readMetrics(ctx context.Context, client kubernetes.Interface, plugin *v1.Pod, port string) ([]byte, error) {
+	body, err := client.CoreV1().Pods(plugin.Namespace).ProxyGet("http", plugin.Name, port, "/metrics", nil).Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = body.Close() }()
+	raw, err := io.ReadAll(io.LimitReader(body, maxMetricsBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > maxMetricsBytes {
+		return nil, fmt.Errorf("more than %d MiB, the most read of one node's metrics", maxMetricsBytes>>20)
+	}
+	return raw, nil
 }
 
 func metricsPort(pod *v1.Pod) string {

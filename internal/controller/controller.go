@@ -7,7 +7,6 @@ package controller
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -115,18 +114,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("listening for admission on %s: %w", cfg.WebhookAddress, err)
 	}
-	httpSrv := &http.Server{
-		Handler: srv.Handler(),
-		// Asked on every handshake, so a renewed certificate is served
-		// without a restart.
-		TLSConfig: &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12},
-		// Every read and write is bounded: a client that trickles its body
-		// holds a connection for at most ReadTimeout.
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       90 * time.Second,
-	}
+	httpSrv := newWebhookServer(srv.Handler(), certs.GetCertificate, defaultWebhookTimeouts())
 	errs := make(chan error, 1)
 	go func() { errs <- httpSrv.ServeTLS(lis, "", "") }()
 	logger.Info("Serving admission webhooks", "address", lis.Addr().String())

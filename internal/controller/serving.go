@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"net/http"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -47,4 +48,37 @@ func waitForCertificate(ctx context.Context, certs certSource) error {
 	return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
 		return certs.Ready() == nil, nil
 	})
+}
+
+// webhookTimeouts bound every read and write of the admission server.
+type webhookTimeouts struct {
+	header, read, write, idle time.Duration
+}
+
+// defaultWebhookTimeouts: the API server calls a webhook with a timeout of
+// at most 30 s (admissionregistration.k8s.io/v1 timeoutSeconds, default
+// 10, documented), so no honest request needs longer to arrive or be
+// answered.
+func defaultWebhookTimeouts() webhookTimeouts {
+	return webhookTimeouts{header: 10 * time.Second, read: 30 * time.Second, write: 30 * time.Second, idle: 90 * time.Second}
+}
+
+// newWebhookServer is the HTTPS server of the admission webhooks. Every
+// read and write is bounded: a client that trickles its headers or body
+// holds a connection for at most the read timeout, and the handler caps
+// the body (admission.MaxBodyBytes).
+func newWebhookServer(h http.Handler, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), t webhookTimeouts) *http.Server {
+	return &http.Server{
+		Handler: h,
+		// Asked on every handshake, so a renewed certificate is served
+		// without a restart.
+		TLSConfig:         &tls.Config{GetCertificate: getCert, MinVersion: tls.VersionTLS12},
+		ReadHeaderTimeout: t.header,
+		ReadTimeout:       t.read,
+		WriteTimeout:      t.write,
+		IdleTimeout:       t.idle,
+		// The API server sends a handful of headers; 64 KiB is ample
+		// (net/http's default is 1 MiB).
+		MaxHeaderBytes: 64 << 10,
+	}
 }

@@ -12,6 +12,8 @@ package kai
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gpufrac/gpufrac/internal/termsafe"
 )
 
 // Pod-level annotations (KAI's constants.go).
@@ -84,11 +86,17 @@ type Error struct {
 	Rule       string
 }
 
+// maxValueBytes caps the annotation value an error repeats: a value may be
+// up to 256 KiB (the API's limit on all annotations together), and the
+// error goes into an admission denial and a terminal.
+const maxValueBytes = 128
+
 func (e Error) Error() string {
 	if e.Annotation == "" {
 		return e.Rule
 	}
-	return fmt.Sprintf("annotation %s=%q: %s", e.Annotation, e.Value, e.Rule)
+	// %q escapes control characters, so the value cannot act on a terminal.
+	return fmt.Sprintf("annotation %s=%q: %s", termsafe.Escape(termsafe.Truncate(e.Annotation, maxValueBytes)), termsafe.Truncate(e.Value, maxValueBytes), e.Rule)
 }
 
 // Errors is kept as a list so callers can print each problem; KAI stops at

@@ -1,6 +1,7 @@
 package kai_test
 
 import (
+	"encoding/json"
 	"strconv"
 	"testing"
 
@@ -21,6 +22,21 @@ func FuzzTranslate(f *testing.F) {
 	f.Add("", "", "", "20Gi", "30Gi", "main")
 	f.Add("", "", "", "", "8Gi", "side")
 	f.Add("1", "x", "0", "-1", "1Ki", "")
+	// Near the int64 edges: MiB that overflow bytes, counts past any node,
+	// quantities past any GPU, portions at the smallest float.
+	f.Add("", "9223372036854775807", "", "", "", "main")
+	f.Add("", "8796093022207", "", "", "", "main")
+	f.Add("", "8796093022208", "9223372036854775807", "", "", "main")
+	f.Add("", "18446744073709551615", "-9223372036854775808", "", "", "main")
+	f.Add("", "144384", "33", "", "", "main")
+	f.Add("4.9e-324", "", "8", "", "", "main")
+	f.Add("0.9999999999999999", "", "", "", "", "main")
+	f.Add("", "", "", "9223372036854775807", "8Ei", "main")
+	f.Add("", "", "", "1e30", "-8Ei", "main")
+	f.Add("", "", "", "1m", "141Gi", "main")
+	// Exponents whose arithmetic took minutes before the text was bounded.
+	f.Add("", "", "", "1E-999999999", "", "main")
+	f.Add("", "", "", "1Gi", "1e999999999", "main")
 	f.Fuzz(func(t *testing.T, fraction, memory, num, request, limit, container string) {
 		a := map[string]string{}
 		set := func(k, v string) {
@@ -34,10 +50,11 @@ func FuzzTranslate(f *testing.F) {
 		set("nvidia.com/container."+container+".gpu-memory.request", request)
 		set("nvidia.com/container."+container+".gpu-memory.limit", limit)
 		p := pod(a, "main", "side")
-		res, err := kai.Translate(p, kai.Options{GPUMemorySizes: sizes})
+		res, err := kai.Translate(p, kai.Options{GPUMemorySizes: sizes, MaxGPUsPerNode: 8})
 		if err != nil || res == nil {
 			return
 		}
+		checkBounded(t, res)
 		if len(res.Pod.Spec.ResourceClaims) != 1 || *res.Pod.Spec.ResourceClaims[0].ResourceClaimTemplateName != res.Template.Name {
 			t.Fatalf("pod claims %+v do not reference the template %s", res.Pod.Spec.ResourceClaims, res.Template.Name)
 		}
@@ -70,6 +87,42 @@ func FuzzTranslate(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkBounded: whatever the annotations, a template never asks for more
+// devices than a node holds, nor for memory that is not positive or more
+// than the largest GPU, in a request or a limit.
+func checkBounded(t *testing.T, res *kai.Result) {
+	t.Helper()
+	largest := sizes[0] // 141Gi
+	check := func(what string, q resource.Quantity) {
+		if q.Sign() <= 0 || q.Cmp(largest) > 0 {
+			t.Fatalf("template %s: %s %s outside (0, %s]", res.Template.Name, what, q.String(), largest.String())
+		}
+	}
+	for _, r := range res.Template.Spec.Spec.Devices.Requests {
+		subs := r.FirstAvailable
+		if r.Exactly != nil {
+			subs = append(subs, resourceapi.DeviceSubRequest{Count: r.Exactly.Count, Capacity: r.Exactly.Capacity})
+		}
+		for _, s := range subs {
+			if s.Count < 1 || s.Count > 8 {
+				t.Fatalf("template %s: count %d outside [1, 8]", res.Template.Name, s.Count)
+			}
+			check("memory request", s.Capacity.Requests["memory"])
+		}
+	}
+	for _, c := range res.Template.Spec.Spec.Devices.Config {
+		var cfg struct {
+			MemoryLimit *resource.Quantity `json:"memoryLimit"`
+		}
+		if err := json.Unmarshal(c.Opaque.Parameters.Raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if cfg.MemoryLimit != nil {
+			check("memoryLimit", *cfg.MemoryLimit)
+		}
+	}
 }
 
 func sizesAscending() []resource.Quantity { return []resource.Quantity{sizes[1], sizes[0]} }

@@ -1,6 +1,7 @@
 package kai
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -10,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 )
 
 // This file transcribes KAI-Scheduler's admission of a new pod by a user:
@@ -382,7 +385,10 @@ func nvFractionsData(a map[string]string) (map[string]*nvContainer, *Error) {
 			}
 			d.compute = &c
 		case SuffixMemoryRequest, SuffixMemoryLimit:
-			q, perr := resource.ParseQuantity(v)
+			q, perr := v1alpha1.ParseQuantity(v) // bounded: see its comment
+			if unbounded := new(v1alpha1.UnboundedQuantityError); errors.As(perr, &unbounded) {
+				return nil, refusal(k, v, "gpufrac: "+perr.Error())
+			}
 			if perr != nil || q.Sign() <= 0 {
 				return nil, refusal(k, v, "annotation value must be a valid Kubernetes memory quantity greater than 0")
 			}
@@ -402,7 +408,7 @@ func nvFractionsData(a map[string]string) (map[string]*nvContainer, *Error) {
 	// when the request key sorts after the limit key, so settle it here.
 	for name, d := range out {
 		if k := PrefixNvFractions + name + SuffixMemoryRequest; a[k] != "" {
-			if q, err := resource.ParseQuantity(a[k]); err == nil {
+			if q, err := v1alpha1.ParseQuantity(a[k]); err == nil {
 				d.request = &q
 			}
 		}
@@ -444,7 +450,7 @@ const maxMiB = math.MaxInt64 >> 20
 
 func mibQuantity(mib uint64) (resource.Quantity, error) {
 	if mib > maxMiB {
-		return resource.Quantity{}, fmt.Errorf("gpufrac: %d MiB is more memory than any GPU has", mib)
+		return resource.Quantity{}, fmt.Errorf("gpufrac: must be at most %d MiB (more overflows a count of bytes); no GPU comes near it", uint64(maxMiB))
 	}
 	return *resource.NewQuantity(int64(mib)<<20, resource.BinarySI), nil
 }

@@ -42,6 +42,9 @@ func build(pod *corev1.Pod, req *request, opts Options) (*resourceapi.ResourceCl
 	perSize := req.kind == kindPortion || req.portionLimit > 0 || (mode == "sm-sharing" && req.compute == 0)
 	var shares []share
 	if perSize {
+		if n := len(opts.GPUMemorySizes); n > resourceapi.FirstAvailableDeviceRequestMaxSize {
+			return nil, nil, Errors{{Rule: fmt.Sprintf("gpufrac: this request takes a share of each GPU size, the cluster publishes %d sizes, and a claim can name at most %d alternatives (resource.k8s.io/v1 FirstAvailableDeviceRequestMaxSize)", n, resourceapi.FirstAvailableDeviceRequestMaxSize)}}
+		}
 		sizes := slices.Clone(opts.GPUMemorySizes)
 		// Smaller GPUs first: the cheaper fit.
 		slices.SortFunc(sizes, func(a, b resource.Quantity) int { return a.Cmp(b) })
@@ -55,7 +58,7 @@ func build(pod *corev1.Pod, req *request, opts Options) (*resourceapi.ResourceCl
 			}
 		}
 		if len(shares) == 0 {
-			return nil, nil, Errors{{Rule: "gpufrac: no GPU size in the cluster can hold this request"}}
+			return nil, nil, Errors{noSizeFits(pod, req, sizes)}
 		}
 	} else {
 		s := share{memory: req.memory, limit: req.limit}
@@ -133,6 +136,25 @@ func build(pod *corev1.Pod, req *request, opts Options) (*resourceapi.ResourceCl
 		}
 	}
 	return tmpl, warnings, nil
+}
+
+// noSizeFits names the annotation that makes the request fit no size.
+func noSizeFits(pod *corev1.Pod, req *request, sizes []resource.Quantity) Error {
+	names := make([]string, len(sizes))
+	for i := range sizes {
+		names[i] = sizes[i].String()
+	}
+	rule := fmt.Sprintf("gpufrac: no GPU size the cluster publishes (%s) can hold this request: a share must be at least 1 MiB, at most the GPU, and its limit not below it", strings.Join(names, ", "))
+	key := AnnotationFraction
+	if req.kind != kindPortion {
+		key = ""
+		for _, k := range sortedKeys(pod.Annotations) {
+			if strings.HasPrefix(k, PrefixKAI) && strings.HasSuffix(k, SuffixPortionLimit) {
+				key = k
+			}
+		}
+	}
+	return Error{Annotation: key, Value: pod.Annotations[key], Rule: rule}
 }
 
 // shareOn computes the share on one GPU size as KAI's binder does

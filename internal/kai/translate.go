@@ -10,6 +10,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/gpubounds"
 )
 
 // Options are the cluster facts a translation depends on.
@@ -85,6 +88,63 @@ type Inputs struct {
 	MemoryStep     resource.Quantity   `json:"memoryStep"`
 }
 
+// decodeInputs reads recorded inputs with every quantity's text bounded
+// before it is parsed (v1alpha1.ParseQuantity): json.Unmarshal into a
+// resource.Quantity would parse "1E-999999999" for minutes.
+func decodeInputs(raw string) (Inputs, error) {
+	var text struct {
+		GPUMemorySizes []string `json:"gpuMemorySizes"`
+		ReservedMiB    int64    `json:"reservedMiB"`
+		MemoryStep     string   `json:"memoryStep"`
+	}
+	if err := json.Unmarshal([]byte(raw), &text); err != nil {
+		return Inputs{}, err
+	}
+	if len(text.GPUMemorySizes) > resourceapi.FirstAvailableDeviceRequestMaxSize {
+		return Inputs{}, fmt.Errorf("gpuMemorySizes: %d sizes, at most %d (resource.k8s.io/v1 FirstAvailableDeviceRequestMaxSize)", len(text.GPUMemorySizes), resourceapi.FirstAvailableDeviceRequestMaxSize)
+	}
+	in := Inputs{ReservedMiB: text.ReservedMiB}
+	for i, s := range text.GPUMemorySizes {
+		q, err := v1alpha1.ParseQuantity(s)
+		if err != nil {
+			return Inputs{}, fmt.Errorf("gpuMemorySizes[%d]: %q: %w", i, s, err)
+		}
+		in.GPUMemorySizes = append(in.GPUMemorySizes, q)
+	}
+	if text.MemoryStep != "" {
+		q, err := v1alpha1.ParseQuantity(text.MemoryStep)
+		if err != nil {
+			return Inputs{}, fmt.Errorf("memoryStep: %q: %w", text.MemoryStep, err)
+		}
+		in.MemoryStep = q
+	}
+	return in, in.validate()
+}
+
+// validate bounds recorded inputs: at most 8 GPU sizes (a claim's
+// firstAvailable holds at most resource.k8s.io/v1
+// FirstAvailableDeviceRequestMaxSize alternatives, documented), each from
+// 1Mi to 1Pi; a reserve from 0 to 1Pi in MiB; a memory step from 1 byte to
+// 1Gi.
+func (in Inputs) validate() error {
+	if len(in.GPUMemorySizes) > resourceapi.FirstAvailableDeviceRequestMaxSize {
+		return fmt.Errorf("gpuMemorySizes: %d sizes, at most %d (resource.k8s.io/v1 FirstAvailableDeviceRequestMaxSize)", len(in.GPUMemorySizes), resourceapi.FirstAvailableDeviceRequestMaxSize)
+	}
+	lo, hi := resource.MustParse("1Mi"), resource.MustParse("1Pi")
+	for i, q := range in.GPUMemorySizes {
+		if q.Cmp(lo) < 0 || q.Cmp(hi) > 0 {
+			return fmt.Errorf("gpuMemorySizes[%d]: %s: must be from 1Mi to 1Pi", i, q.String())
+		}
+	}
+	if in.ReservedMiB < 0 || in.ReservedMiB > hi.Value()>>20 {
+		return fmt.Errorf("reservedMiB: %d: must be from 0 to %d (1Pi)", in.ReservedMiB, hi.Value()>>20)
+	}
+	if step := in.MemoryStep; !step.IsZero() && (step.Sign() < 0 || step.Cmp(resource.MustParse("1Gi")) > 0) {
+		return fmt.Errorf("memoryStep: %s: must be from 1 byte to 1Gi", step.String())
+	}
+	return nil
+}
+
 // Translate returns nil, nil for a pod with nothing to translate (no KAI
 // fractional request, or translated already), and Errors for a pod KAI
 // refuses or no GPU in the cluster can satisfy.
@@ -145,10 +205,12 @@ func TemplateFor(pod *corev1.Pod, opts Options) (*resourceapi.ResourceClaimTempl
 	if name == "" || !ok {
 		return nil, fmt.Errorf("pod %s/%s is not translated", pod.Namespace, pod.Name)
 	}
-	var in Inputs
-	if err := json.Unmarshal([]byte(raw), &in); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w", AnnotationInputs, err)
+	in, err := decodeInputs(raw)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s/%s: annotation %s: %w", pod.Namespace, pod.Name, AnnotationInputs, err)
 	}
+	// Anyone who may create a pod may write these inputs: decodeInputs
+	// holds them to what the webhook itself could have recorded.
 	opts.GPUMemorySizes, opts.ReservedMiB, opts.MemoryStep = in.GPUMemorySizes, in.ReservedMiB, in.MemoryStep
 	opts.defaults()
 	req, kerr := admit(pod)
@@ -190,22 +252,20 @@ func translatedAlready(pod *corev1.Pod) bool {
 }
 
 // checkBounds refuses what KAI accepts but no GPU in the cluster can ever
-// satisfy (the one deliberate difference in what is admitted).
+// satisfy (the one deliberate difference in what is admitted). Every bound
+// names the annotation, its value and where the bound comes from.
 func checkBounds(pod *corev1.Pod, req *request, opts Options) *Error {
 	if req.kind == kindPortion && len(opts.GPUMemorySizes) == 0 {
 		return refusal(AnnotationFraction, pod.Annotations[AnnotationFraction], "gpufrac: the cluster has no gpufrac GPUs, so a portion cannot be turned into memory")
 	}
-	if opts.MaxGPUsPerNode > 0 && req.count > int64(opts.MaxGPUsPerNode) {
-		return refusal(AnnotationNumDevices, pod.Annotations[AnnotationNumDevices], fmt.Sprintf("gpufrac: no node has more than %d gpufrac GPUs", opts.MaxGPUsPerNode))
+
+	if bound, source := gpubounds.MaxDevices(opts.MaxGPUsPerNode); req.count > int64(bound) {
+		return refusal(AnnotationNumDevices, pod.Annotations[AnnotationNumDevices], fmt.Sprintf("gpufrac: must be at most %d, %s", bound, source))
 	}
-	largest := largestSize(opts.GPUMemorySizes)
+	largest, source := gpubounds.LargestGPU(opts.GPUMemorySizes)
 	check := func(q resource.Quantity, key string) *Error {
-		if q.Cmp(resource.MustParse("1Pi")) > 0 || (largest != nil && q.Cmp(*largest) > 0) {
-			bound := "1Pi"
-			if largest != nil {
-				bound = largest.String()
-			}
-			return refusal(key, pod.Annotations[key], fmt.Sprintf("gpufrac: %s is more than the largest GPU in the cluster (%s)", q.String(), bound))
+		if q.Cmp(largest) > 0 {
+			return refusal(key, pod.Annotations[key], fmt.Sprintf("gpufrac: %s must be at most %s, the largest GPU %s", q.String(), largest.String(), source))
 		}
 		return nil
 	}
@@ -230,16 +290,6 @@ func checkBounds(pod *corev1.Pod, req *request, opts Options) *Error {
 		return refusal(AnnotationSharingMode, v, "gpufrac: must be time-slicing or sm-sharing (KAI's code does not read this key; gpufrac reads it as the default compute mode)")
 	}
 	return nil
-}
-
-func largestSize(sizes []resource.Quantity) *resource.Quantity {
-	var out *resource.Quantity
-	for i := range sizes {
-		if out == nil || sizes[i].Cmp(*out) > 0 {
-			out = &sizes[i]
-		}
-	}
-	return out
 }
 
 func forContainer(pod *corev1.Pod, name string, f func(*corev1.Container)) {

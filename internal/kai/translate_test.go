@@ -306,9 +306,9 @@ func TestRefusals(t *testing.T) {
 		{"fraction with no gpufrac GPUs", map[string]string{"gpu-fraction": "0.5"}, main, nil,
 			`annotation gpu-fraction="0.5": gpufrac: the cluster has no gpufrac GPUs, so a portion cannot be turned into memory`},
 		{"memory above the largest GPU", map[string]string{"gpu-memory": "200000"}, main, sizes,
-			`annotation gpu-memory="200000": gpufrac: 200000Mi is more than the largest GPU in the cluster (141Gi)`},
+			`annotation gpu-memory="200000": gpufrac: 200000Mi must be at most 141Gi, the largest GPU the cluster publishes`},
 		{"memory that overflows bytes", map[string]string{"gpu-memory": "9223372036854775807"}, main, sizes,
-			`annotation gpu-memory="9223372036854775807": gpufrac: 9223372036854775807 MiB is more memory than any GPU has`},
+			`annotation gpu-memory="9223372036854775807": gpufrac: must be at most 8796093022207 MiB (more overflows a count of bytes); no GPU comes near it`},
 		{"unknown pod-wide mode", map[string]string{"gpu-memory": "1024", "kai.scheduler/gpu-compute-sharing-mode": "exclusive"}, main, sizes,
 			`annotation kai.scheduler/gpu-compute-sharing-mode="exclusive": gpufrac: must be time-slicing or sm-sharing (KAI's code does not read this key; gpufrac reads it as the default compute mode)`},
 	} {
@@ -323,7 +323,7 @@ func TestRefusals(t *testing.T) {
 		})
 	}
 	res, err := kai.Translate(pod(map[string]string{"gpu-memory": "1024", "gpu-fraction-num-devices": "9"}, "main"), kai.Options{GPUMemorySizes: sizes, MaxGPUsPerNode: 8})
-	if err == nil || err.Error() != prefix+`annotation gpu-fraction-num-devices="9": gpufrac: no node has more than 8 gpufrac GPUs` {
+	if err == nil || err.Error() != prefix+`annotation gpu-fraction-num-devices="9": gpufrac: must be at most 8, the most gpufrac GPUs one node in the cluster publishes` {
 		t.Errorf("a device count above any node's: %v %v", res, err)
 	}
 }
@@ -367,5 +367,40 @@ func TestBinderArithmetic(t *testing.T) {
 	_, err := kai.Translate(pod(map[string]string{"gpu-fraction": "0.5"}, "main"), kai.Options{GPUMemorySizes: gpu2000, ReservedMiB: 2000})
 	if err == nil || !strings.Contains(err.Error(), "gpufrac: the reserve of 2000 MiB leaves nothing of a 2000Mi GPU") {
 		t.Errorf("a reserve that swallows the GPU: %v", err)
+	}
+}
+
+// TestHostileRecordedInputs: the inputs a translated pod records are
+// written by whoever creates the pod (a pod may skip the webhook), so the
+// controller's TemplateFor holds them to what the webhook could record,
+// and a per-size request over more sizes than a claim can name is refused.
+func TestHostileRecordedInputs(t *testing.T) {
+	nine := make([]resource.Quantity, 9)
+	for i := range nine {
+		nine[i] = *resource.NewQuantity(int64(i+1)<<30, resource.BinarySI)
+	}
+	if _, err := kai.Translate(pod(map[string]string{"gpu-fraction": "0.5"}, "main"), kai.Options{GPUMemorySizes: nine}); err == nil ||
+		!strings.Contains(err.Error(), "the cluster publishes 9 sizes, and a claim can name at most 8 alternatives") {
+		t.Errorf("nine GPU sizes: %v", err)
+	}
+	res, err := kai.Translate(pod(map[string]string{"gpu-fraction": "0.5"}, "main"), kai.Options{GPUMemorySizes: sizes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for inputs, want := range map[string]string{
+		`{"gpuMemorySizes":["1e30"],"memoryStep":"256Mi"}`:                                                `gpuMemorySizes[0]: 1e30: must be from 1Mi to 1Pi`,
+		`{"gpuMemorySizes":["-80Gi"],"memoryStep":"256Mi"}`:                                               `gpuMemorySizes[0]: -80Gi: must be from 1Mi to 1Pi`,
+		`{"gpuMemorySizes":["80Gi"],"reservedMiB":-9223372036854775808,"memoryStep":"256Mi"}`:             `reservedMiB: -9223372036854775808: must be from 0 to 1073741824 (1Pi)`,
+		`{"gpuMemorySizes":["80Gi"],"reservedMiB":9223372036854775807,"memoryStep":"256Mi"}`:              `reservedMiB: 9223372036854775807: must be from 0 to 1073741824 (1Pi)`,
+		`{"gpuMemorySizes":["1E-999999999"],"memoryStep":"256Mi"}`:                                        `gpuMemorySizes[0]: "1E-999999999": exponent -999999999 is outside [-30, 30]`,
+		`{"gpuMemorySizes":["80Gi"],"memoryStep":"1e999999999"}`:                                          `memoryStep: "1e999999999": exponent 999999999 is outside [-30, 30]`,
+		`{"gpuMemorySizes":["80Gi"],"memoryStep":"-1"}`:                                                   `memoryStep: -1: must be from 1 byte to 1Gi`,
+		`{"gpuMemorySizes":["1Gi","2Gi","3Gi","4Gi","5Gi","6Gi","7Gi","8Gi","9Gi"],"memoryStep":"256Mi"}`: `gpuMemorySizes: 9 sizes, at most 8`,
+	} {
+		p := res.Pod.DeepCopy()
+		p.Annotations[kai.AnnotationInputs] = inputs
+		if _, err := kai.TemplateFor(p, kai.Options{}); err == nil || !strings.Contains(err.Error(), "annotation gpufrac.dev/kai-inputs: "+want) {
+			t.Errorf("%s: %v, want %q", inputs, err, want)
+		}
 	}
 }

@@ -1,7 +1,10 @@
 package manifestcheck
 
 import (
+	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -21,7 +24,7 @@ func opaqueParams(c resourceapi.DeviceConfiguration) ([]byte, bool) {
 	return c.Opaque.Parameters.Raw, true
 }
 
-func checkDeviceClass(dc *resourceapi.DeviceClass) field.ErrorList {
+func checkDeviceClass(dc *resourceapi.DeviceClass, b bound) field.ErrorList {
 	var errs field.ErrorList
 	for i, c := range dc.Spec.Config {
 		raw, ours := opaqueParams(c.DeviceConfiguration)
@@ -32,15 +35,67 @@ func checkDeviceClass(dc *resourceapi.DeviceClass) field.ErrorList {
 		cfg, decodeErrs := v1alpha1.Decode(raw, p)
 		errs = append(errs, decodeErrs...)
 		errs = append(errs, v1alpha1.Validate(cfg, p)...)
+		errs = append(errs, b.checkLimit(cfg, p)...)
 	}
 	return errs
 }
 
+// bound is the most memory one share may have (gpubounds.LargestGPU).
+type bound struct {
+	largest resource.Quantity
+	source  string
+}
+
+func (b bound) check(q resource.Quantity, p *field.Path) *field.Error {
+	if q.Cmp(b.largest) > 0 {
+		return field.Invalid(p, q.String(), fmt.Sprintf("must be at most %s, the largest GPU %s", b.largest.String(), b.source))
+	}
+	return nil
+}
+
+func (b bound) checkLimit(cfg *v1alpha1.FractionConfig, p *field.Path) field.ErrorList {
+	if cfg == nil || cfg.MemoryLimit == nil || cfg.MemoryLimit.Sign() <= 0 {
+		return nil // Validate reports a limit that is not positive
+	}
+	if err := b.check(*cfg.MemoryLimit, p.Child("memoryLimit")); err != nil {
+		return field.ErrorList{err}
+	}
+	return nil
+}
+
+// checkRequestMemory bounds the memory capacity a gpufrac request asks for:
+// above zero (a share of nothing is no share) and at most the largest GPU.
+func (b bound) checkRequestMemory(r request) *field.Error {
+	if r.memory == nil {
+		return nil
+	}
+	if r.memory.Sign() <= 0 {
+		return field.Invalid(r.path, r.memory.String(), "must be greater than zero")
+	}
+	return b.check(*r.memory, r.path)
+}
+
 // classConfigs holds, per DeviceClass name, the gpufrac.dev configs of the
-// classes among the inputs, in their order (the order Merge takes them).
+// classes among the inputs, in their order (the order Merge takes them);
+// a gpufrac class without configs has an empty entry.
 type classConfigs map[string][]*v1alpha1.FractionConfig
 
+// ours reports whether a request of class is a gpufrac.dev one: the class
+// is among the inputs and selects or configures the driver, or it is named
+// as the shipped classes are (gpufrac.dev, <mode>.gpufrac.dev).
+func (cc classConfigs) ours(class string) bool {
+	_, known := cc[class]
+	return known || class == v1alpha1.DriverName || strings.HasSuffix(class, "."+v1alpha1.DriverName)
+}
+
 func (cc classConfigs) add(dc *resourceapi.DeviceClass) {
+	for _, s := range dc.Spec.Selectors {
+		if s.CEL != nil && strings.Contains(s.CEL.Expression, strconv.Quote(v1alpha1.DriverName)) {
+			if _, ok := cc[dc.Name]; !ok {
+				cc[dc.Name] = nil
+			}
+		}
+	}
 	for _, c := range dc.Spec.Config {
 		if raw, ours := opaqueParams(c.DeviceConfiguration); ours {
 			// A class config with errors still says what mode it meant;
@@ -69,10 +124,13 @@ type request struct {
 	name, parent string
 	class        string
 	memory       *resource.Quantity // nil: the claim states none
+	path         *field.Path        // of the memory capacity request
 }
 
-func requestsOf(spec *resourceapi.ResourceClaimSpec) []request {
+func requestsOf(spec *resourceapi.ResourceClaimSpec, root *field.Path) []request {
 	var out []request
+	reqs := root.Child("devices", "requests")
+	memoryPath := func(p *field.Path) *field.Path { return p.Child("capacity", "requests").Key(string(memoryCapacity)) }
 	memoryOf := func(c *resourceapi.CapacityRequirements) *resource.Quantity {
 		if c == nil {
 			return nil
@@ -82,12 +140,14 @@ func requestsOf(spec *resourceapi.ResourceClaimSpec) []request {
 		}
 		return nil
 	}
-	for _, r := range spec.Devices.Requests {
+	for i, r := range spec.Devices.Requests {
 		if r.Exactly != nil {
-			out = append(out, request{name: r.Name, parent: r.Name, class: r.Exactly.DeviceClassName, memory: memoryOf(r.Exactly.Capacity)})
+			out = append(out, request{name: r.Name, parent: r.Name, class: r.Exactly.DeviceClassName, memory: memoryOf(r.Exactly.Capacity),
+				path: memoryPath(reqs.Index(i).Child("exactly"))})
 		}
-		for _, s := range r.FirstAvailable {
-			out = append(out, request{name: r.Name + "/" + s.Name, parent: r.Name, class: s.DeviceClassName, memory: memoryOf(s.Capacity)})
+		for j, s := range r.FirstAvailable {
+			out = append(out, request{name: r.Name + "/" + s.Name, parent: r.Name, class: s.DeviceClassName, memory: memoryOf(s.Capacity),
+				path: memoryPath(reqs.Index(i).Child("firstAvailable").Index(j))})
 		}
 	}
 	return out
@@ -109,9 +169,15 @@ func covered(all []request, names []string) []request {
 	return out
 }
 
-func checkClaimSpec(spec *resourceapi.ResourceClaimSpec, root *field.Path, classes classConfigs) field.ErrorList {
-	requests := requestsOf(spec)
+func checkClaimSpec(spec *resourceapi.ResourceClaimSpec, root *field.Path, classes classConfigs, b bound) field.ErrorList {
+	requests := requestsOf(spec, root)
 	var errs field.ErrorList
+	ourRequests := map[string]bool{}
+	for _, r := range requests {
+		if classes.ours(r.class) {
+			ourRequests[r.name] = true
+		}
+	}
 	for i, c := range spec.Devices.Config {
 		raw, ours := opaqueParams(c.DeviceConfiguration)
 		if !ours {
@@ -124,12 +190,23 @@ func checkClaimSpec(spec *resourceapi.ResourceClaimSpec, root *field.Path, class
 			continue
 		}
 		reqs := covered(requests, c.Requests)
+		for _, r := range reqs {
+			ourRequests[r.name] = true
+		}
 		errs = append(errs, validateUnderClasses(cfg, reqs, classes, p)...)
+		errs = append(errs, b.checkLimit(cfg, p)...)
 		for _, r := range reqs {
 			if r.memory != nil {
 				// Every alternative of firstAvailable may be the one
 				// allocated, so the limit must suit each.
 				errs = append(errs, v1alpha1.ValidateAgainstRequest(cfg, *r.memory, nil, p)...)
+			}
+		}
+	}
+	for _, r := range requests {
+		if ourRequests[r.name] {
+			if err := b.checkRequestMemory(r); err != nil {
+				errs = append(errs, err)
 			}
 		}
 	}

@@ -11,12 +11,17 @@ import (
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/gpubounds"
+	"github.com/gpufrac/gpufrac/internal/termsafe"
 )
 
 // Input is one source of manifests.
@@ -52,9 +57,32 @@ func (r Result) Failed() bool { return r.Err != nil || len(r.Problems) > 0 }
 //	<Kind>/<name>: <field path>: <reason>      (one line per problem)
 //	<Kind>/<name>: ignored[ (<note>)]
 //	<source>: document <n>: [<Kind>/<name>: ]<error>
-func (r Result) Lines() []string {
+//
+// Names and messages come from the manifest, so every line is escaped
+// (termsafe) and kept to MaxLineBytes, and at most MaxProblems problems are
+// listed per object, with a count of the rest.
+func (r Result) Lines() []string { return r.LinesUpTo(MaxProblems) }
+
+// LinesUpTo is Lines listing at most n problems.
+func (r Result) LinesUpTo(n int) []string {
+	lines := r.lines(n)
+	for i := range lines {
+		lines[i] = termsafe.Truncate(termsafe.Escape(lines[i]), MaxLineBytes)
+	}
+	return lines
+}
+
+// Output bounds: one problem's line, and the problems listed per object.
+const (
+	MaxLineBytes = 512
+	MaxProblems  = 20
+)
+
+func (r Result) lines(most int) []string {
 	obj := r.Kind + "/" + r.Name
 	switch {
+	case r.Err != nil && r.Document == 0:
+		return []string{r.Source + ": " + oneLine(r.Err.Error())}
 	case r.Err != nil:
 		prefix := fmt.Sprintf("%s: document %d: ", r.Source, r.Document)
 		if r.Kind != "" {
@@ -76,16 +104,48 @@ func (r Result) Lines() []string {
 			lines = append(lines, obj+": "+e.Field+": "+oneLine(e.ErrorBody()))
 		}
 	}
+	if len(lines) > most {
+		lines = append(lines[:most:most], fmt.Sprintf("%s: ... and %d more problems, not listed", obj, len(lines)-most))
+	}
 	return lines
 }
 
-// CheckReader reads all of r and checks it as one input.
-func CheckReader(r io.Reader, name string) ([]Result, error) {
-	data, err := io.ReadAll(r)
+// MaxInputBytes bounds one input (a file, standard input). The API server
+// refuses a request body over 3 MiB (k8s.io/apiserver, MaxRequestBodyBytes,
+// documented), so one object is smaller; 32 MiB holds the rendered
+// manifests of a large chart many times over (inferred), and refuses
+// /dev/zero or an endless pipe before it exhausts memory.
+const MaxInputBytes = 32 << 20
+
+// ReadLimited reads all of r, at most MaxInputBytes of it.
+func ReadLimited(r io.Reader, name string) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, MaxInputBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", name, err)
 	}
+	if len(data) > MaxInputBytes {
+		return nil, fmt.Errorf("reading %s: more than %d MiB, the most one input may hold (split it)", name, MaxInputBytes>>20)
+	}
+	return data, nil
+}
+
+// CheckReader reads all of r (at most MaxInputBytes) and checks it as one
+// input.
+func CheckReader(r io.Reader, name string) ([]Result, error) {
+	data, err := ReadLimited(r, name)
+	if err != nil {
+		return nil, err
+	}
 	return Check(Input{Name: name, Data: data}), nil
+}
+
+// Options are what Check judges quantities against.
+type Options struct {
+	// GPUMemorySizes are the memory sizes of the cluster's gpufrac GPUs;
+	// no memory request or limit may exceed the largest. When empty, the
+	// largest GPU of gpufrac's simulated catalog bounds them
+	// (gpubounds.LargestGPU), and the problem says which bound applied.
+	GPUMemorySizes []resource.Quantity
 }
 
 // Check checks every object of every input and returns one result per
@@ -97,10 +157,23 @@ func CheckReader(r io.Reader, name string) ([]Result, error) {
 // merge them. A class that is not among the inputs counts as setting no
 // mode (TimeSlicing), so pass the classes along to check a claim that
 // relies on, say, sm-sharing.gpufrac.dev.
-func Check(inputs ...Input) []Result {
+//
+// An input with no object at all is an error: an empty file or pipe is
+// more likely a mistake upstream (a failed `helm template`) than a wish to
+// check nothing.
+func Check(inputs ...Input) []Result { return CheckWith(Options{}, inputs...) }
+
+// CheckWith is Check with the cluster's GPU sizes as the memory bound.
+func CheckWith(opts Options, inputs ...Input) []Result {
+	var b bound
+	b.largest, b.source = gpubounds.LargestGPU(opts.GPUMemorySizes)
 	var objs []*parsed
 	for _, in := range inputs {
-		objs = append(objs, parse(in)...)
+		found := parse(in)
+		if len(found) == 0 {
+			found = []*parsed{{Result: Result{Source: in.Name, Err: errors.New("no Kubernetes object in this input: it is empty or holds only comments")}}}
+		}
+		objs = append(objs, found...)
 	}
 
 	classes := classConfigs{}
@@ -114,11 +187,11 @@ func Check(inputs ...Input) []Result {
 	for _, o := range objs {
 		switch obj := o.obj.(type) {
 		case *resourceapi.DeviceClass:
-			o.Problems = append(o.Problems, checkDeviceClass(obj)...)
+			o.Problems = append(o.Problems, checkDeviceClass(obj, b)...)
 		case *resourceapi.ResourceClaim:
-			o.Problems = append(o.Problems, checkClaimSpec(&obj.Spec, field.NewPath("spec"), classes)...)
+			o.Problems = append(o.Problems, checkClaimSpec(&obj.Spec, field.NewPath("spec"), classes, b)...)
 		case *resourceapi.ResourceClaimTemplate:
-			o.Problems = append(o.Problems, checkClaimSpec(&obj.Spec.Spec, field.NewPath("spec", "spec"), classes)...)
+			o.Problems = append(o.Problems, checkClaimSpec(&obj.Spec.Spec, field.NewPath("spec", "spec"), classes, b)...)
 		}
 		results = append(results, o.Result)
 	}
@@ -224,6 +297,12 @@ func parseObject(source string, doc int, data []byte, list *header) []*parsed {
 		return []*parsed{res}
 	}
 
+	if n := v1alpha1.FindUnboundedQuantity(data); n != "" {
+		// Decoding would parse it into a resource.Quantity for minutes.
+		res.Err = fmt.Errorf("the number %s has an exponent outside [-%d, %d]: no quantity needs it, and arithmetic on it takes minutes",
+			termsafe.Truncate(n, 64), v1alpha1.MaxQuantityExponent, v1alpha1.MaxQuantityExponent)
+		return []*parsed{res}
+	}
 	obj, _, err := strictDecoder.Decode(data, nil, nil)
 	if strict, ok := runtime.AsStrictDecodingError(err); ok {
 		// The object decoded; only its strictness failed. A misspelled

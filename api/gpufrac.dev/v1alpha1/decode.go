@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -121,8 +120,17 @@ var fieldDecoders = map[string]func(cfg *FractionConfig, raw json.RawMessage, p 
 	"memoryLimit": func(cfg *FractionConfig, raw json.RawMessage, p *field.Path) *field.Error {
 		// Quantity accepts both "40Gi" and a bare number of bytes, like
 		// every quantity in the Kubernetes API.
-		var q resource.Quantity
-		if err := q.UnmarshalJSON(raw); err != nil {
+		// The text is bounded before it is parsed (ParseQuantity).
+		var text string
+		if err := json.Unmarshal(raw, &text); err != nil {
+			var n json.Number
+			if json.Unmarshal(raw, &n) != nil {
+				return field.Invalid(p, rawValue(raw), "must be a quantity, e.g. 40Gi, or a number of bytes")
+			}
+			text = n.String()
+		}
+		q, err := ParseQuantity(text)
+		if err != nil {
 			return field.Invalid(p, rawValue(raw), err.Error())
 		}
 		cfg.MemoryLimit = &q

@@ -23,6 +23,16 @@ import (
 // AnnotationReplicas makes one Pod of a workload file stand for N.
 const AnnotationReplicas = "gpufrac.dev/replicas"
 
+// The bounds of a simulation are Kubernetes' own for one cluster: at most
+// 5,000 nodes and 150,000 pods in total (documented: "Considerations for
+// large clusters", kubernetes.io/docs/setup/best-practices/cluster-large).
+// A simulation beyond them describes no cluster, and would run out of
+// memory long before it said anything.
+const (
+	MaxNodes = 5000
+	MaxPods  = 150000
+)
+
 // Load reads a workload: ResourceClaimTemplates, DeviceClasses and Pods in
 // multi-document YAML. Pods reference templates by name; KAI-annotated Pods
 // are translated with the controller's code for the given GPU sizes.
@@ -49,6 +59,9 @@ func Load(data []byte, sizes []resource.Quantity) ([]Pod, []*resourceapi.DeviceC
 			if err := yaml.UnmarshalStrict(raw, &t); err != nil {
 				return nil, nil, fmt.Errorf("document %d: %w", doc, err)
 			}
+			if err := positiveMemory(&t.Spec.Spec); err != nil {
+				return nil, nil, fmt.Errorf("document %d: ResourceClaimTemplate %s: %w", doc, t.Name, err)
+			}
 			templates[t.Name] = &t
 		case "DeviceClass":
 			var c resourceapi.DeviceClass
@@ -69,8 +82,8 @@ func Load(data []byte, sizes []resource.Quantity) ([]Pod, []*resourceapi.DeviceC
 		item := Pod{Name: p.Name, Replicas: 1}
 		if v, ok := p.Annotations[AnnotationReplicas]; ok {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 {
-				return nil, nil, fmt.Errorf("pod %s: %s=%q is not a positive number", p.Name, AnnotationReplicas, v)
+			if err != nil || n < 1 || n > MaxPods {
+				return nil, nil, fmt.Errorf("pod %s: annotation %s=%q: must be a number from 1 to %d (the most pods a Kubernetes cluster holds)", p.Name, AnnotationReplicas, v, MaxPods)
 			}
 			item.Replicas = n
 		}
@@ -157,6 +170,35 @@ func Pods(asks []Ask) []Pod {
 		out[i] = Pod{Name: fmt.Sprintf("inference-%04d", i), Replicas: 1, Claims: []resourceapi.ResourceClaimSpec{spec}}
 	}
 	return out
+}
+
+// positiveMemory refuses a memory request that is not positive: the API
+// server does not check it (inferred from k8s.io/kubernetes v1.37.2
+// pkg/apis/resource/validation, which validates no claim capacity
+// request), and a share of nothing has no meaning to place.
+func positiveMemory(spec *resourceapi.ResourceClaimSpec) error {
+	check := func(path string, c *resourceapi.CapacityRequirements) error {
+		if c == nil {
+			return nil
+		}
+		if q, ok := c.Requests["memory"]; ok && q.Sign() <= 0 {
+			return fmt.Errorf("%s.capacity.requests[memory]: %s: must be greater than zero", path, q.String())
+		}
+		return nil
+	}
+	for i, r := range spec.Devices.Requests {
+		if r.Exactly != nil {
+			if err := check(fmt.Sprintf("spec.spec.devices.requests[%d].exactly", i), r.Exactly.Capacity); err != nil {
+				return err
+			}
+		}
+		for j, s := range r.FirstAvailable {
+			if err := check(fmt.Sprintf("spec.spec.devices.requests[%d].firstAvailable[%d]", i, j), s.Capacity); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // defaultSpec applies the API server's defaults for requests read from a

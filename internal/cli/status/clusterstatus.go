@@ -7,9 +7,11 @@ package status
 
 import (
 	"encoding/json"
+	"fmt"
 	"sort"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
@@ -28,6 +30,9 @@ type Claim struct {
 	Mode        string `json:"computeMode,omitempty"`
 	Enforcement string `json:"enforcement,omitempty"`
 	Prepared    bool   `json:"prepared"`
+	// Invalid says why the share's memory cannot be right (outside
+	// (0, the GPU's memory]); such a share is listed, never summed.
+	Invalid string `json:"invalid,omitempty"`
 }
 
 // GPU is one device of a node.
@@ -77,16 +82,26 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 			if r.Driver != v1alpha1.DriverName || g == nil {
 				continue
 			}
+			// The API server accepts any consumedCapacity in a status
+			// (issue 24): a figure outside (0, the GPU's memory] is shown
+			// as such, not added up (1e30 would read as 0, sums overflow).
 			mem := r.ConsumedCapacity[resourceslices.MemoryCapacity]
-			cl := Claim{Namespace: c.Namespace, Name: c.Name, Pods: pods, Request: mem.Value(), Limit: mem.Value()}
+			cl := Claim{Namespace: c.Namespace, Name: c.Name, Pods: pods}
+			if cl.Invalid = outside("consumed memory", mem, g.Memory); cl.Invalid == "" {
+				cl.Request, cl.Limit = mem.Value(), mem.Value()
+			}
 			if data, ok := deviceData(c, r); ok {
 				cl.Prepared, cl.Mode, cl.Enforcement = true, data.ComputeMode, data.Enforcement
-				if q, err := parseQuantity(data.MemoryLimit); err == nil {
-					cl.Limit = q
+				if q, err := v1alpha1.ParseQuantity(data.MemoryLimit); err == nil && cl.Invalid == "" {
+					if cl.Invalid = outside("memory limit", q, g.Memory); cl.Invalid == "" {
+						cl.Limit = q.Value()
+					}
 				}
 			}
-			g.Guaranteed += cl.Request
-			g.LimitSum += cl.Limit
+			if cl.Invalid == "" {
+				g.Guaranteed += cl.Request
+				g.LimitSum += cl.Limit
+			}
 			g.Claims = append(g.Claims, cl)
 		}
 	}
@@ -104,6 +119,15 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 		return deviceOrder(out[i].Device) < deviceOrder(out[j].Device)
 	})
 	return out
+}
+
+// outside describes a share's figure that no share of a GPU of memory
+// bytes can have, "" when it can.
+func outside(what string, q resource.Quantity, memory int64) string {
+	if q.Sign() <= 0 || q.Cmp(*resource.NewQuantity(memory, resource.BinarySI)) > 0 {
+		return fmt.Sprintf("%s %s is outside (0, %s], the GPU's memory", what, q.String(), resource.NewQuantity(memory, resource.BinarySI).String())
+	}
+	return ""
 }
 
 // deviceData finds the plugin's status entry for one allocated share.

@@ -66,7 +66,7 @@ func (w *world) shares(_ context.Context, target Target) ([]Share, []Reason) {
 					s.Prepared = true
 					s.UUID = data.UUID
 					s.ComputeMode, s.Enforcement, s.MPSServer = data.ComputeMode, data.Enforcement, data.MPSServer
-					if l, err := resource.ParseQuantity(data.MemoryLimit); err == nil {
+					if l, err := v1alpha1.ParseQuantity(data.MemoryLimit); err == nil {
 						s.LimitBytes = l.Value()
 					}
 				}
