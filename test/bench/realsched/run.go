@@ -36,8 +36,8 @@ type config struct {
 	packing string
 	// extenderDown configures the extender and never serves it.
 	extenderDown bool
-	qps     int
-	settle  time.Duration
+	qps          int
+	settle       time.Duration
 	// schedulerFlags are extra kube-scheduler flags.
 	schedulerFlags []string
 	// schedulerConfig is a KubeSchedulerConfiguration (YAML) or empty for
