@@ -22,20 +22,21 @@ func TestRealschedOutcomes(t *testing.T) {
 		}
 		return path
 	}
-	t.Run("first run of each mode of this trace and cluster", func(t *testing.T) {
+	t.Run("median run of each mode of this trace and cluster, in mode order", func(t *testing.T) {
 		path := write(t, `8-100-off label line
+{"packing":"on","nodes":64,"gpus":"h200x8","placed":10,"total":10,"gpusUsed":3}
+{"packing":"off","nodes":64,"gpus":"h200x8","placed":10,"total":10,"gpusUsed":9}
 {"packing":"off","nodes":64,"gpus":"h200x8","placed":10,"total":10,"gpusUsed":6}
 {"packing":"off","nodes":64,"gpus":"h200x8","placed":10,"total":10,"gpusUsed":7}
 {"packing":"on","nodes":8,"gpus":"h200x8","placed":10,"total":10,"gpusUsed":2}
 {"packing":"on","nodes":64,"gpus":"h200x8","placed":10,"total":99,"gpusUsed":2}
-{"packing":"on","nodes":64,"gpus":"h200x8","placed":10,"total":10,"gpusUsed":3}
 {"packing":"extender-down","nodes":64,"gpus":"h200x8","placed":10,"total":10,"gpusUsed":9}
 `)
 		got, err := realschedOutcomes(path, trace, 64, gpu.Value())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != 2 || got[0].Strategy != "real scheduler" || got[0].GPUsUsed != 6 || got[1].Strategy != "real sched. +packing" || got[1].GPUsUsed != 3 {
+		if len(got) != 2 || got[0].Strategy != "real scheduler (median of 3)" || got[0].GPUsUsed != 7 || got[1].Strategy != "real sched. +packing" || got[1].GPUsUsed != 3 {
 			t.Fatalf("got %+v", got)
 		}
 		if got[1].Utilisation <= got[0].Utilisation || got[1].AtRisk != 0 {
