@@ -238,19 +238,25 @@ func FractionMemory(spec *resourceapi.ResourceClaimSpec) (resource.Quantity, boo
 	return most, found
 }
 
-// StripClaim keeps what AllocatedNode, GPUsInUse and FractionMemory read
-// (the scheduler extender, internal/extender, shares the cache).
+// StripClaim keeps what the controller's readers of the shared claim
+// informer read: the spec, whole (admission's InformerCluster.ClaimSpec
+// decides from its device classes and config whether a claim a pod names
+// is a gpufrac one; GPUsInUse and the scheduler extender read its memory
+// requests), and the allocation's node selector and results (AllocatedNode,
+// GPUsInUse, internal/extender). Everything else of the object, managed
+// fields, labels, annotations, owner references and the status's
+// reservedFor, devices and conditions, is dropped: a large cluster holds
+// many claims, and the scheduler and kubelet plugin rewrite their status.
+// A transform applies to every handler and lister of the informer, so
+// nothing may be dropped that one of them reads.
 func StripClaim(obj any) (any, error) {
 	c, ok := obj.(*resourceapi.ResourceClaim)
 	if !ok {
 		return obj, nil
 	}
-	out := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion}}
-	if memory, ok := FractionMemory(&c.Spec); ok {
-		// The one spec fact GPUsInUse and FractionMemory read, kept as a
-		// minimal request.
-		out.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "fraction", Exactly: &resourceapi.ExactDeviceRequest{
-			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": memory}}}}}
+	out := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion},
+		Spec:       c.Spec,
 	}
 	if a := c.Status.Allocation; a != nil {
 		out.Status.Allocation = &resourceapi.AllocationResult{NodeSelector: a.NodeSelector, Devices: resourceapi.DeviceAllocationResult{Results: a.Devices.Results}}
