@@ -58,11 +58,11 @@ func run(n int, seed uint64, nodes, replicas int, chart, realsched string) error
 	elapsed := time.Since(start)
 	// The real scheduler's choice of node, modelled (internal/cli/simulate), without
 	// and with gpufrac's packing webhook; test/bench/realsched measures it.
-	off, err := packing.GpufracWith(ctx, trace, slices, classes, gpuBytes, simulate.Scheduler{Seed: seed}, "gpufrac (scheduler)")
+	off, err := packing.GpufracWith(ctx, trace, slices, classes, gpuBytes, simulate.Scheduler{Seed: seed}, "model: scheduler")
 	if err != nil {
 		return err
 	}
-	on, err := packing.GpufracWith(ctx, trace, slices, classes, gpuBytes, simulate.Scheduler{Seed: seed, Packing: true}, "gpufrac (+packing)")
+	on, err := packing.GpufracWith(ctx, trace, slices, classes, gpuBytes, simulate.Scheduler{Seed: seed, Packing: true}, "model: +packing")
 	if err != nil {
 		return err
 	}

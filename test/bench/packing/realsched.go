@@ -28,9 +28,9 @@ var realschedOrder = map[string]int{"off": 0, "on": 1, "extender": 2}
 
 // realschedNames label the real scheduler's modes in the table and chart.
 var realschedNames = map[string]string{
-	"off":      "real scheduler",
-	"on":       "real sched. +packing",
-	"extender": "real sched. +extender",
+	"off":      "real: scheduler",
+	"on":       "real: +packing",
+	"extender": "real: +extender",
 }
 
 // realschedOutcomes reads realsched's JSON lines from path and keeps, for

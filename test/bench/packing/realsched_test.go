@@ -36,7 +36,7 @@ func TestRealschedOutcomes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != 2 || got[0].Strategy != "real scheduler (median of 3)" || got[0].GPUsUsed != 7 || got[1].Strategy != "real sched. +packing" || got[1].GPUsUsed != 3 {
+		if len(got) != 2 || got[0].Strategy != "real: scheduler (median of 3)" || got[0].GPUsUsed != 7 || got[1].Strategy != "real: +packing" || got[1].GPUsUsed != 3 {
 			t.Fatalf("got %+v", got)
 		}
 		if got[1].Utilisation <= got[0].Utilisation || got[1].AtRisk != 0 {
