@@ -97,7 +97,12 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	// Shutdown waits for the informers, which stop only once ctx ends: an
+	// error return must cancel first, or Run hangs until its parent ends.
+	defer func() {
+		cancel()
+		factory.Shutdown()
+	}()
 	if err := cluster.WaitForSync(ctx); err != nil {
 		return err
 	}
@@ -114,7 +119,10 @@ func Run(ctx context.Context, cfg Config) error {
 	loop, loopFactories := newTemplateLoop(ctx, cfg.Client, cfg.KAI)
 	for _, f := range loopFactories {
 		f.Start(ctx.Done())
-		defer f.Shutdown()
+		defer func() {
+			cancel()
+			f.Shutdown()
+		}()
 	}
 	wg.Go(func() { loop.run(ctx, 2) })
 	if labels != nil {
