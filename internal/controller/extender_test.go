@@ -59,7 +59,7 @@ func TestServesSchedulerExtender(t *testing.T) {
 		if err != nil {
 			return false, nil
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		if resp.StatusCode != http.StatusOK {
 			return false, nil
 		}
@@ -88,7 +88,7 @@ func TestExtenderAddressInUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lis.Close()
+	defer func() { _ = lis.Close() }()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	err = controller.Run(ctx, controller.Config{

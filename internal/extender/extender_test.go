@@ -96,20 +96,20 @@ func TestPrioritize(t *testing.T) {
 	}
 	srv := httptest.NewServer(ext.Handler())
 	defer srv.Close()
-	post := func(t *testing.T, body []byte) (*http.Response, extenderv1.HostPriorityList) {
+	post := func(t *testing.T, body []byte) (int, extenderv1.HostPriorityList) {
 		t.Helper()
 		resp, err := http.Post(srv.URL+PathPrioritize, "application/json", bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		var out extenderv1.HostPriorityList
 		if resp.StatusCode == http.StatusOK {
 			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 				t.Fatal(err)
 			}
 		}
-		return resp, out
+		return resp.StatusCode, out
 	}
 	nodes := []string{"node-c", "node-b", "node-a"}
 	for _, tc := range []struct {
@@ -126,9 +126,9 @@ func TestPrioritize(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body, _ := json.Marshal(extenderv1.ExtenderArgs{Pod: tc.pod, NodeNames: &nodes})
-			resp, out := post(t, body)
-			if resp.StatusCode != http.StatusOK {
-				t.Fatalf("status %d", resp.StatusCode)
+			status, out := post(t, body)
+			if status != http.StatusOK {
+				t.Fatalf("status %d", status)
 			}
 			got := map[string]int64{}
 			for _, h := range out {
@@ -169,7 +169,7 @@ func TestPrioritize(t *testing.T) {
 			}
 			msg := new(bytes.Buffer)
 			_, _ = msg.ReadFrom(resp.Body)
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(msg.String(), want) {
 				t.Errorf("%s: status %d %q, want 400 with %q", body, resp.StatusCode, msg, want)
 			}
@@ -178,7 +178,7 @@ func TestPrioritize(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusMethodNotAllowed {
 			t.Errorf("GET: status %d, want 405", resp.StatusCode)
 		}

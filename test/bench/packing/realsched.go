@@ -44,7 +44,7 @@ func realschedOutcomes(path string, asks []simulate.Ask, nodes int, gpuBytes int
 	if err != nil {
 		return nil, fmt.Errorf("-realsched: %w", err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	used := map[string][]int{}
 	var modes []string
 	sc := bufio.NewScanner(f)
