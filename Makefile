@@ -94,7 +94,8 @@ fuzz:
 # The packing comparison (and its chart, docs/packing.png), the Prepare
 # cost against its durable-write floor and over gRPC, the webhook's
 # translation latency, and the 1,000-node scale figures, in one run
-# (docs/benchmarks.md has figures and method; about 5 minutes here).
+# (docs/benchmarks.md has figures and method; about 5 minutes here, after
+# bench-realsched, whose 64-node runs the chart shows, about 15).
 bench:
 	$(MAKE) bench-realsched
 	cd test/bench/packing && $(GO) run . -chart $(CURDIR)/docs/packing.png -realsched $(BIN)/realsched.jsonl
