@@ -98,16 +98,17 @@ fuzz:
 # The packing comparison (and its chart, docs/packing.png), the Prepare
 # cost against its durable-write floor and over gRPC, the webhook's
 # translation latency, and the 1,000-node scale figures, in one run
-# (docs/benchmarks.md has figures and method; about 5 minutes here).
+# (docs/benchmarks.md has figures and method; about 5 minutes here, after
+# bench-realsched, whose 64-node runs the chart shows, about 15).
 bench:
-	cd test/bench/packing && $(GO) run . -chart $(CURDIR)/docs/packing.png
+	$(MAKE) bench-realsched
+	cd test/bench/packing && $(GO) run . -chart $(CURDIR)/docs/packing.png -realsched $(BIN)/realsched.jsonl
 	$(GO) test -run '^$$' -bench 'DurableWriteFloor|Encode500|PrepareUnprepare' -benchtime 1000x -cpu 1,4 ./internal/node/checkpoint ./internal/node/preparer
 	$(GO) test -run '^$$' -bench PrepareOverGRPC -benchtime 500x ./internal/node/plugin
 	$(GO) test -run '^$$' -bench WebhookTranslation -benchtime 2000x ./internal/controller
 	$(GO) test -run '^$$' -bench ControllerCacheAtScale -benchtime 1x ./internal/controller
 	$(GO) test -run '^$$' -bench AllocateAtScale -benchtime 100x -timeout 20m ./internal/placement
 	$(GO) test -run '^$$' -bench WhyAtScale -benchtime 3x ./internal/cli/why
-	$(MAKE) bench-realsched
 
 # gpufrac's kubelet plugin beside kubernetes-sigs/dra-example-driver's
 # against one real control plane, the kubelet's DRA calls made directly
@@ -121,19 +122,24 @@ bench-prepcompare: build
 
 # Packing in the real kube-scheduler (docs/packing-scheduler.md): the
 # harness control plane, nodes carrying the plugin's slices and no kubelet,
-# the packing benchmark's trace, the chart's packing webhook off and on.
-# 400 pods at 8, 64 and 1,000 nodes, 2,000 at 1,000 nodes; one line per run
-# (-o json for machine-readable; progress and logs in bin/realsched.log). About 15 minutes on 2 cores, most of it the
+# the packing benchmark's trace, the chart's packing webhook off and on
+# (REALSCHED_MODES="off on extender" adds the scheduler extender).
+# 400 pods at 8, 64 and 1,000 nodes, 2,000 at 1,000 nodes; one JSON line per
+# run, also in bin/realsched.jsonl, which `make bench` charts (progress and
+# logs in bin/realsched.log). About 15 minutes on 2 cores, most of it the
 # 1,000-node runs. Never part of `make test`.
 REALSCHED_RUNS ?= 400:8 400:64 400:1000 2000:1000
+REALSCHED_MODES ?= off on
 bench-realsched:
 	@$(GO) run ./test/cmd/kube-binaries -q
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/realsched ./test/bench/realsched
+	@: > $(BIN)/realsched.jsonl
 	@for run in $(REALSCHED_RUNS); do \
-		for p in off on; do \
-			$(BIN)/realsched -trace $${run%%:*} -nodes $${run#*:} -packing $$p 2>$(BIN)/realsched.log || \
+		for p in $(REALSCHED_MODES); do \
+			$(BIN)/realsched -trace $${run%%:*} -nodes $${run#*:} -packing $$p -o json 2>$(BIN)/realsched.log >$(BIN)/realsched.out || \
 				{ tail -30 $(BIN)/realsched.log; exit 1; }; \
+			cat $(BIN)/realsched.out; cat $(BIN)/realsched.out >>$(BIN)/realsched.jsonl; \
 		done; \
 	done
 

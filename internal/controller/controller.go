@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
+	"github.com/gpufrac/gpufrac/internal/extender"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/metricsserver"
 	"github.com/gpufrac/gpufrac/internal/packinglabel"
@@ -44,6 +45,10 @@ type Config struct {
 	// PackingLabels keeps the node label the packing webhook's node
 	// affinity prefers (internal/packinglabel); it needs nodes patch rights.
 	PackingLabels bool
+	// ExtenderAddress, when set, serves kube-scheduler's extender
+	// prioritize verb there over plain HTTP (internal/extender); empty
+	// disables it.
+	ExtenderAddress string
 	// Ready is called once the webhooks serve (tests wait on it).
 	Ready func(address string)
 }
@@ -84,8 +89,19 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+	var ext *extender.Extender
+	if cfg.ExtenderAddress != "" {
+		if ext, err = extender.New(factory, cfg.Client); err != nil {
+			return err
+		}
+	}
 	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	// Shutdown waits for the informers, which stop only once ctx ends: an
+	// error return must cancel first, or Run hangs until its parent ends.
+	defer func() {
+		cancel()
+		factory.Shutdown()
+	}()
 	if err := cluster.WaitForSync(ctx); err != nil {
 		return err
 	}
@@ -102,11 +118,21 @@ func Run(ctx context.Context, cfg Config) error {
 	loop, loopFactories := newTemplateLoop(ctx, cfg.Client, cfg.KAI)
 	for _, f := range loopFactories {
 		f.Start(ctx.Done())
-		defer f.Shutdown()
+		defer func() {
+			cancel()
+			f.Shutdown()
+		}()
 	}
 	wg.Go(func() { loop.run(ctx, 2) })
 	if labels != nil {
 		wg.Go(func() { labels.Run(ctx, 2) })
+	}
+	if ext != nil {
+		stopped, err := serveExtender(ctx, cfg.ExtenderAddress, ext)
+		if err != nil {
+			return err
+		}
+		defer func() { <-stopped }()
 	}
 
 	srv := &admission.Server{Cluster: cluster, Reader: cfg.Client, KAI: cfg.KAI, Claims: claims}

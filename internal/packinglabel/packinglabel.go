@@ -141,7 +141,7 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface) (
 	l := &Loop{client: client, queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[string](), workqueue.TypedRateLimitingQueueConfig[string]{Name: "packing-labels"})}
 	ci := factory.Resource().V1().ResourceClaims().Informer()
-	if err := ci.SetTransform(stripClaim); err != nil {
+	if err := ci.SetTransform(StripClaim); err != nil {
 		return nil, fmt.Errorf("claim informer transform: %w", err)
 	}
 	if err := ci.AddIndexers(cache.Indexers{byNode: func(obj any) ([]string, error) {
@@ -206,37 +206,57 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface) (
 // asksFraction tells whether a claim has a request with a memory capacity
 // request (of any class: only its gpufrac.dev results are counted).
 func asksFraction(spec *resourceapi.ResourceClaimSpec) bool {
-	has := func(c *resourceapi.CapacityRequirements) bool {
-		if c == nil {
-			return false
-		}
-		_, ok := c.Requests["memory"]
-		return ok
-	}
-	for _, r := range spec.Devices.Requests {
-		if r.Exactly != nil && has(r.Exactly.Capacity) {
-			return true
-		}
-		for _, sub := range r.FirstAvailable {
-			if has(sub.Capacity) {
-				return true
-			}
-		}
-	}
-	return false
+	_, ok := FractionMemory(spec)
+	return ok
 }
 
-// stripClaim keeps what AllocatedNode and GPUsInUse read.
-func stripClaim(obj any) (any, error) {
+// FractionMemory is the largest memory capacity request of a claim's
+// requests (a firstAvailable request counts its largest subrequest), and
+// whether any request has one: a claim without one is a whole-GPU claim.
+func FractionMemory(spec *resourceapi.ResourceClaimSpec) (resource.Quantity, bool) {
+	var most resource.Quantity
+	found := false
+	take := func(c *resourceapi.CapacityRequirements) {
+		if c == nil {
+			return
+		}
+		if q, ok := c.Requests["memory"]; ok {
+			if !found || q.Cmp(most) > 0 {
+				most = q
+			}
+			found = true
+		}
+	}
+	for _, r := range spec.Devices.Requests {
+		if r.Exactly != nil {
+			take(r.Exactly.Capacity)
+		}
+		for _, sub := range r.FirstAvailable {
+			take(sub.Capacity)
+		}
+	}
+	return most, found
+}
+
+// StripClaim keeps what the controller's readers of the shared claim
+// informer read: the spec, whole (admission's InformerCluster.ClaimSpec
+// decides from its device classes and config whether a claim a pod names
+// is a gpufrac one; GPUsInUse and the scheduler extender read its memory
+// requests), and the allocation's node selector and results (AllocatedNode,
+// GPUsInUse, internal/extender). Everything else of the object, managed
+// fields, labels, annotations, owner references and the status's
+// reservedFor, devices and conditions, is dropped: a large cluster holds
+// many claims, and the scheduler and kubelet plugin rewrite their status.
+// A transform applies to every handler and lister of the informer, so
+// nothing may be dropped that one of them reads.
+func StripClaim(obj any) (any, error) {
 	c, ok := obj.(*resourceapi.ResourceClaim)
 	if !ok {
 		return obj, nil
 	}
-	out := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion}}
-	if asksFraction(&c.Spec) {
-		// The one spec fact GPUsInUse reads, kept as a minimal request.
-		out.Spec.Devices.Requests = []resourceapi.DeviceRequest{{Name: "fraction", Exactly: &resourceapi.ExactDeviceRequest{
-			Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": {}}}}}}
+	out := &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: c.Name, Namespace: c.Namespace, UID: c.UID, ResourceVersion: c.ResourceVersion},
+		Spec:       c.Spec,
 	}
 	if a := c.Status.Allocation; a != nil {
 		out.Status.Allocation = &resourceapi.AllocationResult{NodeSelector: a.NodeSelector, Devices: resourceapi.DeviceAllocationResult{Results: a.Devices.Results}}

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -189,4 +190,71 @@ func TestLoopLabelsNodes(t *testing.T) {
 		}
 	}
 	waitLabels(map[string]string{"n1": "1", "n2": packinglabel.Designated})
+}
+
+// TestStripClaim: the transform is shared by every reader of the
+// controller's claim informer, admission's ClaimSpec among them, so it must
+// keep the whole spec (a stripped spec once lost the device class, and the
+// webhook no longer recognised pre-created gpufrac claims) and the
+// allocation, and drop what nobody reads.
+func TestStripClaim(t *testing.T) {
+	full := claim("c", "node-a", "gpu-0")
+	full.Labels = map[string]string{"app": "x"}
+	full.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kube-scheduler", Operation: metav1.ManagedFieldsOperationApply}}
+	full.OwnerReferences = []metav1.OwnerReference{{Kind: "Pod", Name: "p"}}
+	full.Spec.Devices.Config = []resourceapi.DeviceClaimConfiguration{{Requests: []string{"gpu"},
+		DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpufrac.dev"}}}}
+	full.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "u"}}
+	full.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: "gpufrac.dev", Pool: "node-a", Device: "gpu-0"}}
+	full.Status.Allocation.Devices.Results[0].ConsumedCapacity = map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("16Gi")}
+
+	obj, err := packinglabel.StripClaim(full.DeepCopy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := obj.(*resourceapi.ResourceClaim)
+	if !equality.Semantic.DeepEqual(got.Spec, full.Spec) {
+		t.Errorf("spec changed:\n%+v\nwant\n%+v", got.Spec, full.Spec)
+	}
+	if !equality.Semantic.DeepEqual(got.Status.Allocation.Devices.Results, full.Status.Allocation.Devices.Results) ||
+		packinglabel.AllocatedNode(got) != "node-a" {
+		t.Errorf("allocation not kept: %+v", got.Status.Allocation)
+	}
+	if got.Name != "c" || got.Namespace != "ns" || len(got.Labels) != 0 || len(got.ManagedFields) != 0 || len(got.OwnerReferences) != 0 ||
+		len(got.Status.ReservedFor) != 0 || len(got.Status.Devices) != 0 {
+		t.Errorf("kept what no reader reads: %+v", got)
+	}
+	if q, ok := packinglabel.FractionMemory(&got.Spec); !ok || q.Cmp(resource.MustParse("16Gi")) != 0 {
+		t.Errorf("FractionMemory %v %v, want 16Gi", q.String(), ok)
+	}
+	if other, _ := packinglabel.StripClaim("not a claim"); other != "not a claim" {
+		t.Errorf("a non-claim object changed: %v", other)
+	}
+}
+
+func TestFractionMemory(t *testing.T) {
+	q := func(s string) *resourceapi.CapacityRequirements {
+		return &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(s)}}
+	}
+	for _, tc := range []struct {
+		name     string
+		requests []resourceapi.DeviceRequest
+		want     string
+		ok       bool
+	}{
+		{"whole GPU", []resourceapi.DeviceRequest{{Name: "a", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: "gpufrac.dev"}}}, "0", false},
+		{"largest of two requests", []resourceapi.DeviceRequest{
+			{Name: "a", Exactly: &resourceapi.ExactDeviceRequest{Capacity: q("8Gi")}},
+			{Name: "b", Exactly: &resourceapi.ExactDeviceRequest{Capacity: q("24Gi")}}}, "24Gi", true},
+		{"firstAvailable: the largest subrequest", []resourceapi.DeviceRequest{{Name: "a", FirstAvailable: []resourceapi.DeviceSubRequest{
+			{Name: "small", Capacity: q("10Gi")}, {Name: "big", Capacity: q("40Gi")}}}}, "40Gi", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: tc.requests}}
+			got, ok := packinglabel.FractionMemory(&spec)
+			if ok != tc.ok || got.Cmp(resource.MustParse(tc.want)) != 0 {
+				t.Errorf("got %s %v, want %s %v", got.String(), ok, tc.want, tc.ok)
+			}
+		})
+	}
 }

@@ -27,14 +27,15 @@ func main() {
 	nodes := flag.Int("nodes", 64, "H200 nodes (8 GPUs each); enough for whole-GPU to fit")
 	replicas := flag.Int("replicas", 4, "time-slicing replicas per GPU")
 	chart := flag.String("chart", "", "also draw the table as a chart into this file (.png, .svg or .pdf)")
+	realsched := flag.String("realsched", "", "JSON lines of test/bench/realsched -o json runs of this trace; the first of each -packing mode on -nodes nodes is shown as the real scheduler's placement")
 	flag.Parse()
-	if err := run(*pods, *seed, *nodes, *replicas, *chart); err != nil {
+	if err := run(*pods, *seed, *nodes, *replicas, *chart, *realsched); err != nil {
 		fmt.Fprintln(os.Stderr, "packing:", err)
 		os.Exit(1)
 	}
 }
 
-func run(n int, seed uint64, nodes, replicas int, chart string) error {
+func run(n int, seed uint64, nodes, replicas int, chart, realsched string) error {
 	ctx := context.Background()
 	gpu := resource.MustParse("141Gi")
 	gpuBytes := gpu.Value()
@@ -57,11 +58,11 @@ func run(n int, seed uint64, nodes, replicas int, chart string) error {
 	elapsed := time.Since(start)
 	// The real scheduler's choice of node, modelled (internal/cli/simulate), without
 	// and with gpufrac's packing webhook; test/bench/realsched measures it.
-	off, err := packing.GpufracWith(ctx, trace, slices, classes, gpuBytes, simulate.Scheduler{Seed: seed}, "gpufrac (scheduler)")
+	off, err := packing.GpufracWith(ctx, trace, slices, classes, gpuBytes, simulate.Scheduler{Seed: seed}, "model: scheduler")
 	if err != nil {
 		return err
 	}
-	on, err := packing.GpufracWith(ctx, trace, slices, classes, gpuBytes, simulate.Scheduler{Seed: seed, Packing: true}, "gpufrac (+packing)")
+	on, err := packing.GpufracWith(ctx, trace, slices, classes, gpuBytes, simulate.Scheduler{Seed: seed, Packing: true}, "model: +packing")
 	if err != nil {
 		return err
 	}
@@ -69,8 +70,16 @@ func run(n int, seed uint64, nodes, replicas int, chart string) error {
 		packing.WholeGPU(trace, total, gpuBytes),
 		packing.MIG(trace, total, gpuBytes),
 		packing.TimeSlicingReplicas(trace, total, replicas, gpuBytes),
-		off, on, frac,
+		off, on,
 	}
+	if realsched != "" {
+		measured, err := realschedOutcomes(realsched, trace, nodes, gpuBytes)
+		if err != nil {
+			return err
+		}
+		outcomes = append(outcomes, measured...)
+	}
+	outcomes = append(outcomes, frac)
 	lb := packing.LowerBound(trace, gpuBytes)
 
 	mix := make([]string, len(simulate.Mix))

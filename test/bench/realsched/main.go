@@ -9,6 +9,7 @@
 //
 //	go run ./test/bench/realsched -f WORKLOAD.yaml -nodes 64 -gpus h200x8 -packing=on -o json
 //	go run ./test/bench/realsched -trace 400 -seed 1 -nodes 64 -packing=off
+//	go run ./test/bench/realsched -trace 400 -nodes 64 -packing=extender
 //	go run ./test/bench/realsched -trace 400 -nodes 64 -scheduler-config test/bench/realsched/testdata/scheduler-pct10.yaml
 package main
 
@@ -58,11 +59,12 @@ func main() {
 	seed := flag.Uint64("seed", 1, "trace seed (with -trace)")
 	nodes := flag.Int("nodes", 8, "nodes")
 	gpus := flag.String("gpus", "h200x8", "GPUs per node, as --simulate-gpus takes them")
-	packing := flag.String("packing", "on", "on: the chart's packing webhook is registered; off: the scheduler alone")
+	packing := flag.String("packing", "on", "on: the chart's packing webhook and node labels; extender: gpufrac-controller's scheduler extender (--extender-address) alone, named in the scheduler's configuration; off: the scheduler alone")
 	output := flag.String("o", "table", "json or table")
 	qps := flag.Int("qps", 1000, "client QPS of kube-scheduler, kube-controller-manager and the benchmark (burst is twice it)")
 	timeout := flag.Duration("timeout", 20*time.Minute, "give up after this long")
 	settle := flag.Duration("settle", 5*time.Second, "placement is done when nothing changed for this long and every pod is bound or unschedulable")
+	extenderDown := flag.Bool("extender-down", false, "with -packing=extender: configure the scheduler with the extender but never start gpufrac-controller (a dead controller must not block scheduling)")
 	var schedulerFlags stringList
 	flag.Var(&schedulerFlags, "scheduler-flag", "extra kube-scheduler flag, repeatable (e.g. --authorization-always-allow-paths=/healthz,/debug/pprof/profile to profile it)")
 	schedulerConfig := flag.String("scheduler-config", "", "a KubeSchedulerConfiguration file kube-scheduler runs with (--config); the harness fills in clientConnection.kubeconfig, and qps/burst from -qps unless the file sets them")
@@ -84,7 +86,7 @@ func main() {
 		}
 	}
 	res, err := run(ctx, config{schedulerConfig: schedConfig, file: *file, trace: *trace, seed: *seed, nodes: *nodes, gpus: *gpus,
-		packing: *packing == "on", qps: *qps, settle: *settle, schedulerFlags: schedulerFlags})
+		packing: *packing, extenderDown: *extenderDown, qps: *qps, settle: *settle, schedulerFlags: schedulerFlags})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "realsched:", err)
 		os.Exit(1)
@@ -103,8 +105,8 @@ func check(file string, trace int, packing, output string) error {
 	switch {
 	case (file == "") == (trace == 0):
 		return fmt.Errorf("give either -f WORKLOAD.yaml or -trace N")
-	case packing != "on" && packing != "off":
-		return fmt.Errorf("-packing=%q: want on or off", packing)
+	case packing != "on" && packing != "off" && packing != "extender":
+		return fmt.Errorf("-packing=%q: want on, off or extender", packing)
 	case output != "json" && output != "table":
 		return fmt.Errorf("-o %q: want json or table", output)
 	}

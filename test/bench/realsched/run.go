@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"sync"
@@ -26,14 +27,17 @@ import (
 )
 
 type config struct {
-	file    string
-	trace   int
-	seed    uint64
-	nodes   int
-	gpus    string
-	packing bool
-	qps     int
-	settle  time.Duration
+	file  string
+	trace int
+	seed  uint64
+	nodes int
+	gpus  string
+	// packing is on (webhook and node labels), extender or off.
+	packing string
+	// extenderDown configures the extender and never serves it.
+	extenderDown bool
+	qps          int
+	settle       time.Duration
 	// schedulerFlags are extra kube-scheduler flags.
 	schedulerFlags []string
 	// schedulerConfig is a KubeSchedulerConfiguration (YAML) or empty for
@@ -47,10 +51,23 @@ func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 	lift := []string{fmt.Sprintf("--kube-api-qps=%d", cfg.qps), fmt.Sprintf("--kube-api-burst=%d", 2*cfg.qps)}
 	schedArgs := append(slices.Clone(lift), cfg.schedulerFlags...)
 	var schedConfig []byte
-	if len(cfg.schedulerConfig) > 0 {
+	base := cfg.schedulerConfig
+	var extenderAddr string
+	if cfg.packing == "extender" {
+		// The scheduler starts first and must name the extender, so its
+		// address is chosen now and served once the nodes exist.
+		var err error
+		if extenderAddr, err = freeLoopbackAddress(); err != nil {
+			return nil, err
+		}
+		if base, err = withExtender(base, "http://"+extenderAddr+"/scheduler"); err != nil {
+			return nil, err
+		}
+	}
+	if len(base) > 0 {
 		// --config overrides the client flags; the lift goes in the file.
 		var err error
-		if schedConfig, err = liftSchedulerConfig(cfg.schedulerConfig, cfg.qps); err != nil {
+		if schedConfig, err = liftSchedulerConfig(base, cfg.qps); err != nil {
 			return nil, err
 		}
 		schedArgs = cfg.schedulerFlags
@@ -120,8 +137,14 @@ func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 			return nil, fmt.Errorf("creating ResourceClaimTemplate %s: %w", t.Name, err)
 		}
 	}
-	if cfg.packing {
-		ctrl, err := cp.StartPacking(ctx, namespace)
+	if cfg.packing != "off" && !cfg.extenderDown {
+		var ctrl *harness.Controller
+		var err error
+		if cfg.packing == "extender" {
+			ctrl, err = cp.StartExtender(ctx, extenderAddr)
+		} else {
+			ctrl, err = cp.StartPacking(ctx, namespace)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +173,7 @@ func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &result{Packing: map[bool]string{true: "on", false: "off"}[cfg.packing], Nodes: cfg.nodes, GPUs: cfg.gpus,
+	res := &result{Packing: cfg.packing + map[bool]string{true: "-down"}[cfg.extenderDown], Nodes: cfg.nodes, GPUs: cfg.gpus,
 		Placed: p.Bound, Total: len(wl.pods), GPUsUsed: p.GPUs, LowerBound: p.LowerBound, NodesUsed: p.Nodes,
 		CreateSeconds: created.Seconds()}
 	if p.Bound > 0 {
@@ -293,4 +316,15 @@ func (w *watcher) steadyRate() float64 {
 		return 0
 	}
 	return float64(hi-lo) / span
+}
+
+// freeLoopbackAddress is a loopback address with a port free now, for a
+// server started later.
+func freeLoopbackAddress() (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("choosing the extender's port: %w", err)
+	}
+	addr := lis.Addr().String()
+	return addr, lis.Close()
 }

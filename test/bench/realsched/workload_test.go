@@ -62,7 +62,7 @@ func TestTraceWorkload(t *testing.T) {
 	if err := check("", 0, "on", "json"); err == nil {
 		t.Error("neither -f nor -trace must be refused")
 	}
-	if err := check("", 10, "maybe", "json"); err == nil || !strings.Contains(err.Error(), `-packing="maybe"`) {
+	if err := check("", 10, "maybe", "json"); err == nil || !strings.Contains(err.Error(), `-packing="maybe": want on, off or extender`) {
 		t.Errorf("want -packing refused by value, got %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -39,7 +40,8 @@ func Chart(path, title string, outcomes []Outcome, lowerBound int) error {
 	used := make(plotter.Values, len(outcomes))
 	risk := make(plotter.Values, len(outcomes))
 	for i, o := range outcomes {
-		names[i] = o.Strategy
+		// A parenthesis goes on a line of its own, so that nine labels fit.
+		names[i] = strings.Replace(o.Strategy, " (", "\n(", 1)
 		used[i] = float64(o.GPUsUsed)
 		risk[i] = float64(o.AtRisk)
 	}

@@ -229,3 +229,14 @@ func GpufracWith(ctx context.Context, asks []simulate.Ask, slices []*resourceapi
 	out.Utilisation = utilisation(ok, out.GPUsUsed, gpuBytes)
 	return out, nil
 }
+
+// Measured is a placement measured elsewhere (test/bench/realsched: the
+// real kube-scheduler) on the whole trace asks: every pod placed, on
+// gpusUsed GPUs. Nobody is at risk: gpufrac allocates memory as capacity,
+// so no GPU holds more requests than its memory.
+func Measured(name string, asks []simulate.Ask, placed, gpusUsed int, gpuBytes int64) (Outcome, error) {
+	if placed != len(asks) {
+		return Outcome{}, fmt.Errorf("%s: %d of %d pods placed: only a whole trace compares", name, placed, len(asks))
+	}
+	return Outcome{Strategy: name, PodsPlaced: placed, GPUsUsed: gpusUsed, Utilisation: utilisation(asks, gpusUsed, gpuBytes)}, nil
+}
