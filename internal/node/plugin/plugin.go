@@ -230,7 +230,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		Status:      status,
 		Events:      events,
 		Failpoint:   cfg.Failpoint,
-		Pods:        podGetter(cfg.KubeClient),
+		Pods:        newPodLookup(bgCtx, cfg.KubeClient, cfg.NodeName).getter(),
 	}
 	if mpsManager != nil {
 		pcfg.MPS = mpsManager

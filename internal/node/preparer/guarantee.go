@@ -13,8 +13,9 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
-// PodGetter reads a pod the claim is reserved for.
-type PodGetter func(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+// PodGetter reads the pod ref that claim is reserved for (in the claim's
+// namespace).
+type PodGetter func(ctx context.Context, claim *resourceapi.ResourceClaim, ref resourceapi.ResourceClaimConsumerReference) (*corev1.Pod, error)
 
 // checkOneGuarantee refuses a claim whose guaranteed memory the node
 // enforces per container (dmem) when more than one container or pod would
@@ -34,7 +35,7 @@ func (p *Preparer) checkOneGuarantee(ctx context.Context, claim *resourceapi.Res
 			if r.Resource != "pods" || r.APIGroup != "" {
 				continue
 			}
-			pod, err := p.cfg.Pods(ctx, claim.Namespace, r.Name)
+			pod, err := p.cfg.Pods(ctx, claim, r)
 			if apierrors.IsNotFound(err) {
 				continue
 			}

@@ -92,7 +92,8 @@ func TestPrepareRefusesAMultipliedGuarantee(t *testing.T) {
 				Checkpoint: ckpt, CDI: cdi, Status: &statusLog{prepared: map[types.UID]*plan.Claim{}}, Events: events,
 				// Every share on an r615 node is an MPS client (issue 15).
 				MPS: mps,
-				Pods: func(_ context.Context, namespace, name string) (*corev1.Pod, error) {
+				Pods: func(_ context.Context, claim *resourceapi.ResourceClaim, ref resourceapi.ResourceClaimConsumerReference) (*corev1.Pod, error) {
+					namespace, name := claim.Namespace, ref.Name
 					if pod, ok := byName[name]; ok && namespace == "ns" {
 						return pod, nil
 					}

@@ -13,7 +13,8 @@
 //	go run ./test/bench/prepcompare -plugin gpufrac=bin/gpufrac-kubelet-plugin \
 //	    -plugin example=/work/ext/bin/dra-example-kubeletplugin -claims 32 -rounds 20 -runs 2
 //
-// The kind before "=" says how to start and address the binary: gpufrac
+// The kind before "=" (or before ":LABEL=", to compare two builds of one
+// kind) says how to start and address the binary: gpufrac
 // (--simulate-gpus=h200x8, driver gpufrac.dev) or example
 // (kubernetes-sigs/dra-example-driver's kubelet plugin, driver
 // gpu.example.com, 8 devices). The example driver is never vendored here:
@@ -91,11 +92,11 @@ func run(ctx context.Context, specs []pluginSpec, claims, rounds, runs int, leve
 			for _, conc := range levels {
 				res, err := b.measure(ctx, spec, conc)
 				if err != nil {
-					return fmt.Errorf("%s at concurrency %d, run %d: %w", spec.kind, conc, r+1, err)
+					return fmt.Errorf("%s at concurrency %d, run %d: %w", spec.label, conc, r+1, err)
 				}
 				res.run = r + 1
 				fmt.Fprintf(os.Stderr, "%s run %d concurrency %d: prepare %.0f claims/s (p50 %.2f ms), unprepare %.0f claims/s (p50 %.2f ms)\n",
-					spec.kind, res.run, conc, res.prepare.perSec, ms(res.prepare.p50), res.unprepare.perSec, ms(res.unprepare.p50))
+					spec.label, res.run, conc, res.prepare.perSec, ms(res.prepare.p50), res.unprepare.perSec, ms(res.unprepare.p50))
 				results = append(results, res)
 			}
 		}

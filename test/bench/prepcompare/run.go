@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -38,7 +39,10 @@ const (
 
 // pluginSpec is one plugin binary and how to drive it.
 type pluginSpec struct {
-	kind, binary, driver string
+	// kind says how to start the binary (gpufrac or example); label names
+	// it in the table, so two builds of one kind compare side by side
+	// (-plugin gpufrac:json=A -plugin gpufrac:proto=B).
+	kind, label, binary, driver string
 }
 
 func parsePlugins(values []string) ([]pluginSpec, error) {
@@ -47,18 +51,19 @@ func parsePlugins(values []string) ([]pluginSpec, error) {
 	}
 	var out []pluginSpec
 	for _, v := range values {
-		kind, bin, ok := strings.Cut(v, "=")
+		label, bin, ok := strings.Cut(v, "=")
 		if !ok || bin == "" {
-			return nil, fmt.Errorf("-plugin %q: want KIND=BINARY", v)
+			return nil, fmt.Errorf("-plugin %q: want KIND[:LABEL]=BINARY", v)
 		}
+		kind, _, _ := strings.Cut(label, ":")
 		if _, err := os.Stat(bin); err != nil {
 			return nil, fmt.Errorf("-plugin %q: %w", v, err)
 		}
 		switch kind {
 		case "gpufrac":
-			out = append(out, pluginSpec{kind: kind, binary: bin, driver: "gpufrac.dev"})
+			out = append(out, pluginSpec{kind: kind, label: label, binary: bin, driver: "gpufrac.dev"})
 		case "example":
-			out = append(out, pluginSpec{kind: kind, binary: bin, driver: "gpu.example.com"})
+			out = append(out, pluginSpec{kind: kind, label: label, binary: bin, driver: "gpu.example.com"})
 		default:
 			return nil, fmt.Errorf("-plugin %q: kind %q is neither gpufrac nor example", v, kind)
 		}
@@ -106,7 +111,7 @@ type stats struct {
 }
 
 type result struct {
-	kind               string
+	label              string
 	conc, run          int
 	prepare, unprepare stats
 }
@@ -181,7 +186,7 @@ func (b *bench) measure(ctx context.Context, spec pluginSpec, conc int) (result,
 			return result{}, fmt.Errorf("%w (plugin log: %s)", firstErr, proc.log)
 		}
 	}
-	return result{kind: spec.kind, conc: conc, prepare: summarize(prepLat, prepTime), unprepare: summarize(unprepLat, unprepTime)}, nil
+	return result{label: spec.label, conc: conc, prepare: summarize(prepLat, prepTime), unprepare: summarize(unprepLat, unprepTime)}, nil
 }
 
 func fanOut(conc int, refs []*drapb.Claim, f func(*drapb.Claim)) time.Duration {
@@ -302,6 +307,22 @@ func (b *bench) createClaims(ctx context.Context, spec pluginSpec, id int64) ([]
 		if err != nil {
 			return nil, fmt.Errorf("creating claim: %w", err)
 		}
+		// The pod the claim is reserved for, as the scheduler leaves it
+		// before binding: a plugin that reads it at Prepare (gpufrac's
+		// one-guarantee check) pays for that here as in a cluster. Bound
+		// to the node directly; no kubelet runs it.
+		pod, err := b.cp.Client.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: created.Name, Namespace: namespace, Labels: claim.Labels},
+			Spec: corev1.PodSpec{
+				NodeName:       nodeName,
+				Containers:     []corev1.Container{{Name: "main", Image: "registry.invalid/none", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &created.Name}},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("creating the pod of claim %s: %w", created.Name, err)
+		}
+		created.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
 		res := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: spec.driver, Pool: nodeName, Device: fmt.Sprintf("gpu-%d", i%8)}
 		if spec.kind == "gpufrac" {
 			share := uuid.NewUUID()
@@ -319,6 +340,7 @@ func (b *bench) createClaims(ctx context.Context, spec pluginSpec, id int64) ([]
 
 func (b *bench) deleteClaims(ctx context.Context, refs []*drapb.Claim) {
 	for _, r := range refs {
+		_ = b.cp.Client.CoreV1().Pods(namespace).Delete(ctx, r.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
 		_ = b.cp.Client.ResourceV1().ResourceClaims(namespace).Delete(ctx, r.Name, metav1.DeleteOptions{})
 	}
 }
