@@ -16,7 +16,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	corev1 "k8s.io/api/core/v1"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -311,12 +310,12 @@ func (b *bench) createClaims(ctx context.Context, spec pluginSpec, id int64) ([]
 		// before binding: a plugin that reads it at Prepare (gpufrac's
 		// one-guarantee check) pays for that here as in a cluster. Bound
 		// to the node directly; no kubelet runs it.
-		pod, err := b.cp.Client.CoreV1().Pods(namespace).Create(ctx, &corev1.Pod{
+		pod, err := b.cp.Client.CoreV1().Pods(namespace).Create(ctx, &v1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: created.Name, Namespace: namespace, Labels: claim.Labels},
-			Spec: corev1.PodSpec{
+			Spec: v1.PodSpec{
 				NodeName:       nodeName,
-				Containers:     []corev1.Container{{Name: "main", Image: "registry.invalid/none", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
-				ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &created.Name}},
+				Containers:     []v1.Container{{Name: "main", Image: "registry.invalid/none", Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}},
+				ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &created.Name}},
 			},
 		}, metav1.CreateOptions{})
 		if err != nil {
