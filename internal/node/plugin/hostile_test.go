@@ -19,7 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
-	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/node/plan"
@@ -40,17 +39,7 @@ func TestHostileAllocationsOverGRPC(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
-	cfg := simNodeConfig(t, client)
-	plugin, err := nodeplugin.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plugin.Stop()
-	info, err := registerapi.NewRegistrationClient(dial(t, filepath.Join(cfg.RegistrarDir, "gpufrac.dev-reg.sock"))).GetInfo(ctx, &registerapi.InfoRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dra := drapb.NewDRAPluginClient(dial(t, info.Endpoint))
+	cfg, dra := startSimPlugin(ctx, t, client)
 
 	const bound = `must be a whole number of bytes in (0, 141Gi], the memory GPU gpu-0 offers on this node (151397597184 bytes)`
 	consumed := func(q string) func(*resourceapi.ResourceClaim) {
@@ -163,6 +152,20 @@ func TestHostileAllocationsOverGRPC(t *testing.T) {
 	}
 }
 
+// startSimPlugin starts the plugin on a simulated h200x2 node (stopped at
+// the end of the test) and returns its config and its DRA client, found
+// through the registration socket as the kubelet finds it.
+func startSimPlugin(ctx context.Context, t *testing.T, client *fake.Clientset) (nodeplugin.Config, drapb.DRAPluginClient) {
+	t.Helper()
+	cfg := simNodeConfig(t, client)
+	plugin, err := nodeplugin.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(plugin.Stop)
+	return cfg, draClient(ctx, t, filepath.Join(cfg.RegistrarDir, "gpufrac.dev-reg.sock"))
+}
+
 func hash(s string) uint32 {
 	h := uint32(2166136261)
 	for i := range len(s) {
@@ -204,17 +207,7 @@ func TestHostileUnprepareOverGRPC(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
-	cfg := simNodeConfig(t, client)
-	plugin, err := nodeplugin.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plugin.Stop()
-	info, err := registerapi.NewRegistrationClient(dial(t, filepath.Join(cfg.RegistrarDir, "gpufrac.dev-reg.sock"))).GetInfo(ctx, &registerapi.InfoRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dra := drapb.NewDRAPluginClient(dial(t, info.Endpoint))
+	cfg, dra := startSimPlugin(ctx, t, client)
 	// A victim beside the CDI directory, where "../" from a spec name lands.
 	victim := filepath.Join(filepath.Dir(cfg.CDIRoot), "victim.json")
 	if err := os.WriteFile(victim, []byte("{}"), 0o600); err != nil {
