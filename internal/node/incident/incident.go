@@ -20,6 +20,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/gpubounds"
 )
 
 // Kind is what happened; it is the Event reason, the condition type and
@@ -173,7 +176,8 @@ func ParseBand(s string) (Band, error) {
 	if !ok || !isPct {
 		return Band{}, fmt.Errorf("hard-limit band %q: want <quantity>,<percent>%% (e.g. 256Mi,1%%)", s)
 	}
-	qty, err := resource.ParseQuantity(strings.TrimSpace(bytesPart))
+	// Bounded parse: a flag of "1E-999999999" must not stall the plugin's start.
+	qty, err := v1alpha1.ParseQuantity(strings.TrimSpace(bytesPart))
 	if err != nil || qty.Sign() < 0 {
 		return Band{}, fmt.Errorf("hard-limit band %q: bytes %q must be a non-negative quantity (e.g. 256Mi)", s, bytesPart)
 	}
@@ -181,7 +185,14 @@ func ParseBand(s string) (Band, error) {
 	if err != nil || pct < 0 || pct > 50 {
 		return Band{}, fmt.Errorf("hard-limit band %q: percent %q must be an integer from 0 to 50", s, pctNum)
 	}
-	b := Band{Bytes: qty.Value(), Percent: pct}
+	// A band as large as the GPU would put every container at its limit;
+	// past int64 Value() would wrap. The catalog's largest GPU bounds it.
+	largest, _ := gpubounds.CatalogLargestGPU()
+	v, exact := qty.AsInt64()
+	if !exact || v > largest.Value() {
+		return Band{}, fmt.Errorf("hard-limit band %q: bytes %q must be a whole number of bytes of at most %s, the largest GPU in the catalog", s, bytesPart, largest.String())
+	}
+	b := Band{Bytes: v, Percent: pct}
 	if b.Bytes == 0 && b.Percent == 0 {
 		return Band{}, fmt.Errorf("hard-limit band %q: bytes and percent are both 0; a container could never be seen at its limit", s)
 	}

@@ -116,6 +116,9 @@ func TestParseBand(t *testing.T) {
 		{"-1Mi,1%", incident.Band{}, "must be a non-negative quantity"},
 		{"256Mi,80%", incident.Band{}, `percent "80" must be an integer from 0 to 50`},
 		{"0,0%", incident.Band{}, "both 0"},
+		{"1E-999999999,1%", incident.Band{}, "must be a non-negative quantity"},
+		{"1e30,1%", incident.Band{}, "must be a whole number of bytes of at most 180Gi"},
+		{"500m,1%", incident.Band{}, "must be a whole number of bytes"},
 	} {
 		got, err := incident.ParseBand(tc.in)
 		if tc.wantErr != "" {

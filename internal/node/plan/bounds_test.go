@@ -49,6 +49,10 @@ func TestHostileAllocations(t *testing.T) {
 		{"past int64", one("9223372036854775808"), field0 + `"9223372036854775808"` + bound},
 		{"1e30", one("1e30"), field0 + `"1e30"` + bound},
 		{"-1e30", one("-1e30"), field0 + `"-1e30"` + bound},
+		// A huge positive exponent parses at once (the API server stores
+		// it); the plan must refuse it without formatting or comparing it
+		// as a billion-digit number.
+		{"1e999999999", one("1e999999999"), field0 + `"1e999999999"` + bound},
 		{"shares of one GPU above it together", many(2, "100Gi"),
 			`status.allocation.devices.results: Invalid value: "200Gi": the claim's shares of GPU gpu-0 consume this much together, more than the 141Gi it offers on this node`},
 		{"limits of one GPU's shares above it together", claim([]result{
