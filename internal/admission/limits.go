@@ -9,6 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 
+	"github.com/gpufrac/gpufrac/internal/errcap"
 	"github.com/gpufrac/gpufrac/internal/termsafe"
 )
 
@@ -46,14 +47,14 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
 // terminal (kubectl prints both).
 func bounded(resp *admissionv1.AdmissionResponse) {
 	if resp.Result != nil {
-		resp.Result.Message = termsafe.Truncate(termsafe.Escape(resp.Result.Message), MaxMessageBytes)
+		resp.Result.Message = errcap.Text(termsafe.Escape(resp.Result.Message), MaxMessageBytes)
 	}
 	if len(resp.Warnings) == 0 {
 		return
 	}
 	out := make([]string, 0, min(len(resp.Warnings), MaxWarnings+1))
 	for _, w := range resp.Warnings {
-		out = append(out, termsafe.Truncate(termsafe.Escape(w), MaxWarningBytes))
+		out = append(out, errcap.Text(termsafe.Escape(w), MaxWarningBytes))
 	}
 	resp.Warnings = termsafe.Limit(out, MaxWarnings, "warnings")
 }

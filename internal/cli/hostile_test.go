@@ -134,7 +134,7 @@ func TestHostileInputCLI(t *testing.T) {
 			`--gpu-memory "1e999999999": exponent 999999999 is outside [-30, 30]`, 0},
 		// Uncapped messages.
 		{"a memoryLimit of 500,000 digits", nil, []string{"validate", "-f", file("digits.yaml", claimWith("c", "10Gi", strings.Repeat("9", 500000)+"x"))},
-			"more bytes)", 2048},
+			"more bytes left out)", 2048},
 		{"3,000 unknown fields", nil, []string{"validate", "-f", file("fields.yaml", unknownFields)}, "ResourceClaim/many: ... and 2980 more problems, not listed", 4096},
 		// Terminal escapes in names and values.
 		{"a claim name that clears the screen", nil, []string{"validate", "-f", file("esc.yaml", claimWith(`evil\e[2J\e]0;title\a`, "10Gi", "-1"))}, `ResourceClaim/evil\x1b[2J\x1b]0;title\x07: `, 0},
@@ -142,7 +142,7 @@ func TestHostileInputCLI(t *testing.T) {
 			`# Pod/p\x1b[31m\u202e: refused: cannot translate KAI GPU-sharing annotations: annotation gpu-memory="\x1b[2J": failed to parse gpu memory annotation value`, 0},
 		{"a 300 KB pod name and container name", nil, []string{"translate", "--gpu-memory", "80Gi", "-f", file("big.yaml",
 			kaiPod(strings.Repeat("n", 300000), "gpu-fraction", "0.5", "gpu-fraction-container-name", strings.Repeat("c", 300000)))},
-			"more bytes)", 0},
+			"more bytes left out)", 0},
 		// KAI annotations without bounds.
 		{"gpu-memory at the int64 edge", nil, []string{"translate", "-f", file("mmax.yaml", kaiPod("p", "gpu-memory", "9223372036854775807"))},
 			`annotation gpu-memory="9223372036854775807": gpufrac: must be at most 8796093022207 MiB (more overflows a count of bytes)`, 0},

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
+	"github.com/gpufrac/gpufrac/internal/errcap"
 	"github.com/gpufrac/gpufrac/internal/termsafe"
 )
 
@@ -93,6 +94,6 @@ func ExitCode(err error, errOut io.Writer) int {
 	if errors.As(err, &exit) {
 		return exit.Code
 	}
-	fmt.Fprintf(errOut, "error: %s\n", termsafe.Escape(termsafe.Truncate(err.Error(), maxErrorBytes)))
+	fmt.Fprintf(errOut, "error: %s\n", termsafe.Escape(errcap.Text(err.Error(), maxErrorBytes)))
 	return 1
 }

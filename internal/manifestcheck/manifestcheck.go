@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/errcap"
 	"github.com/gpufrac/gpufrac/internal/gpubounds"
 	"github.com/gpufrac/gpufrac/internal/termsafe"
 )
@@ -67,7 +68,7 @@ func (r Result) Lines() []string { return r.LinesUpTo(MaxProblems) }
 func (r Result) LinesUpTo(n int) []string {
 	lines := r.lines(n)
 	for i := range lines {
-		lines[i] = termsafe.Truncate(termsafe.Escape(lines[i]), MaxLineBytes)
+		lines[i] = errcap.Text(termsafe.Escape(lines[i]), MaxLineBytes)
 	}
 	return lines
 }
@@ -300,7 +301,7 @@ func parseObject(source string, doc int, data []byte, list *header) []*parsed {
 	if n := v1alpha1.FindUnboundedQuantity(data); n != "" {
 		// Decoding would parse it into a resource.Quantity for minutes.
 		res.Err = fmt.Errorf("the number %s has an exponent outside [-%d, %d]: no quantity needs it, and arithmetic on it takes minutes",
-			termsafe.Truncate(n, 64), v1alpha1.MaxQuantityExponent, v1alpha1.MaxQuantityExponent)
+			errcap.Text(n, 64), v1alpha1.MaxQuantityExponent, v1alpha1.MaxQuantityExponent)
 		return []*parsed{res}
 	}
 	obj, _, err := strictDecoder.Decode(data, nil, nil)

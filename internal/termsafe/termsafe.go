@@ -1,6 +1,6 @@
 // Package termsafe keeps untrusted strings (object names, annotation
 // values, messages taken from manifests or the cluster) from acting on the
-// terminal they are printed to, and keeps them to a readable size.
+// terminal they are printed to, and keeps lists of them to a readable length (errcap cuts a single message).
 //
 // A name such as "x\x1b]0;title\a" printed raw would retitle the window;
 // "\x1b[2J" would clear it; a right-to-left override (U+202E) reorders what
@@ -71,19 +71,6 @@ func escape(s string, keepLines bool) string {
 func isInvalid(s string) bool {
 	_, size := utf8.DecodeRuneInString(s)
 	return size <= 1
-}
-
-// Truncate keeps s to at most n bytes (cut at a rune boundary) and says
-// how many bytes were left out.
-func Truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return fmt.Sprintf("%s... (%d more bytes)", s[:cut], len(s)-cut)
 }
 
 // Limit keeps at most n of lines and, when some are left out, adds a line

@@ -152,11 +152,17 @@ func (e *env) createTemplate(tmpl *resourceapi.ResourceClaimTemplate) {
 // mix.
 func (e *env) createPod(name, template, node string) *v1.Pod {
 	e.t.Helper()
+	return e.createPodFor(name, node, v1.PodResourceClaim{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)})
+}
+
+// createPodFor creates the pod createPod does with its claim "gpu" given.
+func (e *env) createPodFor(name, node string, claim v1.PodResourceClaim) *v1.Pod {
+	e.t.Helper()
 	pod := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 		Spec: v1.PodSpec{
 			NodeSelector:   map[string]string{"kubernetes.io/hostname": node},
-			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)}},
+			ResourceClaims: []v1.PodResourceClaim{claim},
 			Containers: []v1.Container{{
 				Name: "app", Image: "nvcr.io/nvidia/cuda:13.0.0-base-ubuntu24.04", Command: []string{"sleep", "infinity"},
 				Env:       []v1.EnvVar{{Name: "APP", Value: name}},

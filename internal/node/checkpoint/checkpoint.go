@@ -104,6 +104,12 @@ type Checkpoint struct {
 	// commit undoes its own change and never a later one.
 	changed map[types.UID]uint64
 	gen     uint64
+	// clears are the claims whose status must still be cleared
+	// (statusclears.go); clearsToLog the records added since the log was
+	// last written, and clearsLines (guarded by flushMu) its lines.
+	clears      map[types.UID]ClaimRef
+	clearsToLog []ClaimRef
+	clearsLines int
 
 	flushMu sync.Mutex // one writer of the file at a time
 	flushed uint64     // highest generation on disk; guarded by flushMu
@@ -128,7 +134,7 @@ const BootMarkerSuffix = ".boot"
 // starts empty and Unreadable says so. Entries that cannot be understood
 // are quarantined.
 func Open(ctx context.Context, path, bootID string, opts ...Option) (*Checkpoint, error) {
-	c := &Checkpoint{path: path, bootID: bootID, slots: map[types.UID]slot{}, changed: map[types.UID]uint64{}}
+	c := &Checkpoint{path: path, bootID: bootID, slots: map[types.UID]slot{}, changed: map[types.UID]uint64{}, clears: map[types.UID]ClaimRef{}}
 	for _, o := range opts {
 		o(c)
 	}
@@ -142,6 +148,7 @@ func Open(ctx context.Context, path, bootID string, opts ...Option) (*Checkpoint
 	if err := c.load(ctx, markedBoot); err != nil {
 		return nil, err
 	}
+	c.loadClears(ctx)
 	// Before this process writes the checkpoint for the first time, the
 	// marker names this boot, durably.
 	if markedBoot != bootID {
@@ -407,6 +414,8 @@ func (c *Checkpoint) Stage(e Entry) (persist func() error, err error) {
 	prev, had := c.slots[uid]
 	c.slots[uid] = slot{entry: e, enc: enc}
 	gen := c.bump(uid)
+	// Prepared again: its status is written anew, not cleared.
+	c.forgetClear(uid)
 	c.mu.Unlock()
 	return func() error {
 		if err := c.commit(gen); err != nil {
@@ -421,6 +430,12 @@ func (c *Checkpoint) Stage(e Entry) (persist func() error, err error) {
 // Delete forgets a claim, quarantined or not, and persists that; an
 // unknown claim is a no-op.
 func (c *Checkpoint) Delete(uid types.UID) error {
+	return c.delete(uid, nil)
+}
+
+// delete forgets uid and, with clear set, records its pending status clear
+// in the same commit (statusclears.go); a failed commit undoes both.
+func (c *Checkpoint) delete(uid types.UID, clear *ClaimRef) error {
 	c.mu.Lock()
 	prev, had := c.slots[uid]
 	if !had {
@@ -429,9 +444,17 @@ func (c *Checkpoint) Delete(uid types.UID) error {
 	}
 	delete(c.slots, uid)
 	gen := c.bump(uid)
+	added := clear != nil && c.recordClear(*clear)
 	c.mu.Unlock()
 	if err := c.commit(gen); err != nil {
 		c.undo(uid, gen, prev, true)
+		if added {
+			c.mu.Lock()
+			if c.changed[uid] == gen {
+				delete(c.clears, uid)
+			}
+			c.mu.Unlock()
+		}
 		return err
 	}
 	return nil
@@ -473,10 +496,18 @@ func (c *Checkpoint) commit(gen uint64) error {
 	for uid, s := range c.slots {
 		entries[uid] = s.enc // never mutated once stored
 	}
+	clears, rewriteClears := c.clearsSnapshot()
 	c.mu.Unlock()
 	raw, err := encodeFile(c.bootID, entries)
 	if err != nil {
 		return err
+	}
+	if clears != nil {
+		// Before the checkpoint: a crash between the two writes must not
+		// leave a claim forgotten without its record (statusclears.go).
+		if err := c.writeClears(clears, rewriteClears); err != nil {
+			return err
+		}
 	}
 	if err := c.writeAtomically(raw); err != nil {
 		return err

@@ -136,6 +136,10 @@ type desired struct {
 	// notBefore delays a clear (see SetClearDelay); zero for writes made
 	// as soon as a worker is free.
 	notBefore time.Time
+	// ifMissing writes claim's entries only where the claim has none of
+	// this driver's (Restored): what an earlier process wrote, MPS and
+	// incident conditions included, is kept.
+	ifMissing bool
 }
 
 // Writer applies claim status in the background.
@@ -156,6 +160,8 @@ type Writer struct {
 	incidents map[key]map[shareCondition]metav1.Condition
 
 	failpoint func(name string) error
+	// onCleared learns of each clear written (SetOnCleared).
+	onCleared func(uid types.UID)
 	// clearDelay holds back the clearing write of an unprepared claim
 	// (SetClearDelay); flushTimeout bounds the writes of what is still
 	// pending when Run ends.
@@ -222,9 +228,33 @@ func (w *Writer) takeSeen(k key) *resourceapi.ResourceClaim {
 	return claim.DeepCopy()
 }
 
+// SetOnCleared installs f, called with a claim's UID once its clearing
+// write is done (or found unnecessary: the claim is gone or was
+// recreated), so that the record kept for a restart can go
+// (checkpoint.StatusCleared). Call it before Run.
+func (w *Writer) SetOnCleared(f func(uid types.UID)) {
+	w.onCleared = f
+}
+
 // Prepared records that c is prepared; the status follows.
 func (w *Writer) Prepared(c *plan.Claim) {
 	w.set(key{c.Namespace, c.Name, c.UID}, desired{claim: c})
+}
+
+// Restored asks for c's status at start, for a claim an earlier process
+// prepared: written only if the claim has no entries of this driver (the
+// earlier process was killed before its write), so conditions it set are
+// kept. Anything already queued for the claim wins.
+func (w *Writer) Restored(c *plan.Claim) {
+	k := key{c.Namespace, c.Name, c.UID}
+	w.mu.Lock()
+	if _, queued := w.desired[k]; queued {
+		w.mu.Unlock()
+		return
+	}
+	w.desired[k] = desired{claim: c, ifMissing: true}
+	w.mu.Unlock()
+	w.queue.Add(k)
 }
 
 // Unprepared records that a claim is no longer prepared here. With a
@@ -310,17 +340,27 @@ func (w *Writer) processNext(ctx context.Context) bool {
 	switch {
 	case err == nil || apierrors.IsNotFound(err):
 		// A claim that is gone has no status to keep.
-		w.mu.Lock()
-		if w.desired[k] == d {
-			delete(w.desired, k)
-		}
-		w.mu.Unlock()
+		w.done(k, d)
 		w.queue.Forget(k)
 	default:
 		logger.Error(err, "Updating claim status failed; will retry", "attempt", w.queue.NumRequeues(k)+1)
 		w.queue.AddRateLimited(k)
 	}
 	return true
+}
+
+// done forgets d, written, unless something newer is wanted for k since,
+// and reports a clear written.
+func (w *Writer) done(k key, d desired) {
+	w.mu.Lock()
+	current := w.desired[k] == d
+	if current {
+		delete(w.desired, k)
+	}
+	w.mu.Unlock()
+	if current && d.claim == nil && w.onCleared != nil {
+		w.onCleared(k.uid)
+	}
 }
 
 // Apply writes the status of one claim now: it replaces this driver's
@@ -353,6 +393,11 @@ func (w *Writer) apply(ctx context.Context, namespace, name string, uid types.UI
 		ours := slices.DeleteFunc(slices.Clone(claim.Status.Devices), func(d resourceapi.AllocatedDeviceStatus) bool {
 			return d.Driver != v1alpha1.DriverName
 		})
+		if d.ifMissing && (len(ours) > 0 || claim.Status.Allocation == nil) {
+			// Written already (kept as it is), or deallocated since: the
+			// kubelet's Unprepare follows and clears.
+			return nil
+		}
 		want = keepTransitionTimes(ours, want)
 		if upToDate(ours, want) {
 			if d.claim != nil {

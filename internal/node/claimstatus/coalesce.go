@@ -60,11 +60,7 @@ func (w *Writer) flush(ctx context.Context) {
 			logger.Error(err, "Writing claim status at shutdown failed", "claim", klog.KRef(k.namespace, k.name), "claimUID", k.uid)
 			continue
 		}
-		w.mu.Lock()
-		if w.desired[k] == d {
-			delete(w.desired, k)
-		}
-		w.mu.Unlock()
+		w.done(k, d)
 	}
 }
 

@@ -68,6 +68,15 @@ func (r *eventReporter) PrepareFailed(claim *resourceapi.ResourceClaim, err erro
 	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "PrepareFailed", "Prepare", "%s", errcap.Text(err.Error(), maxNoteBytes))
 }
 
+// CDISpecRestored tells the claim's users that its CDI spec was missing at
+// the plugin's start (the CDI root is often a tmpfs, or someone removed
+// it) and was written again from the checkpoint: containers of the claim
+// that (re)started while it was missing failed to be created.
+func (r *eventReporter) CDISpecRestored(c *plan.Claim, path string) {
+	r.recorder.Eventf(claimRef(c), nil, v1.EventTypeNormal, "CDISpecRestored", "Recover",
+		"the CDI spec %s of this claim was missing at the kubelet plugin's start; written again from its checkpoint", path)
+}
+
 // UnprepareFailed matters as much as a failed Prepare: until the kubelet's
 // retry succeeds, the claim's share stays reserved on the GPU (and its MPS
 // server running), and the pod stays Terminating.

@@ -208,6 +208,8 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
 	status.SetFailpoint(cfg.Failpoint)
 	status.SetClearDelay(cfg.StatusClearDelay)
+	// A clear written no longer needs its record for a restart.
+	status.SetOnCleared(ckpt.StatusCleared)
 	p.status = status
 	events := newEventReporter(bgCtx, cfg.KubeClient, cfg.NodeName, status)
 	p.events = events

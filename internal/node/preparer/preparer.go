@@ -40,12 +40,19 @@ type MPS interface {
 // Status receives what was prepared; the claimstatus writer implements it.
 type Status interface {
 	Prepared(c *plan.Claim)
+	// Restored: c was prepared by an earlier process; its status is
+	// written if that process never wrote it.
+	Restored(c *plan.Claim)
 	Unprepared(namespace, name string, uid types.UID)
 }
 
-// Events reports failures on the claim object.
+// Events reports failures, and repairs people should know of, on the
+// claim object.
 type Events interface {
 	PrepareFailed(claim *resourceapi.ResourceClaim, err error)
+	// CDISpecRestored: the CDI spec of a prepared claim was missing at
+	// start and was written again from the checkpoint.
+	CDISpecRestored(c *plan.Claim, path string)
 }
 
 // Config holds the preparer's collaborators.
@@ -117,7 +124,7 @@ func (p *Preparer) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim
 		// An earlier attempt stopped halfway (crash or error): undo it and
 		// start over, so every side effect comes from one attempt.
 		klog.FromContext(ctx).Info("Rolling back an unfinished earlier Prepare", "claim", klog.KObj(claim), "claimUID", claim.UID)
-		if err := p.rollback(ctx, &entry.Plan); err != nil {
+		if err := p.rollback(ctx, &entry.Plan, false); err != nil {
 			return nil, fmt.Errorf("rolling back the unfinished Prepare of claim %s/%s: %w", claim.Namespace, claim.Name, err)
 		}
 	}
@@ -134,7 +141,7 @@ func (p *Preparer) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim
 		return nil, err
 	}
 	if err := p.apply(ctx, pl); err != nil {
-		if rbErr := p.rollback(ctx, pl); rbErr != nil {
+		if rbErr := p.rollback(ctx, pl, false); rbErr != nil {
 			err = errors.Join(err, fmt.Errorf("rolling back: %w", rbErr))
 		}
 		p.report(claim, err)
@@ -239,8 +246,12 @@ func (p *Preparer) resume(ctx context.Context, pl *plan.Claim) ([]kubeletplugin.
 }
 
 // rollback undoes whatever part of pl was applied. Every step tolerates
-// work that was never done.
-func (p *Preparer) rollback(ctx context.Context, pl *plan.Claim) error {
+// work that was never done. With clearStatus the checkpoint also records
+// that the claim's status must be cleared (the caller queues the clear),
+// in the same commit that forgets the claim, so a restart before the
+// clearing write still clears it. Prepare's own rollbacks pass false: the
+// claim's status was never written by the attempt they undo.
+func (p *Preparer) rollback(ctx context.Context, pl *plan.Claim, clearStatus bool) error {
 	var errs []error
 	if err := p.cfg.CDI.Remove(pl.UID); err != nil {
 		errs = append(errs, err)
@@ -254,7 +265,13 @@ func (p *Preparer) rollback(ctx context.Context, pl *plan.Claim) error {
 		// Keep the entry so that the next attempt retries the cleanup.
 		return errors.Join(errs...)
 	}
-	if err := p.cfg.Checkpoint.Delete(pl.UID); err != nil {
+	forget := func() error { return p.cfg.Checkpoint.Delete(pl.UID) }
+	if clearStatus {
+		forget = func() error {
+			return p.cfg.Checkpoint.DeleteClearingStatus(checkpoint.ClaimRef{Namespace: pl.Namespace, Name: pl.Name, UID: pl.UID})
+		}
+	}
+	if err := forget(); err != nil {
 		return fmt.Errorf("forgetting claim %s/%s: %w", pl.Namespace, pl.Name, err)
 	}
 	return nil
@@ -292,7 +309,7 @@ func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedOb
 	if err := p.failpoint("unprepare-before-rollback"); err != nil {
 		return err
 	}
-	if err := p.rollback(ctx, &entry.Plan); err != nil {
+	if err := p.rollback(ctx, &entry.Plan, true); err != nil {
 		return fmt.Errorf("unpreparing claim %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
 	if err := p.failpoint("unprepare-after-rollback"); err != nil {
@@ -304,10 +321,16 @@ func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedOb
 
 // Recover makes the node consistent after a restart: claims whose Prepare
 // stopped halfway are rolled back, and CDI specs no checkpoint entry
-// accounts for are removed. Completed claims are kept as they are. Nothing
-// is removed for an entry that could not be understood (quarantined), nor
-// anything at all when the checkpoint could not be read: the kubelet's
-// Unprepare removes those specs when their pods end.
+// accounts for are removed. Completed claims are kept; a CDI spec of one
+// that is missing (the CDI root is often a tmpfs) is written again, with
+// an Event, since a container of the claim restarting needs it. Claim
+// status is reconciled with the checkpoint: each prepared claim's status
+// is written if an earlier process was killed before writing it, and the
+// status of every claim unprepared (or rolled back) whose clearing write
+// was not done is cleared. Nothing is removed for an entry that could not
+// be understood (quarantined), nor anything at all when the checkpoint
+// could not be read: the kubelet's Unprepare removes those specs when
+// their pods end.
 func (p *Preparer) Recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	known := map[types.UID]bool{}
@@ -319,16 +342,26 @@ func (p *Preparer) Recover(ctx context.Context) error {
 	for _, e := range p.cfg.Checkpoint.Entries() {
 		if e.State == checkpoint.Completed {
 			known[e.Plan.UID] = true
+			if err := p.restoreSpec(ctx, &e.Plan); err != nil {
+				errs = append(errs, err)
+			}
+			p.cfg.Status.Restored(&e.Plan)
 			continue
 		}
 		logger.Info("Rolling back a Prepare interrupted by a restart", "claim", klog.KRef(e.Plan.Namespace, e.Plan.Name), "claimUID", e.Plan.UID)
-		if err := p.rollback(ctx, &e.Plan); err != nil {
+		if err := p.rollback(ctx, &e.Plan, true); err != nil {
 			errs = append(errs, err)
 		}
 	}
+	// Rolled back above, or unprepared by an earlier process that stopped
+	// before its clearing write.
+	for _, ref := range p.cfg.Checkpoint.PendingStatusClears() {
+		logger.V(2).Info("Clearing the status of a claim no longer prepared here", "claim", klog.KRef(ref.Namespace, ref.Name), "claimUID", ref.UID)
+		p.cfg.Status.Unprepared(ref.Namespace, ref.Name, ref.UID)
+	}
 	specs, err := p.cfg.CDI.List()
 	if err != nil {
-		return err
+		return errors.Join(append(errs, err)...)
 	}
 	for _, uid := range specs {
 		if known[uid] {
@@ -347,6 +380,27 @@ func (p *Preparer) Recover(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// restoreSpec writes the CDI spec of a prepared claim again if it is
+// missing, and says so on the claim.
+func (p *Preparer) restoreSpec(ctx context.Context, pl *plan.Claim) error {
+	exists, err := p.cfg.CDI.Exists(pl.UID)
+	if err != nil {
+		return fmt.Errorf("checking the CDI spec of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := p.cfg.CDI.Write(pl); err != nil {
+		return fmt.Errorf("writing the missing CDI spec of claim %s/%s again: %w", pl.Namespace, pl.Name, err)
+	}
+	path := p.cfg.CDI.Path(pl.UID)
+	klog.FromContext(ctx).Info("CDI spec of a prepared claim was missing at start; written again from the checkpoint", "claim", klog.KRef(pl.Namespace, pl.Name), "claimUID", pl.UID, "path", path)
+	if p.cfg.Events != nil {
+		p.cfg.Events.CDISpecRestored(pl, path)
+	}
+	return nil
 }
 
 // Uncertain says why the preparer cannot name every claim this node

@@ -36,6 +36,10 @@ type statusLog struct {
 	mu         sync.Mutex
 	prepared   map[types.UID]*plan.Claim
 	unprepared []types.UID
+	restored   []types.UID
+	// cleared, when set, is told of each clear as the real writer's
+	// SetOnCleared callback is once the clear is written.
+	cleared func(types.UID)
 }
 
 func (s *statusLog) Prepared(c *plan.Claim) {
@@ -44,11 +48,25 @@ func (s *statusLog) Prepared(c *plan.Claim) {
 	s.prepared[c.UID] = c
 }
 
+// Restored keeps what an earlier process wrote, as the writer does: a
+// claim with status already is left as it is.
+func (s *statusLog) Restored(c *plan.Claim) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.prepared[c.UID]; !ok {
+		s.prepared[c.UID] = c
+	}
+	s.restored = append(s.restored, c.UID)
+}
+
 func (s *statusLog) Unprepared(_, _ string, uid types.UID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.prepared, uid)
 	s.unprepared = append(s.unprepared, uid)
+	if s.cleared != nil {
+		s.cleared(uid)
+	}
 }
 
 type eventLog struct {
@@ -60,6 +78,12 @@ func (e *eventLog) PrepareFailed(claim *resourceapi.ResourceClaim, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.events = append(e.events, claim.Name+": "+err.Error())
+}
+
+func (e *eventLog) CDISpecRestored(c *plan.Claim, path string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.events = append(e.events, c.Name+": CDISpecRestored "+path)
 }
 
 // fakeMPS counts users per GPU the way the MPS manager must.
@@ -328,11 +352,16 @@ func TestUnprepareRetriedAfterACrashClearsStatus(t *testing.T) {
 	}
 	e.failAt = ""
 	e.restart()
+	// The restart clears it from the checkpoint's record, before any retry.
+	if !reflect.DeepEqual(e.status.unprepared, []types.UID{claim.UID}) {
+		t.Errorf("status cleared at start for %v, want the claim %s", e.status.unprepared, claim.UID)
+	}
 	if err := e.preparer.Unprepare(ctx, ref); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(e.status.unprepared, []types.UID{claim.UID}) {
-		t.Errorf("status cleared for %v, want the claim %s", e.status.unprepared, claim.UID)
+	// The kubelet's retry clears it again (a write that finds nothing).
+	if !reflect.DeepEqual(e.status.unprepared, []types.UID{claim.UID, claim.UID}) {
+		t.Errorf("status cleared for %v, want the claim %s at start and on the retry", e.status.unprepared, claim.UID)
 	}
 }
 
@@ -395,6 +424,12 @@ func TestRecoverRollsBackInterruptedPrepares(t *testing.T) {
 	entries := e.ckpt.Entries()
 	if len(entries) != 1 || entries[0].Plan.UID != done.UID {
 		t.Errorf("checkpoint after recovery: %+v", entries)
+	}
+	// The rolled-back attempt may have followed an earlier Prepare whose
+	// status is still in the API: it is cleared, the completed claim's
+	// status written if missing.
+	if !reflect.DeepEqual(e.status.unprepared, []types.UID{crashed.UID}) || !reflect.DeepEqual(e.status.restored, []types.UID{done.UID}) {
+		t.Errorf("status at start: cleared %v, restored %v; want %s cleared, %s restored", e.status.unprepared, e.status.restored, crashed.UID, done.UID)
 	}
 }
 
