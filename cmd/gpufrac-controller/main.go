@@ -68,6 +68,8 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&kubeconfig, "kubeconfig", envOr("KUBECONFIG", ""), "kubeconfig file; empty means in-cluster")
 	fs.StringVar(&cfg.WebhookAddress, "webhook-address", ":9443", "HTTPS address of the admission webhooks")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", ":8080", "address of /metrics and /healthz; empty disables")
+	fs.StringVar(&cfg.ClientAuth.CAFile, "client-ca-file", "", "PEM bundle of the CAs that sign the client certificate kube-apiserver presents to webhooks (its AdmissionConfiguration's WebhookAdmission kubeConfigFile); set, every webhook connection must present a certificate they sign; empty accepts any client (the default)")
+	fs.StringSliceVar(&cfg.ClientAuth.Names, "client-cert-names", nil, "with --client-ca-file: the client certificate must also carry one of these as its common name or a DNS name; empty accepts any certificate the CAs sign")
 	fs.StringVar(&cfg.CertDir, "cert-dir", "", "directory with tls.crt and tls.key renewed by another tool (cert-manager), reloaded when they change; empty makes and renews a self-signed certificate")
 	fs.StringVar(&cfg.Cert.Namespace, "namespace", envOr("POD_NAMESPACE", "gpufrac-system"), "namespace of the webhook Service and certificate Secret")
 	fs.StringVar(&cfg.Cert.SecretName, "cert-secret", "gpufrac-webhook-tls", "Secret that keeps the self-signed certificate")

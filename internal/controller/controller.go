@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
+	"github.com/gpufrac/gpufrac/internal/clientauth"
 	"github.com/gpufrac/gpufrac/internal/extender"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/metricsserver"
@@ -49,6 +50,10 @@ type Config struct {
 	// prioritize verb there over plain HTTP (internal/extender); empty
 	// disables it.
 	ExtenderAddress string
+	// ClientAuth, when it names a CA file, makes the webhooks accept only
+	// client certificates it signs: the one kube-apiserver presents where
+	// its AdmissionConfiguration gives it one (internal/clientauth).
+	ClientAuth clientauth.Config
 	// Ready is called once the webhooks serve (tests wait on it).
 	Ready func(address string)
 }
@@ -140,7 +145,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("listening for admission on %s: %w", cfg.WebhookAddress, err)
 	}
-	httpSrv := newWebhookServer(srv.Handler(), certs.GetCertificate, defaultWebhookTimeouts())
+	httpSrv, err := newWebhookServer(srv.Handler(), certs.GetCertificate, defaultWebhookTimeouts(), cfg.ClientAuth)
+	if err != nil {
+		_ = lis.Close()
+		return fmt.Errorf("admission server: %w", err)
+	}
 	errs := make(chan error, 1)
 	go func() { errs <- httpSrv.ServeTLS(lis, "", "") }()
 	logger.Info("Serving admission webhooks", "address", lis.Addr().String())

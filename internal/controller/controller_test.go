@@ -27,31 +27,7 @@ import (
 // stored in its Secret, as the API server does through the CA bundle.
 func TestServesAdmissionOverTLS(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	client := fake.NewClientset()
-	ready := make(chan string, 1)
-	done := make(chan error, 1)
-	go func() {
-		done <- controller.Run(ctx, controller.Config{
-			Client: client, WebhookAddress: "127.0.0.1:0",
-			Cert:  webhookcert.Config{Namespace: "gpufrac-system", SecretName: "tls", ServiceName: "gpufrac-webhook"},
-			Ready: func(addr string) { ready <- addr },
-		})
-	}()
-	var addr string
-	select {
-	case addr = <-ready:
-	case err := <-done:
-		t.Fatalf("controller stopped: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("controller never served")
-	}
-	secret, err := client.CoreV1().Secrets("gpufrac-system").Get(ctx, "tls", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(secret.Data[corev1.TLSCertKey])
+	addr, pool := serveController(ctx, t, controller.Config{})
 	httpClient := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
 		RootCAs: pool, ServerName: "gpufrac-webhook.gpufrac-system.svc", MinVersion: tls.VersionTLS12}}}
 
@@ -72,8 +48,43 @@ func TestServesAdmissionOverTLS(t *testing.T) {
 	if out.Response == nil || out.Response.Allowed || out.Response.Result.Message != `cannot translate KAI GPU-sharing annotations: annotation gpu-memory="oops": failed to parse gpu memory annotation value: must be a whole number of MiB` {
 		t.Errorf("response %+v", out.Response)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("shutdown: %v", err)
+}
+
+// serveController runs the controller as the binary does, over a fake
+// client, with cfg's webhook settings (address, certificate, Ready and
+// Client are set here), until the test ends; it returns the webhooks'
+// address and the pool that trusts the certificate the controller stored
+// in its Secret, as the API server does through the CA bundle.
+func serveController(ctx context.Context, t *testing.T, cfg controller.Config) (string, *x509.CertPool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	client := fake.NewClientset()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	cfg.Client, cfg.WebhookAddress = client, "127.0.0.1:0"
+	cfg.Cert = webhookcert.Config{Namespace: "gpufrac-system", SecretName: "tls", ServiceName: "gpufrac-webhook"}
+	cfg.Ready = func(addr string) { ready <- addr }
+	go func() { done <- controller.Run(ctx, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		done <- err
+		t.Fatalf("controller stopped: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("controller never served")
 	}
+	secret, err := client.CoreV1().Secrets("gpufrac-system").Get(ctx, "tls", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(secret.Data[corev1.TLSCertKey])
+	return addr, pool
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
+	"github.com/gpufrac/gpufrac/internal/clientauth"
 )
 
 // certSource is where the serving certificate comes from: the Secret this
@@ -67,12 +68,16 @@ func defaultWebhookTimeouts() webhookTimeouts {
 // read and write is bounded: a client that trickles its headers or body
 // holds a connection for at most the read timeout, and the handler caps
 // the body (admission.MaxBodyBytes).
-func newWebhookServer(h http.Handler, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), t webhookTimeouts) *http.Server {
+func newWebhookServer(h http.Handler, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), t webhookTimeouts, auth clientauth.Config) (*http.Server, error) {
+	// GetCertificate is asked on every handshake, so a renewed
+	// certificate is served without a restart.
+	tlsConfig := &tls.Config{GetCertificate: getCert, MinVersion: tls.VersionTLS12}
+	if err := auth.Apply(tlsConfig); err != nil {
+		return nil, err
+	}
 	return &http.Server{
-		Handler: h,
-		// Asked on every handshake, so a renewed certificate is served
-		// without a restart.
-		TLSConfig:         &tls.Config{GetCertificate: getCert, MinVersion: tls.VersionTLS12},
+		Handler:           h,
+		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: t.header,
 		ReadTimeout:       t.read,
 		WriteTimeout:      t.write,
@@ -80,5 +85,5 @@ func newWebhookServer(h http.Handler, getCert func(*tls.ClientHelloInfo) (*tls.C
 		// The API server sends a handful of headers; 64 KiB is ample
 		// (net/http's default is 1 MiB).
 		MaxHeaderBytes: 64 << 10,
-	}
+	}, nil
 }

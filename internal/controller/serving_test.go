@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpufrac/gpufrac/internal/clientauth"
 )
 
 // TestWebhookServerCutsSlowClients: hostile clients of the admission
@@ -24,7 +26,10 @@ func TestWebhookServerCutsSlowClients(t *testing.T) {
 		_, _ = w.Write([]byte("ok"))
 	})
 	timeouts := webhookTimeouts{header: 200 * time.Millisecond, read: 400 * time.Millisecond, write: time.Second, idle: time.Second}
-	srv := newWebhookServer(h, nil, timeouts)
+	srv, err := newWebhookServer(h, nil, timeouts, clientauth.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -433,9 +433,9 @@ func (c *Checkpoint) Delete(uid types.UID) error {
 	return c.delete(uid, nil)
 }
 
-// delete forgets uid and, with clear set, records its pending status clear
-// in the same commit (statusclears.go); a failed commit undoes both.
-func (c *Checkpoint) delete(uid types.UID, clear *ClaimRef) error {
+// delete forgets uid and, with toClear set, records its pending status
+// clear in the same commit (statusclears.go); a failed commit undoes both.
+func (c *Checkpoint) delete(uid types.UID, toClear *ClaimRef) error {
 	c.mu.Lock()
 	prev, had := c.slots[uid]
 	if !had {
@@ -444,7 +444,7 @@ func (c *Checkpoint) delete(uid types.UID, clear *ClaimRef) error {
 	}
 	delete(c.slots, uid)
 	gen := c.bump(uid)
-	added := clear != nil && c.recordClear(*clear)
+	added := toClear != nil && c.recordClear(*toClear)
 	c.mu.Unlock()
 	if err := c.commit(gen); err != nil {
 		c.undo(uid, gen, prev, true)
