@@ -65,6 +65,7 @@ type flags struct {
 	mpsSafetyMiB        int64
 	mpsSafetyPercent    int
 	statusClearDelay    time.Duration
+	statusBurstQuiet    time.Duration
 	smSharingGPUs       string
 	ignoredXIDs         []uint
 	podUID              string
@@ -130,6 +131,8 @@ func newCommand() *cobra.Command {
 		"active thread percentage (1 to 100) of the MPS v3 shared server's default namespace")
 	fs.DurationVar(&f.statusClearDelay, "status-clear-delay", claimstatus.DefaultClearDelay,
 		"how long the write clearing an unprepared claim's status.devices waits; a claim prepared again, deleted or deallocated meanwhile needs none (0: at once)")
+	fs.DurationVar(&f.statusBurstQuiet, "status-burst-quiet", claimstatus.DefaultBurstQuiet,
+		"a prepared claim's status.devices write waits until no Prepare came for this long (at most 1s), so a burst of Prepares (a node's pods after a reboot) is not slowed by its status writes (0: at once)")
 	fs.DurationVar(&f.mpsReadyTimeout, "mps-ready-timeout", 60*time.Second, "how long Prepare waits for a new MPS daemon to become ready")
 	fs.StringVar(&f.smSharingGPUs, "sm-sharing-gpus", envOr("SM_SHARING_GPUS", ""),
 		"reserve GPUs for SMSharing: all, none, or indices such as 0,1 (the others serve TimeSlicing); empty lets every GPU serve either mode, one at a time")
@@ -179,6 +182,7 @@ func run(ctx context.Context, f *flags) error {
 		CDI:              cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode},
 		Failpoint:        failpointHook(),
 		StatusClearDelay: f.statusClearDelay,
+		StatusBurstQuiet: f.statusBurstQuiet,
 		OnFatal: func(err error) {
 			select {
 			case fatal <- err:

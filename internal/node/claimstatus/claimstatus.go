@@ -140,6 +140,9 @@ type desired struct {
 	// this driver's (Restored): what an earlier process wrote, MPS and
 	// incident conditions included, is kept.
 	ifMissing bool
+	// deferUntil, set on a Prepared write during a burst (burst.go), is
+	// the latest it waits for the burst to end.
+	deferUntil time.Time
 }
 
 // Writer applies claim status in the background.
@@ -167,6 +170,11 @@ type Writer struct {
 	// pending when Run ends.
 	clearDelay   time.Duration
 	flushTimeout time.Duration
+	// burstQuiet and burstMax hold back Prepared writes while Prepares
+	// keep arriving (SetBurst); lastPrepared is when the latest one did
+	// (guarded by mu).
+	burstQuiet, burstMax time.Duration
+	lastPrepared         time.Time
 	// now is time.Now, replaceable in tests.
 	now func() time.Time
 }
@@ -236,9 +244,20 @@ func (w *Writer) SetOnCleared(f func(uid types.UID)) {
 	w.onCleared = f
 }
 
-// Prepared records that c is prepared; the status follows.
+// Prepared records that c is prepared; the status follows, after the
+// burst of Prepares it came in (SetBurst).
 func (w *Writer) Prepared(c *plan.Claim) {
-	w.set(key{c.Namespace, c.Name, c.UID}, desired{claim: c})
+	k := key{c.Namespace, c.Name, c.UID}
+	if w.burstQuiet <= 0 {
+		w.set(k, desired{claim: c})
+		return
+	}
+	w.mu.Lock()
+	now := w.now()
+	w.lastPrepared = now
+	w.desired[k] = desired{claim: c, deferUntil: now.Add(w.burstMax)}
+	w.mu.Unlock()
+	w.queue.AddAfter(k, w.burstQuiet)
 }
 
 // Restored asks for c's status at start, for a claim an earlier process
@@ -328,6 +347,10 @@ func (w *Writer) processNext(ctx context.Context) bool {
 	}
 	if wait := d.notBefore.Sub(w.now()); d.claim == nil && wait > 0 {
 		// A clear queued early (the key was queued already, or a retry).
+		w.queue.AddAfter(k, wait)
+		return true
+	}
+	if wait := w.burstWait(d); wait > 0 {
 		w.queue.AddAfter(k, wait)
 		return true
 	}

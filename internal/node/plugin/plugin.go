@@ -74,6 +74,10 @@ type Config struct {
 	// StatusClearDelay holds back the write that clears an unprepared
 	// claim's status (claimstatus.Writer.SetClearDelay); 0 writes at once.
 	StatusClearDelay time.Duration
+	// StatusBurstQuiet holds back a prepared claim's status write until
+	// no Prepare came for this long, at most claimstatus.DefaultBurstMax
+	// (claimstatus.Writer.SetBurst); 0 writes at once.
+	StatusBurstQuiet time.Duration
 	// OnFatal is called for background errors that retrying cannot fix,
 	// such as slices the API server rejects; the caller should shut down.
 	OnFatal func(error)
@@ -208,6 +212,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
 	status.SetFailpoint(cfg.Failpoint)
 	status.SetClearDelay(cfg.StatusClearDelay)
+	status.SetBurst(cfg.StatusBurstQuiet, claimstatus.DefaultBurstMax)
 	// A clear written no longer needs its record for a restart.
 	status.SetOnCleared(ckpt.StatusCleared)
 	p.status = status

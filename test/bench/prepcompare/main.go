@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -48,6 +49,7 @@ func main() {
 	runs := flag.Int("runs", 2, "runs of each plugin, alternating")
 	fresh := flag.Bool("fresh-claims", false, "create new claims for every round and delete them after their Unprepare, as short jobs do (default: the same claims every round)")
 	concs := flag.String("concurrency", "1,8", "concurrencies of the kubelet's calls, comma-separated")
+	settle := flag.Bool("settle-status", false, "between a round's Prepares and its Unprepares wait, untimed, until gpufrac's status.devices is written for every claim, as pods run a while in a cluster (the example driver writes none); reports the wait")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -70,19 +72,19 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	if err := run(ctx, specs, *claims, *rounds, *runs, levels, *fresh); err != nil {
+	if err := run(ctx, specs, *claims, *rounds, *runs, levels, *fresh, *settle); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, specs []pluginSpec, claims, rounds, runs int, levels []int, fresh bool) error {
+func run(ctx context.Context, specs []pluginSpec, claims, rounds, runs int, levels []int, fresh, settle bool) error {
 	cp, err := harness.Start(ctx, harness.Options{Progress: os.Stderr, PluginBinary: gpufracBinary(specs)})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = cp.Close() }()
-	b := &bench{cp: cp, claims: claims, rounds: rounds, fresh: fresh}
+	b := &bench{cp: cp, claims: claims, rounds: rounds, fresh: fresh, settle: settle}
 	if err := b.setup(ctx); err != nil {
 		return err
 	}
@@ -97,9 +99,17 @@ func run(ctx context.Context, specs []pluginSpec, claims, rounds, runs int, leve
 				res.run = r + 1
 				fmt.Fprintf(os.Stderr, "%s run %d concurrency %d: prepare %.0f claims/s (p50 %.2f ms), unprepare %.0f claims/s (p50 %.2f ms)\n",
 					spec.label, res.run, conc, res.prepare.perSec, ms(res.prepare.p50), res.unprepare.perSec, ms(res.unprepare.p50))
+				if len(res.statusLag) > 0 {
+					lag := slices.Sorted(slices.Values(res.statusLag))
+					fmt.Fprintf(os.Stderr, "%s run %d concurrency %d: status of every claim written %.0f ms (median) / %.0f ms (max) after its round's last Prepare\n",
+						spec.label, res.run, conc, ms(lag[len(lag)/2]), ms(lag[len(lag)-1]))
+				}
 				results = append(results, res)
 			}
 		}
+	}
+	if settle {
+		fmt.Println("Between Prepares and Unprepares: untimed wait for gpufrac's status of every claim (-settle-status).")
 	}
 	if fresh {
 		fmt.Println("Claims: new every round, deleted after their Unprepare (-fresh-claims).")

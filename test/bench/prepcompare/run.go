@@ -88,7 +88,11 @@ type bench struct {
 	// their Unprepare, as short jobs do; otherwise one set of claims is
 	// prepared and unprepared round after round.
 	fresh bool
-	seq   atomic.Int64
+	// settle waits, untimed, between a round's Prepares and its
+	// Unprepares until every claim shows the plugin's status.devices, as
+	// pods run a while in a cluster before their claims are unprepared.
+	settle bool
+	seq    atomic.Int64
 }
 
 func (b *bench) setup(ctx context.Context) error {
@@ -113,6 +117,9 @@ type result struct {
 	label              string
 	conc, run          int
 	prepare, unprepare stats
+	// statusLag is, per round with settle, how long after its last
+	// Prepare returned every claim showed its status.
+	statusLag []time.Duration
 }
 
 // measure starts the plugin, prepares and unprepares b.claims claims
@@ -138,6 +145,7 @@ func (b *bench) measure(ctx context.Context, spec pluginSpec, conc int) (result,
 	defer func() { b.deleteClaims(context.WithoutCancel(ctx), refs) }()
 	var prepLat, unprepLat []time.Duration
 	var prepTime, unprepTime time.Duration
+	var statusLag []time.Duration
 	var mu sync.Mutex
 	var firstErr error
 	call := func(lat *[]time.Duration, f func(ref *drapb.Claim) (string, error)) func(ref *drapb.Claim) {
@@ -180,12 +188,44 @@ func (b *bench) measure(ctx context.Context, spec pluginSpec, conc int) (result,
 			}
 		}
 		prepTime += fanOut(conc, refs, prepare)
+		if b.settle && spec.kind == "gpufrac" {
+			lag, err := b.waitForStatus(ctx, refs)
+			if err != nil {
+				return result{}, fmt.Errorf("%w (plugin log: %s)", err, proc.log)
+			}
+			statusLag = append(statusLag, lag)
+		}
 		unprepTime += fanOut(conc, refs, unprepare)
 		if firstErr != nil {
 			return result{}, fmt.Errorf("%w (plugin log: %s)", firstErr, proc.log)
 		}
 	}
-	return result{label: spec.label, conc: conc, prepare: summarize(prepLat, prepTime), unprepare: summarize(unprepLat, unprepTime)}, nil
+	return result{label: spec.label, conc: conc, prepare: summarize(prepLat, prepTime), unprepare: summarize(unprepLat, unprepTime), statusLag: statusLag}, nil
+}
+
+// waitForStatus polls until every claim of refs has a status.devices
+// entry of gpufrac and says how long that took.
+func (b *bench) waitForStatus(ctx context.Context, refs []*drapb.Claim) (time.Duration, error) {
+	start := time.Now()
+	pending := slices.Clone(refs)
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		var left []*drapb.Claim
+		for _, ref := range pending {
+			c, err := b.cp.Client.ResourceV1().ResourceClaims(ref.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if !slices.ContainsFunc(c.Status.Devices, func(d resourceapi.AllocatedDeviceStatus) bool { return d.Driver == "gpufrac.dev" }) {
+				left = append(left, ref)
+			}
+		}
+		pending = left
+		return len(pending) == 0, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("waiting for the status of %d claims: %w", len(pending), err)
+	}
+	return time.Since(start), nil
 }
 
 func fanOut(conc int, refs []*drapb.Claim, f func(*drapb.Claim)) time.Duration {
