@@ -97,6 +97,8 @@ type Checkpoint struct {
 	// unreadable says why the file found at Open could not be read at all
 	// (it was moved aside); empty when it could.
 	unreadable string
+	// logger reports what is not an error of a call (statusclears.go).
+	logger klog.Logger
 
 	mu    sync.Mutex // guards slots, changed and gen
 	slots map[types.UID]slot
@@ -134,7 +136,8 @@ const BootMarkerSuffix = ".boot"
 // starts empty and Unreadable says so. Entries that cannot be understood
 // are quarantined.
 func Open(ctx context.Context, path, bootID string, opts ...Option) (*Checkpoint, error) {
-	c := &Checkpoint{path: path, bootID: bootID, slots: map[types.UID]slot{}, changed: map[types.UID]uint64{}, clears: map[types.UID]ClaimRef{}}
+	c := &Checkpoint{path: path, bootID: bootID, slots: map[types.UID]slot{}, changed: map[types.UID]uint64{}, clears: map[types.UID]ClaimRef{},
+		logger: klog.FromContext(ctx)}
 	for _, o := range opts {
 		o(c)
 	}
@@ -505,9 +508,7 @@ func (c *Checkpoint) commit(gen uint64) error {
 	if clears != nil {
 		// Before the checkpoint: a crash between the two writes must not
 		// leave a claim forgotten without its record (statusclears.go).
-		if err := c.writeClears(clears, rewriteClears); err != nil {
-			return err
-		}
+		c.writeClears(clears, rewriteClears)
 	}
 	if err := c.writeAtomically(raw); err != nil {
 		return err

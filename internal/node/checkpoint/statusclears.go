@@ -142,17 +142,17 @@ func (c *Checkpoint) clearsSnapshot() (refs []ClaimRef, rewrite bool) {
 	return refs, rewrite
 }
 
-// writeClears appends refs to the log, or rewrites it with them; on
-// failure the records are queued again for the next commit. c.flushMu
-// held.
-func (c *Checkpoint) writeClears(refs []ClaimRef, rewrite bool) error {
-	err := c.writeClearsFile(refs, rewrite)
-	if err != nil {
-		c.mu.Lock()
-		c.clearsToLog = append(refs, c.clearsToLog...)
-		c.mu.Unlock()
+// writeClears appends refs to the log, or rewrites it with them. A
+// failure is logged, not returned: the records are hints, and an Unprepare
+// must not fail (and the kubelet retry it forever) because a hint could
+// not be written (the file replaced by a directory, removed by hand); the
+// records stay in memory, and the next record added rewrites the log
+// whole. c.flushMu held.
+func (c *Checkpoint) writeClears(refs []ClaimRef, rewrite bool) {
+	if err := c.writeClearsFile(refs, rewrite); err != nil {
+		c.clearsLines = 0
+		c.logger.Error(err, "Could not write the log of pending status clears; the claims' status is still cleared by this process, but a restart before that would not clear it", "path", c.path+StatusClearsSuffix, "records", len(refs))
 	}
-	return err
 }
 
 func (c *Checkpoint) writeClearsFile(refs []ClaimRef, rewrite bool) error {
