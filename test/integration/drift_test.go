@@ -59,13 +59,16 @@ func TestNoDriftAfterAKill(t *testing.T) {
 		_, err := os.Stat(sharedSpec)
 		return errors.Is(err, os.ErrNotExist), nil
 	})
+	// The resourceclaim controller deallocates, then removes its finalizer
+	// in a second write: wait for both, so that the resourceVersion taken
+	// below changes only if something writes the claim after that.
 	e.poll("kube-apiserver to drop the status of the deallocated claim, with the plugin's clear held back", func() (bool, error) {
 		c, err := e.client.ResourceV1().ResourceClaims(e.ns).Get(e.ctx, shared.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
 		n, err := e.ourStatusEntries(shared.Name)
-		return c.Status.Allocation == nil && n == 0, err
+		return c.Status.Allocation == nil && len(c.Finalizers) == 0 && n == 0, err
 	})
 	updatesBefore := e.claimResourceVersion(shared.Name)
 	keeperSpec := filepath.Join(node.CDIRoot, cdispec.SpecName(keeperClaim.UID))
