@@ -112,13 +112,15 @@ bench:
 
 # gpufrac's kubelet plugin beside kubernetes-sigs/dra-example-driver's
 # against one real control plane, the kubelet's DRA calls made directly
-# (docs/benchmarks.md). Build the example plugin outside this repository and
+# (docs/benchmarks.md), new claims each round and gpufrac's status settled,
+# untimed, before the Unprepares (as pods run a while in a cluster). Build
+# the example plugin outside this repository and
 # pass it: make bench-prepcompare EXAMPLE_PLUGIN=/path/to/dra-example-kubeletplugin
 EXAMPLE_PLUGIN ?=
 bench-prepcompare: build
 	@test -n "$(EXAMPLE_PLUGIN)" || { echo "EXAMPLE_PLUGIN=<dra-example-kubeletplugin binary> is required"; exit 1; }
 	@$(GO) run ./test/cmd/kube-binaries -q
-	$(GO) run ./test/bench/prepcompare -plugin gpufrac=$(BIN)/gpufrac-kubelet-plugin -plugin example=$(EXAMPLE_PLUGIN) -claims 32 -rounds 20 -runs 2
+	$(GO) run ./test/bench/prepcompare -plugin gpufrac=$(BIN)/gpufrac-kubelet-plugin -plugin example=$(EXAMPLE_PLUGIN) -claims 32 -rounds 20 -runs 2 -fresh-claims -settle-status
 
 # Packing in the real kube-scheduler (docs/packing-scheduler.md): the
 # harness control plane, nodes carrying the plugin's slices and no kubelet,
