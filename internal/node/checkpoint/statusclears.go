@@ -111,8 +111,12 @@ func (c *Checkpoint) PendingStatusClears() []ClaimRef {
 			out = append(out, ref)
 		}
 	}
-	slices.SortFunc(out, func(a, b ClaimRef) int { return strings.Compare(string(a.UID), string(b.UID)) })
+	sortRefs(out)
 	return out
+}
+
+func sortRefs(refs []ClaimRef) {
+	slices.SortFunc(refs, func(a, b ClaimRef) int { return strings.Compare(string(a.UID), string(b.UID)) })
 }
 
 // forgetClear drops uid's record when it is prepared again (its status is
@@ -133,7 +137,7 @@ func (c *Checkpoint) clearsSnapshot() (refs []ClaimRef, rewrite bool) {
 		for _, ref := range c.clears {
 			refs = append(refs, ref)
 		}
-		slices.SortFunc(refs, func(a, b ClaimRef) int { return strings.Compare(string(a.UID), string(b.UID)) })
+		sortRefs(refs)
 		rewrite = true
 	} else {
 		refs = c.clearsToLog

@@ -8,7 +8,6 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
@@ -60,11 +59,7 @@ func (e *writerEnv) prepare(pl *plan.Claim) {
 // settle waits until nothing is pending, and past any delayed clear.
 func (e *writerEnv) settle(delay time.Duration) {
 	time.Sleep(delay + 50*time.Millisecond)
-	if err := wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return e.w.Pending() == 0, nil
-	}); err != nil {
-		e.t.Fatalf("status writes still pending: %v", err)
-	}
+	settled(e.t, e.w)
 }
 
 func (e *writerEnv) updates(from int) int {

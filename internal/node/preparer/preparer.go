@@ -231,15 +231,8 @@ func (p *Preparer) stageStarted(pl *plan.Claim) (persist func() error, err error
 // resume answers a repeated Prepare of a completed claim. Only a CDI spec
 // lost since (the CDI root is often a tmpfs) is written again.
 func (p *Preparer) resume(ctx context.Context, pl *plan.Claim) ([]kubeletplugin.Device, error) {
-	exists, err := p.cfg.CDI.Exists(pl.UID)
-	if err != nil {
-		return nil, fmt.Errorf("checking the CDI spec of claim %s/%s: %w", pl.Namespace, pl.Name, err)
-	}
-	if !exists {
-		klog.FromContext(ctx).Info("CDI spec of a prepared claim is missing; writing it again", "claim", klog.KRef(pl.Namespace, pl.Name))
-		if _, err := p.cfg.CDI.Write(pl); err != nil {
-			return nil, err
-		}
+	if _, err := p.rewriteMissingSpec(ctx, pl); err != nil {
+		return nil, err
 	}
 	p.cfg.Status.Prepared(pl)
 	return devices(pl), nil
@@ -342,8 +335,12 @@ func (p *Preparer) Recover(ctx context.Context) error {
 	for _, e := range p.cfg.Checkpoint.Entries() {
 		if e.State == checkpoint.Completed {
 			known[e.Plan.UID] = true
-			if err := p.restoreSpec(ctx, &e.Plan); err != nil {
+			written, err := p.rewriteMissingSpec(ctx, &e.Plan)
+			if err != nil {
 				errs = append(errs, err)
+			}
+			if written && p.cfg.Events != nil {
+				p.cfg.Events.CDISpecRestored(&e.Plan, p.cfg.CDI.Path(e.Plan.UID))
 			}
 			p.cfg.Status.Restored(&e.Plan)
 			continue
@@ -382,25 +379,21 @@ func (p *Preparer) Recover(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// restoreSpec writes the CDI spec of a prepared claim again if it is
-// missing, and says so on the claim.
-func (p *Preparer) restoreSpec(ctx context.Context, pl *plan.Claim) error {
+// rewriteMissingSpec writes the CDI spec of a prepared claim again if it
+// is missing (the CDI root is often a tmpfs), and says whether it did.
+func (p *Preparer) rewriteMissingSpec(ctx context.Context, pl *plan.Claim) (bool, error) {
 	exists, err := p.cfg.CDI.Exists(pl.UID)
 	if err != nil {
-		return fmt.Errorf("checking the CDI spec of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+		return false, fmt.Errorf("checking the CDI spec of claim %s/%s: %w", pl.Namespace, pl.Name, err)
 	}
 	if exists {
-		return nil
+		return false, nil
 	}
 	if _, err := p.cfg.CDI.Write(pl); err != nil {
-		return fmt.Errorf("writing the missing CDI spec of claim %s/%s again: %w", pl.Namespace, pl.Name, err)
+		return false, fmt.Errorf("writing the missing CDI spec of claim %s/%s again: %w", pl.Namespace, pl.Name, err)
 	}
-	path := p.cfg.CDI.Path(pl.UID)
-	klog.FromContext(ctx).Info("CDI spec of a prepared claim was missing at start; written again from the checkpoint", "claim", klog.KRef(pl.Namespace, pl.Name), "claimUID", pl.UID, "path", path)
-	if p.cfg.Events != nil {
-		p.cfg.Events.CDISpecRestored(pl, path)
-	}
-	return nil
+	klog.FromContext(ctx).Info("CDI spec of a prepared claim was missing; written again from the checkpoint", "claim", klog.KRef(pl.Namespace, pl.Name), "claimUID", pl.UID, "path", p.cfg.CDI.Path(pl.UID))
+	return true, nil
 }
 
 // Uncertain says why the preparer cannot name every claim this node
