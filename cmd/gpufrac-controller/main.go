@@ -78,7 +78,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&cfg.Cert.ServiceName, "service", "gpufrac-webhook", "the webhook Service; the certificate names it")
 	fs.StringVar(&cfg.Cert.MutatingConfig, "mutating-webhook-configuration", "gpufrac", "MutatingWebhookConfiguration whose CA bundle to set; empty skips")
 	fs.StringVar(&cfg.Cert.ValidatingConfig, "validating-webhook-configuration", "gpufrac", "ValidatingWebhookConfiguration whose CA bundle to set; empty skips")
-	fs.BoolVar(&cfg.PackingLabels, "packing-labels", true, "keep the node label gpufrac.dev/gpus-in-use that the packing webhook's node affinity prefers (needs get, list, watch and patch on nodes)")
+	fs.BoolVar(&cfg.PackingLabels, "packing-labels", true, "keep the node labels gpufrac.dev/gpus-in-use and gpufrac.dev/fill-order that the packing webhook's node affinity prefers (needs get, list, watch and patch on nodes)")
 	fs.StringVar(&cfg.ExtenderAddress, "extender-address", "", "serve kube-scheduler's extender prioritize verb (POST /scheduler/prioritize, plain HTTP) here, for a scheduler configured with this controller as an ignorable extender; empty disables it (the default: the chart packs with the node label)")
 	fs.StringVar(&cfg.KAI.TimeSlicingClass, "time-slicing-class", "gpufrac.dev", "DeviceClass for translated TimeSlicing claims")
 	fs.StringVar(&cfg.KAI.SMSharingClass, "sm-sharing-class", "sm-sharing.gpufrac.dev", "DeviceClass for translated SMSharing claims")

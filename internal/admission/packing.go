@@ -41,14 +41,21 @@ const (
 	// AnnotationPacking set to "false" on a pod keeps the webhook away
 	// from it (a workload with placement rules of its own).
 	AnnotationPacking = "gpufrac.dev/packing"
-	// PackingWeight is the preferred terms' weight together: the highest
+	// PackingWeight is the GPUs-in-use terms' weight together: the highest
 	// one term may have, so a node with every level matched outweighs the
 	// spreading of least-allocated scoring (normalised, weight 2 in the
 	// default profile, against 1).
 	PackingWeight = 96
-	// PackingLevels is how many GPUs in use the score tells apart: a node
-	// with more scores as one with this many.
+	// PackingLevels is how many levels of the GPUs-in-use label the score
+	// tells apart: designated ("0", the label's presence) and 1 to
+	// PackingLevels-1 GPUs in use; a node with more scores as one with
+	// PackingLevels-1.
 	PackingLevels = 8
+	// PackingRankWeight is the weight of each term over the designated
+	// nodes' rank (packinglabel.LabelFillOrder): together less than one
+	// GPU-in-use level, so every node in use still comes before every
+	// designated one.
+	PackingRankWeight = 3
 )
 
 // ClaimSpecs finds the specs a pod's resourceClaims refer to; ok is false
@@ -59,16 +66,23 @@ type ClaimSpecs interface {
 }
 
 // PackingTerms are the preferred node-affinity terms added to fraction
-// pods, over the label gpufrac-controller keeps
-// (packinglabel.LabelGPUsInUse: GPUs in use on the node, "0" on the one
-// empty node designated next): the label exists, is greater than 0, than 1, ...,
-// so a node matches one term more per GPU in use, up to PackingLevels
-// terms. The NodeAffinity score thus grows with the GPUs a node already
-// shares and the scheduler fills the nodes that hold fractions first,
-// fullest first, then the designated one. Nodes without the label (none
-// of their GPUs shared, or the controller down) score 0 and stay feasible.
+// pods, over the labels gpufrac-controller keeps:
+//
+//   - packinglabel.LabelGPUsInUse (GPUs in use on the node, "0" on the
+//     empty nodes designated next): the label exists, is greater than 0,
+//     than 1, ..., so a node matches one term more per GPU in use, up to
+//     PackingLevels terms;
+//   - packinglabel.LabelFillOrder (the designated nodes' rank, "1" first):
+//     less than 2, 3, ..., so the first designated node matches one term
+//     more than the second, and so on.
+//
+// The NodeAffinity score thus grows with the GPUs a node already shares
+// and the scheduler fills the nodes that hold fractions first, fullest
+// first, then the designated ones in rank order. Nodes without the labels
+// (none of their GPUs shared, or the controller down) score 0 and stay
+// feasible.
 func PackingTerms() []corev1.PreferredSchedulingTerm {
-	terms := make([]corev1.PreferredSchedulingTerm, PackingLevels)
+	terms := make([]corev1.PreferredSchedulingTerm, PackingLevels, PackingLevels+packinglabel.DesignatedPerPool-1)
 	for i := range terms {
 		terms[i] = corev1.PreferredSchedulingTerm{
 			Weight: PackingWeight / PackingLevels,
@@ -80,6 +94,14 @@ func PackingTerms() []corev1.PreferredSchedulingTerm {
 	// "-1" is not a valid label value (the API server warns): the label's
 	// presence is the first level.
 	terms[0].Preference.MatchExpressions[0] = corev1.NodeSelectorRequirement{Key: packinglabel.LabelGPUsInUse, Operator: corev1.NodeSelectorOpExists}
+	for rank := 2; rank <= packinglabel.DesignatedPerPool; rank++ {
+		terms = append(terms, corev1.PreferredSchedulingTerm{
+			Weight: PackingRankWeight,
+			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: packinglabel.LabelFillOrder, Operator: corev1.NodeSelectorOpLt, Values: []string{strconv.Itoa(rank)},
+			}}},
+		})
+	}
 	return terms
 }
 

@@ -13,11 +13,7 @@ package packinglabel
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -26,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -41,16 +36,18 @@ import (
 )
 
 // LabelGPUsInUse is the node label: the number of the node's GPUs that
-// hold gpufrac claims; "0" on the one empty GPU node designated to be
-// filled next, absent on every other node whose GPUs hold none.
+// hold gpufrac claims; "0" on the empty GPU nodes designated to be filled
+// next (LabelFillOrder ranks them), absent on every other node whose GPUs
+// hold none.
 const LabelGPUsInUse = "gpufrac.dev/gpus-in-use"
 
-// Designated is the label value of the node to fill next. Without it, the
-// pods of a burst (a Deployment scaled up) would spread before the first
-// claims' labels are written (the allocation reaches the API server in the
-// scheduler's PreBind, a label one watch and one patch later): measured,
-// 40 pods on 8 nodes landed on 7 nodes. With it they all prefer one node
-// from the start, and when it takes its first claim the next is designated.
+// Designated is the label value of the nodes to fill next. Without them,
+// the pods of a burst (a Deployment scaled up) would spread before the
+// first claims' labels are written (the allocation reaches the API server
+// in the scheduler's PreBind, a label one watch and one patch later):
+// measured, 40 pods on 8 nodes landed on 7 nodes. With them they all
+// prefer one node from the start, and when it takes its first claim the
+// next is designated (LabelFillOrder).
 const Designated = "0"
 
 // designateKey is the queue key of the designation step (never a node
@@ -98,29 +95,6 @@ func GPUsInUse(claims []*resourceapi.ResourceClaim) int {
 		}
 	}
 	return devices.Len()
-}
-
-// LabelValue is the label for n GPUs in use; "" means no label.
-func LabelValue(n int) string {
-	if n <= 0 {
-		return ""
-	}
-	return strconv.Itoa(n)
-}
-
-// Patch is the merge patch that sets node's label to want ("" removes it),
-// or nil when the node already has it.
-func Patch(node *v1.Node, want string) []byte {
-	have, ok := node.Labels[LabelGPUsInUse]
-	if (want == "" && !ok) || (want != "" && have == want) {
-		return nil
-	}
-	var value any // null removes the label
-	if want != "" {
-		value = want
-	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{LabelGPUsInUse: value}}})
-	return patch
 }
 
 // Loop keeps LabelGPUsInUse on every node up to date with the allocated
@@ -181,10 +155,10 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface) (
 		AddFunc: func(any) { l.queue.Add(designateKey) },
 		UpdateFunc: func(old, obj any) {
 			o, n := old.(*v1.Node), obj.(*v1.Node)
-			if o.Labels[LabelGPUsInUse] != n.Labels[LabelGPUsInUse] {
+			if LabelsOf(o) != LabelsOf(n) {
 				l.queue.Add(n.Name)
 			}
-			if o.Spec.Unschedulable != n.Spec.Unschedulable || o.Labels[LabelGPUsInUse] != n.Labels[LabelGPUsInUse] {
+			if o.Spec.Unschedulable != n.Spec.Unschedulable || LabelsOf(o) != LabelsOf(n) {
 				l.queue.Add(designateKey)
 			}
 		},
@@ -327,96 +301,13 @@ func (l *Loop) sync(ctx context.Context, name string) error {
 	for _, o := range objs {
 		claims = append(claims, o.(*resourceapi.ResourceClaim))
 	}
-	want := LabelValue(GPUsInUse(claims))
-	if want == "" && node.Labels[LabelGPUsInUse] == Designated {
-		// Still empty: it stays designated (designate removes extras).
-		want = Designated
-	}
-	return l.patch(ctx, node, want)
-}
-
-func (l *Loop) patch(ctx context.Context, node *v1.Node, want string) error {
-	patch := Patch(node, want)
-	if patch == nil {
+	want := LabelsInUse(GPUsInUse(claims))
+	if want == (Labels{}) && node.Labels[LabelGPUsInUse] == Designated {
+		// Still empty: it stays designated, at its rank (designate
+		// removes extras and ranks them).
 		return nil
 	}
-	if _, err := l.client.CoreV1().Nodes().Patch(ctx, node.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("patching node %s label %s: %w", node.Name, LabelGPUsInUse, err)
-	}
-	return nil
-}
-
-// designate keeps one empty GPU node per pool labelled Designated, while
-// there is one.
-func (l *Loop) designate(ctx context.Context) error {
-	nodes, err := l.nodes.List(labels.Everything())
-	if err != nil {
-		return err
-	}
-	all, err := l.slices.List(labels.Everything())
-	if err != nil {
-		return err
-	}
-	gpuNodes := sets.New[string]()
-	for _, s := range all {
-		if s.Spec.Driver == v1alpha1.DriverName && s.Spec.NodeName != nil && len(s.Spec.Devices) > 0 {
-			gpuNodes.Insert(*s.Spec.NodeName)
-		}
-	}
-	keep, drop := Designate(nodes, gpuNodes)
-	for _, n := range drop {
-		if err := l.patch(ctx, n, ""); err != nil {
-			return err
-		}
-	}
-	for _, n := range keep {
-		if err := l.patch(ctx, n, Designated); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// Designate picks the nodes to fill next, one per pool: GPU nodes with the
-// same taints form a pool (GPU pools are commonly kept apart by taints, and
-// a pod that does not tolerate a pool's taints could not use its designated
-// node). In each pool it keeps the designated node if it is still a
-// schedulable, empty GPU node (the first by name when there are more), else
-// picks the first such node by name without the label. drop are the other
-// designated nodes.
-func Designate(nodes []*v1.Node, gpuNodes sets.Set[string]) (keep, drop []*v1.Node) {
-	sorted := slices.Clone(nodes)
-	slices.SortFunc(sorted, func(a, b *v1.Node) int { return strings.Compare(a.Name, b.Name) })
-	eligible := func(n *v1.Node) bool { return gpuNodes.Has(n.Name) && !n.Spec.Unschedulable }
-	kept := map[string]bool{}
-	for _, n := range sorted {
-		if n.Labels[LabelGPUsInUse] != Designated {
-			continue
-		}
-		if p := pool(n); !kept[p] && eligible(n) {
-			kept[p] = true
-			keep = append(keep, n)
-			continue
-		}
-		drop = append(drop, n)
-	}
-	for _, n := range sorted {
-		if _, labelled := n.Labels[LabelGPUsInUse]; !labelled && eligible(n) && !kept[pool(n)] {
-			kept[pool(n)] = true
-			keep = append(keep, n)
-		}
-	}
-	return keep, drop
-}
-
-// pool is the key of a node's pool: its taints.
-func pool(n *v1.Node) string {
-	keys := make([]string, 0, len(n.Spec.Taints))
-	for _, t := range n.Spec.Taints {
-		keys = append(keys, t.Key+"="+t.Value+":"+string(t.Effect))
-	}
-	slices.Sort(keys)
-	return strings.Join(keys, ",")
+	return l.patch(ctx, node, want)
 }
 
 func labelSelectorExists() labels.Selector {

@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -55,77 +54,13 @@ func TestGPUsInUse(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := packinglabel.GPUsInUse(tc.claims)
-			if got != tc.want || packinglabel.LabelValue(got) != tc.label {
-				t.Errorf("GPUsInUse = %d (label %q), want %d (%q)", got, packinglabel.LabelValue(got), tc.want, tc.label)
+			if l := packinglabel.LabelsInUse(got); got != tc.want || l != (packinglabel.Labels{GPUsInUse: tc.label}) {
+				t.Errorf("GPUsInUse = %d (labels %+v), want %d (%q)", got, l, tc.want, tc.label)
 			}
 		})
 	}
 	if n := packinglabel.AllocatedNode(claim("a", "n7", "gpu-0")); n != "n7" {
 		t.Errorf("AllocatedNode = %q, want n7", n)
-	}
-}
-
-func TestPatch(t *testing.T) {
-	node := func(labels map[string]string) *v1.Node {
-		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels}}
-	}
-	for _, tc := range []struct {
-		name string
-		node *v1.Node
-		want string
-		out  string
-	}{
-		{name: "set", node: node(nil), want: "2", out: `{"metadata":{"labels":{"gpufrac.dev/gpus-in-use":"2"}}}`},
-		{name: "unchanged", node: node(map[string]string{packinglabel.LabelGPUsInUse: "2"}), want: "2"},
-		{name: "remove", node: node(map[string]string{packinglabel.LabelGPUsInUse: "2"}), want: "", out: `{"metadata":{"labels":{"gpufrac.dev/gpus-in-use":null}}}`},
-		{name: "nothing to remove", node: node(map[string]string{"other": "x"}), want: ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := string(packinglabel.Patch(tc.node, tc.want)); got != tc.out {
-				t.Errorf("Patch = %s, want %s", got, tc.out)
-			}
-		})
-	}
-}
-
-func TestDesignate(t *testing.T) {
-	node := func(name, label string, cordoned bool) *v1.Node {
-		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NodeSpec{Unschedulable: cordoned}}
-		if label != "" {
-			n.Labels = map[string]string{packinglabel.LabelGPUsInUse: label}
-		}
-		return n
-	}
-	gpus := sets.New("a", "b", "c", "d")
-	tainted := node("c", "", false)
-	tainted.Spec.Taints = []v1.Taint{{Key: "pool", Value: "b", Effect: v1.TaintEffectNoSchedule}}
-	names := func(nodes []*v1.Node) []string {
-		var out []string
-		for _, n := range nodes {
-			out = append(out, n.Name)
-		}
-		return out
-	}
-	for _, tc := range []struct {
-		name  string
-		nodes []*v1.Node
-		keep  []string
-		drop  []string
-	}{
-		{name: "first empty GPU node by name", nodes: []*v1.Node{node("x", "", false), node("c", "", false), node("b", "", false)}, keep: []string{"b"}},
-		{name: "skips nodes in use and cordoned ones", nodes: []*v1.Node{node("a", "3", false), node("b", "", true), node("c", "", false)}, keep: []string{"c"}},
-		{name: "keeps the designated one", nodes: []*v1.Node{node("a", "", false), node("c", packinglabel.Designated, false)}, keep: []string{"c"}},
-		{name: "drops extra and cordoned designations", nodes: []*v1.Node{node("a", packinglabel.Designated, true), node("b", packinglabel.Designated, false),
-			node("d", packinglabel.Designated, false)}, keep: []string{"b"}, drop: []string{"a", "d"}},
-		{name: "one per pool of taints", nodes: []*v1.Node{node("a", "1", false), node("b", "", false), tainted, node("d", "", false)}, keep: []string{"b", "c"}},
-		{name: "no GPU node left", nodes: []*v1.Node{node("a", "8", false), node("x", "", false)}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			keep, drop := packinglabel.Designate(tc.nodes, gpus)
-			if !sets.New(names(keep)...).Equal(sets.New(tc.keep...)) || !sets.New(names(drop)...).Equal(sets.New(tc.drop...)) {
-				t.Errorf("Designate = %v, drop %v; want %v, drop %v", names(keep), names(drop), tc.keep, tc.drop)
-			}
-		})
 	}
 }
 
@@ -168,6 +103,9 @@ func TestLoopLabelsNodes(t *testing.T) {
 				if v, ok := node.Labels[packinglabel.LabelGPUsInUse]; ok {
 					got[n] = v
 				}
+				if v, ok := node.Labels[packinglabel.LabelFillOrder]; ok {
+					got[n] += " rank " + v
+				}
 			}
 			return len(got) == len(want) && got["n1"] == want["n1"] && got["n2"] == want["n2"], nil
 		})
@@ -175,9 +113,10 @@ func TestLoopLabelsNodes(t *testing.T) {
 			t.Fatalf("labels %v, want %v: %v", got, want, err)
 		}
 	}
-	waitLabels(map[string]string{"n1": packinglabel.Designated, "n2": "2"})
+	waitLabels(map[string]string{"n1": "0 rank 1", "n2": "2"})
 
-	// n1 takes a claim: it counts it, and no empty GPU node is left.
+	// n1 takes a claim: it counts it and loses its rank, and no empty GPU
+	// node is left.
 	if _, err := client.ResourceV1().ResourceClaims("ns").Create(ctx, claim("c", "n1", "gpu-1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +128,7 @@ func TestLoopLabelsNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitLabels(map[string]string{"n1": "1", "n2": packinglabel.Designated})
+	waitLabels(map[string]string{"n1": "1", "n2": "0 rank 1"})
 }
 
 // TestStripClaim: the transform is shared by every reader of the

@@ -4,10 +4,16 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
+	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/internal/packinglabel"
 	"github.com/gpufrac/gpufrac/internal/placement"
 )
 
@@ -74,9 +80,11 @@ type schedState struct {
 	pods  map[string]int
 	// gpus are the devices in use per node.
 	gpus map[string]map[string]bool
+	// terms are the packing webhook's, as the scheduler matches them.
+	terms *nodeaffinity.PreferredSchedulingTerms
 }
 
-func newSchedState(s Scheduler, nodes []string) *schedState {
+func newSchedState(s Scheduler, nodes []string) (*schedState, error) {
 	if s.NodeMilliCPU == 0 {
 		s.NodeMilliCPU = 64_000
 	}
@@ -86,8 +94,12 @@ func newSchedState(s Scheduler, nodes []string) *schedState {
 	if s.MaxPods == 0 {
 		s.MaxPods = 110
 	}
+	terms, err := nodeaffinity.NewPreferredSchedulingTerms(admission.PackingTerms())
+	if err != nil {
+		return nil, fmt.Errorf("the packing webhook's node-affinity terms: %w", err)
+	}
 	return &schedState{s: s, rng: rand.New(rand.NewPCG(s.Seed, s.Seed^0x5bd1e995)), nodes: nodes,
-		pods: map[string]int{}, gpus: map[string]map[string]bool{}}
+		pods: map[string]int{}, gpus: map[string]map[string]bool{}, terms: terms}, nil
 }
 
 func leastRequested(requested, capacity int64) int64 {
@@ -120,11 +132,13 @@ func (st *schedState) place(ctx context.Context, cl *placement.Cluster, fraction
 	scores := make([]int64, len(fits))
 	affine := st.s.Packing && fraction
 	var hi int
-	designated := st.designated()
 	levels := make([]int, len(fits))
-	for i, f := range fits {
-		levels[i] = st.packingLevel(f.Node, designated)
-		hi = max(hi, levels[i])
+	if affine {
+		designated := st.designated()
+		for i, f := range fits {
+			levels[i] = st.packingScore(f.Node, designated)
+			hi = max(hi, levels[i])
+		}
 	}
 	for i, f := range fits {
 		n := int64(st.pods[f.Node] + 1)
@@ -166,31 +180,46 @@ func (st *schedState) place(ctx context.Context, cl *placement.Cluster, fraction
 	return &chosen, nil
 }
 
-// packingLevel is how many of the packing webhook's node-affinity terms
-// (webhook.PackingTerms) node matches, with the label the controller keeps
-// (packinglabel): one per GPU that fractions use, up to eight, one on the designated
-// empty node. The model writes labels at once; the controller writes them
-// a watch and a patch after the allocation.
-func (st *schedState) packingLevel(node, designated string) int {
-	switch n := len(st.gpus[node]); {
-	case n > 0:
-		return min(n, 7) + 1
-	case node == designated:
-		return 1
+// packingScore is the sum of the weights of the packing webhook's
+// node-affinity terms (admission.PackingTerms) that node matches, as
+// kube-scheduler's NodeAffinity plugin sums them, with the labels the
+// controller keeps (packinglabel): GPUs that fractions use, or the
+// designated rank of an empty node. The model writes labels at once; the
+// controller writes them a watch and a patch after the allocation, which
+// is why it designates several nodes (packinglabel.LabelFillOrder).
+func (st *schedState) packingScore(node string, designated map[string]int) int {
+	var l packinglabel.Labels
+	if n := len(st.gpus[node]); n > 0 {
+		l = packinglabel.LabelsInUse(n)
+	} else if rank, ok := designated[node]; ok {
+		l = packinglabel.LabelsDesignated(rank)
 	}
-	return 0
+	labels := map[string]string{}
+	if l.GPUsInUse != "" {
+		labels[packinglabel.LabelGPUsInUse] = l.GPUsInUse
+	}
+	if l.FillOrder != "" {
+		labels[packinglabel.LabelFillOrder] = l.FillOrder
+	}
+	return int(st.terms.Score(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: labels}}))
 }
 
-// designated is the node packinglabel designates: the first by name whose
-// GPUs hold nothing.
-func (st *schedState) designated() string {
-	best := ""
+// designated are the nodes packinglabel designates and their ranks: the
+// first packinglabel.DesignatedPerPool by name whose GPUs hold nothing
+// (the model's nodes form one pool).
+func (st *schedState) designated() map[string]int {
+	var empty []string
 	for _, n := range st.nodes {
-		if len(st.gpus[n]) == 0 && (best == "" || n < best) {
-			best = n
+		if len(st.gpus[n]) == 0 {
+			empty = append(empty, n)
 		}
 	}
-	return best
+	slices.Sort(empty)
+	out := map[string]int{}
+	for i, n := range empty[:min(len(empty), packinglabel.DesignatedPerPool)] {
+		out[n] = i + 1
+	}
+	return out
 }
 
 // isFraction tells whether a pod's claims ask for a share of a GPU's

@@ -141,7 +141,10 @@ func Run(ctx context.Context, slices []*resourceapi.ResourceSlice, classes []*re
 // RunWith places pods in order on the cluster, choosing nodes as sched does.
 func RunWith(ctx context.Context, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, pods []Pod, sched Scheduler) (*Result, error) {
 	cl := placement.New(slices, classes)
-	st := newSchedState(sched, cl.NodeNames())
+	st, err := newSchedState(sched, cl.NodeNames())
+	if err != nil {
+		return nil, err
+	}
 	res := &Result{}
 	gpus := map[string]*GPU{}
 	var largest int64

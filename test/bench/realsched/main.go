@@ -65,6 +65,7 @@ func main() {
 	timeout := flag.Duration("timeout", 20*time.Minute, "give up after this long")
 	settle := flag.Duration("settle", 5*time.Second, "placement is done when nothing changed for this long and every pod is bound or unschedulable")
 	extenderDown := flag.Bool("extender-down", false, "with -packing=extender: configure the scheduler with the extender but never start gpufrac-controller (a dead controller must not block scheduling)")
+	optOut := flag.Bool("opt-out", false, "annotate every pod gpufrac.dev/packing: \"false\": with -packing=on, what the controller, its webhook calls and its labels cost the scheduler without packing anything")
 	var schedulerFlags stringList
 	flag.Var(&schedulerFlags, "scheduler-flag", "extra kube-scheduler flag, repeatable (e.g. --authorization-always-allow-paths=/healthz,/debug/pprof/profile to profile it)")
 	schedulerConfig := flag.String("scheduler-config", "", "a KubeSchedulerConfiguration file kube-scheduler runs with (--config); the harness fills in clientConnection.kubeconfig, and qps/burst from -qps unless the file sets them")
@@ -86,7 +87,7 @@ func main() {
 		}
 	}
 	res, err := run(ctx, config{schedulerConfig: schedConfig, file: *file, trace: *trace, seed: *seed, nodes: *nodes, gpus: *gpus,
-		packing: *packing, extenderDown: *extenderDown, qps: *qps, settle: *settle, schedulerFlags: schedulerFlags})
+		packing: *packing, extenderDown: *extenderDown, optOut: *optOut, qps: *qps, settle: *settle, schedulerFlags: schedulerFlags})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "realsched:", err)
 		os.Exit(1)

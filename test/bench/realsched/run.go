@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/templates"
 	"github.com/gpufrac/gpufrac/test/harness"
@@ -36,8 +37,12 @@ type config struct {
 	packing string
 	// extenderDown configures the extender and never serves it.
 	extenderDown bool
-	qps          int
-	settle       time.Duration
+	// optOut annotates every pod gpufrac.dev/packing: "false": with
+	// packing on, the controller, its webhook calls and its labels cost
+	// what they cost, and no pod is packed.
+	optOut bool
+	qps    int
+	settle time.Duration
 	// schedulerFlags are extra kube-scheduler flags.
 	schedulerFlags []string
 	// schedulerConfig is a KubeSchedulerConfiguration (YAML) or empty for
@@ -162,7 +167,15 @@ func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 		return nil, err
 	}
 	begin := time.Now()
-	if err := createPods(ctx, client, wl.pods, 32); err != nil {
+	pods := wl.pods
+	if cfg.optOut {
+		pods = make([]*v1.Pod, len(wl.pods))
+		for i, p := range wl.pods {
+			pods[i] = p.DeepCopy()
+			metav1.SetMetaDataAnnotation(&pods[i].ObjectMeta, admission.AnnotationPacking, "false")
+		}
+	}
+	if err := createPods(ctx, client, pods, 32); err != nil {
 		return nil, err
 	}
 	created := time.Since(begin)
@@ -173,7 +186,7 @@ func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &result{Packing: cfg.packing + map[bool]string{true: "-down"}[cfg.extenderDown], Nodes: cfg.nodes, GPUs: cfg.gpus,
+	res := &result{Packing: cfg.packing + map[bool]string{true: "-down"}[cfg.extenderDown] + map[bool]string{true: "-opted-out"}[cfg.optOut], Nodes: cfg.nodes, GPUs: cfg.gpus,
 		Placed: p.Bound, Total: len(wl.pods), GPUsUsed: p.GPUs, LowerBound: p.LowerBound, NodesUsed: p.Nodes,
 		CreateSeconds: created.Seconds()}
 	if p.Bound > 0 {

@@ -1,0 +1,95 @@
+package packinglabel_test
+
+import (
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/gpufrac/gpufrac/internal/packinglabel"
+)
+
+func TestPatch(t *testing.T) {
+	node := func(labels map[string]string) *v1.Node {
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels}}
+	}
+	designated := map[string]string{packinglabel.LabelGPUsInUse: "0", packinglabel.LabelFillOrder: "2"}
+	for _, tc := range []struct {
+		name string
+		node *v1.Node
+		want packinglabel.Labels
+		out  string
+	}{
+		{name: "set", node: node(nil), want: packinglabel.LabelsInUse(2), out: `{"metadata":{"labels":{"gpufrac.dev/gpus-in-use":"2"}}}`},
+		{name: "unchanged", node: node(map[string]string{packinglabel.LabelGPUsInUse: "2"}), want: packinglabel.LabelsInUse(2)},
+		{name: "remove", node: node(map[string]string{packinglabel.LabelGPUsInUse: "2"}), want: packinglabel.LabelsInUse(0), out: `{"metadata":{"labels":{"gpufrac.dev/gpus-in-use":null}}}`},
+		{name: "nothing to remove", node: node(map[string]string{"other": "x"}), want: packinglabel.Labels{}},
+		{name: "designate", node: node(nil), want: packinglabel.LabelsDesignated(3),
+			out: `{"metadata":{"labels":{"gpufrac.dev/fill-order":"3","gpufrac.dev/gpus-in-use":"0"}}}`},
+		{name: "move up a rank", node: node(designated), want: packinglabel.LabelsDesignated(1), out: `{"metadata":{"labels":{"gpufrac.dev/fill-order":"1"}}}`},
+		{name: "a designated node takes its first claim: one patch, rank gone", node: node(designated), want: packinglabel.LabelsInUse(1),
+			out: `{"metadata":{"labels":{"gpufrac.dev/fill-order":null,"gpufrac.dev/gpus-in-use":"1"}}}`},
+		{name: "undesignate", node: node(designated), want: packinglabel.Labels{},
+			out: `{"metadata":{"labels":{"gpufrac.dev/fill-order":null,"gpufrac.dev/gpus-in-use":null}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := string(packinglabel.Patch(tc.node, tc.want)); got != tc.out {
+				t.Errorf("Patch = %s, want %s", got, tc.out)
+			}
+		})
+	}
+}
+
+func TestDesignate(t *testing.T) {
+	node := func(name, label string, cordoned bool) *v1.Node {
+		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NodeSpec{Unschedulable: cordoned}}
+		if label != "" {
+			n.Labels = map[string]string{packinglabel.LabelGPUsInUse: label}
+		}
+		return n
+	}
+	gpus := sets.New("a", "b", "c", "d", "e", "f", "g")
+	tainted := node("c", "", false)
+	tainted.Spec.Taints = []v1.Taint{{Key: "pool", Value: "b", Effect: v1.TaintEffectNoSchedule}}
+	d := packinglabel.Designated
+	for _, tc := range []struct {
+		name  string
+		nodes []*v1.Node
+		keep  []string // name:rank, in order
+		drop  []string
+	}{
+		{name: "first empty GPU nodes by name, ranked", nodes: []*v1.Node{node("x", "", false), node("g", "", false), node("c", "", false),
+			node("b", "", false), node("f", "", false), node("e", "", false)},
+			keep: []string{"b:1", "c:2", "e:3", "f:4"}},
+		{name: "skips nodes in use and cordoned ones", nodes: []*v1.Node{node("a", "3", false), node("b", "", true), node("c", "", false)}, keep: []string{"c:1"}},
+		{name: "keeps the designated ones, ranks by name with the new", nodes: []*v1.Node{node("a", "", false), node("c", d, false), node("e", d, false)},
+			keep: []string{"a:1", "c:2", "e:3"}},
+		{name: "a designated node keeps its place over an empty node before it", nodes: []*v1.Node{node("a", "", false), node("b", d, false),
+			node("c", d, false), node("d", d, false), node("e", d, false)}, keep: []string{"b:1", "c:2", "d:3", "e:4"}},
+		{name: "the first takes a claim: the rest move up, the next joins last", nodes: []*v1.Node{node("a", "8", false), node("b", "1", false),
+			node("c", d, false), node("d", d, false), node("e", d, false), node("f", "", false), node("g", "", false)},
+			keep: []string{"c:1", "d:2", "e:3", "f:4"}},
+		{name: "drops extra and cordoned designations", nodes: []*v1.Node{node("a", d, true), node("b", d, false), node("c", d, false),
+			node("d", d, false), node("e", d, false), node("f", d, false)}, keep: []string{"b:1", "c:2", "d:3", "e:4"}, drop: []string{"a", "f"}},
+		{name: "a node without GPUs is never designated", nodes: []*v1.Node{node("x", d, false), node("a", "", false)}, keep: []string{"a:1"}, drop: []string{"x"}},
+		{name: "per pool of taints", nodes: []*v1.Node{node("a", "1", false), node("b", "", false), tainted, node("d", "", false)},
+			keep: []string{"b:1", "d:2", "c:1"}},
+		{name: "no GPU node left", nodes: []*v1.Node{node("a", "8", false), node("x", "", false)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keep, drop := packinglabel.Designate(tc.nodes, gpus)
+			var gotKeep, gotDrop []string
+			for _, k := range keep {
+				gotKeep = append(gotKeep, fmt.Sprintf("%s:%d", k.Node.Name, k.Rank))
+			}
+			for _, n := range drop {
+				gotDrop = append(gotDrop, n.Name)
+			}
+			if fmt.Sprint(gotKeep) != fmt.Sprint(tc.keep) || !sets.New(gotDrop...).Equal(sets.New(tc.drop...)) {
+				t.Errorf("Designate = %v, drop %v; want %v, drop %v", gotKeep, gotDrop, tc.keep, tc.drop)
+			}
+		})
+	}
+}
