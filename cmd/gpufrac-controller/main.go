@@ -38,6 +38,8 @@ func envOr(name, def string) string {
 func newCommand() *cobra.Command {
 	logging := logsapi.NewLoggingConfiguration()
 	var kubeconfig string
+	var qps float32
+	var burst int
 	cfg := controller.Config{}
 	cmd := &cobra.Command{
 		Use:          "gpufrac-controller",
@@ -55,6 +57,7 @@ func newCommand() *cobra.Command {
 				return fmt.Errorf("loading kubeconfig %q: %w", kubeconfig, err)
 			}
 			restConfig.UserAgent = "gpufrac-controller"
+			restConfig.QPS, restConfig.Burst = qps, burst
 			if cfg.Client, err = kubernetes.NewForConfig(restConfig); err != nil {
 				return fmt.Errorf("creating the Kubernetes client: %w", err)
 			}
@@ -66,6 +69,8 @@ func newCommand() *cobra.Command {
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&kubeconfig, "kubeconfig", envOr("KUBECONFIG", ""), "kubeconfig file; empty means in-cluster")
+	fs.Float32Var(&qps, "kube-api-qps", controller.DefaultKubeAPIQPS, "sustained queries per second to the API server (the packing labels take a node patch for about every other pod scheduled)")
+	fs.IntVar(&burst, "kube-api-burst", controller.DefaultKubeAPIBurst, "burst of queries to the API server")
 	fs.StringVar(&cfg.WebhookAddress, "webhook-address", ":9443", "HTTPS address of the admission webhooks")
 	fs.StringVar(&cfg.MetricsAddress, "metrics-address", ":8080", "address of /metrics and /healthz; empty disables")
 	fs.StringVar(&cfg.ClientAuth.CAFile, "client-ca-file", "", "PEM bundle of the CAs that sign the client certificate kube-apiserver presents to webhooks (its AdmissionConfiguration's WebhookAdmission kubeConfigFile); set, every webhook connection must present a certificate they sign; empty accepts any client (the default)")

@@ -28,6 +28,17 @@ import (
 	"github.com/gpufrac/gpufrac/internal/packinglabel"
 )
 
+// The controller's client limits by default, as kube-scheduler's
+// (--kube-api-qps 50, --kube-api-burst 100). client-go's own default, 5
+// queries per second, would hold the packing labels back: they take a
+// patch for about every other pod the scheduler binds, at the scheduler's
+// pace (docs/packing-scheduler.md), and a label that lags lets the
+// scheduler spread fractions.
+const (
+	DefaultKubeAPIQPS   = 50
+	DefaultKubeAPIBurst = 100
+)
+
 // Config of the controller.
 type Config struct {
 	Client kubernetes.Interface

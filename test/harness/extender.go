@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
 	"github.com/gpufrac/gpufrac/internal/controller"
 )
 
@@ -19,13 +22,17 @@ func (cp *ControlPlane) StartExtender(ctx context.Context, address string) (_ *C
 	if err != nil {
 		return nil, err
 	}
+	client, err := cp.controllerClient()
+	if err != nil {
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ready := make(chan string, 1)
 	// No webhook configuration is registered: Close finds none to delete.
 	c := &Controller{cancel: cancel, done: make(chan error, 1), config: "gpufrac-extender-none", cp: cp}
 	go func() {
 		c.done <- controller.Run(runCtx, controller.Config{
-			Client: cp.Client, WebhookAddress: "127.0.0.1:0", CertDir: dir, ExtenderAddress: address,
+			Client: client, WebhookAddress: "127.0.0.1:0", CertDir: dir, ExtenderAddress: address,
 			Ready: func(addr string) { ready <- addr },
 		})
 	}()
@@ -43,4 +50,19 @@ func (cp *ControlPlane) StartExtender(ctx context.Context, address string) (_ *C
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// controllerClient is a client with gpufrac-controller's own limits
+// (controller.DefaultKubeAPIQPS and Burst, what its flags default to and the
+// chart leaves alone), not the harness's lifted ones: the packing labels'
+// lag under a burst is part of what the benchmarks measure.
+func (cp *ControlPlane) controllerClient() (kubernetes.Interface, error) {
+	config := rest.CopyConfig(cp.RestConfig)
+	config.QPS, config.Burst = controller.DefaultKubeAPIQPS, controller.DefaultKubeAPIBurst
+	config.UserAgent = "gpufrac-controller"
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("gpufrac-controller's client: %w", err)
+	}
+	return client, nil
 }

@@ -168,12 +168,16 @@ func (cp *ControlPlane) StartPacking(ctx context.Context, namespace string) (_ *
 	if err != nil {
 		return nil, err
 	}
+	client, err := cp.controllerClient()
+	if err != nil {
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ready := make(chan string, 1)
 	c := &Controller{cancel: cancel, done: make(chan error, 1), config: namespace + "-gpufrac-packing", cp: cp}
 	go func() {
 		c.done <- controller.Run(runCtx, controller.Config{
-			Client: cp.Client, WebhookAddress: "127.0.0.1:0", CertDir: dir, PackingLabels: true,
+			Client: client, WebhookAddress: "127.0.0.1:0", CertDir: dir, PackingLabels: true,
 			Ready: func(addr string) { ready <- addr },
 		})
 	}()

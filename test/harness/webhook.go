@@ -38,12 +38,16 @@ func (cp *ControlPlane) StartWebhook(ctx context.Context, namespace string, opts
 	if err != nil {
 		return nil, err
 	}
+	client, err := cp.controllerClient()
+	if err != nil {
+		return nil, err
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
 	go func() {
 		done <- controller.Run(runCtx, controller.Config{
-			Client: cp.Client, WebhookAddress: "127.0.0.1:0", CertDir: dir, KAI: opts,
+			Client: client, WebhookAddress: "127.0.0.1:0", CertDir: dir, KAI: opts,
 			Ready: func(addr string) { ready <- addr },
 		})
 	}()
