@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -246,12 +245,16 @@ func (l *Loop) Run(ctx context.Context, workers int) {
 	if !cache.WaitForCacheSync(ctx.Done(), l.synced...) {
 		return
 	}
-	nodes, err := l.nodes.List(labelSelectorExists())
+	nodes, err := l.nodes.List(labels.Everything())
 	if err != nil {
-		logger.Error(err, "Listing labelled nodes")
+		logger.Error(err, "Listing nodes")
 	}
 	for _, n := range nodes {
-		l.queue.Add(n.Name)
+		// Either label alone counts: a rank left without its "0" (an
+		// edit by hand) would still draw pods.
+		if LabelsOf(n) != (Labels{}) {
+			l.queue.Add(n.Name)
+		}
 	}
 	l.queue.Add(designateKey)
 	go func() { <-ctx.Done(); l.queue.ShutDown() }()
@@ -308,9 +311,4 @@ func (l *Loop) sync(ctx context.Context, name string) error {
 		return nil
 	}
 	return l.patch(ctx, node, want)
-}
-
-func labelSelectorExists() labels.Selector {
-	r, _ := labels.NewRequirement(LabelGPUsInUse, selection.Exists, nil)
-	return labels.NewSelector().Add(*r)
 }

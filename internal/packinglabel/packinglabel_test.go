@@ -65,8 +65,8 @@ func TestGPUsInUse(t *testing.T) {
 }
 
 // TestLoopLabelsNodes runs the loop against a fake API server: the node
-// with claims gets its count, the first empty GPU node is designated, and
-// a freed node loses its label.
+// with claims gets its count, the first empty GPU node is designated, a
+// freed node loses its label, and a rank on a node without GPUs goes.
 func TestLoopLabelsNodes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -77,6 +77,8 @@ func TestLoopLabelsNodes(t *testing.T) {
 	}
 	client := fake.NewClientset(
 		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n2"}},
+		// No GPUs, and a stray rank (an edit by hand): it goes.
+		&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n3", Labels: map[string]string{packinglabel.LabelFillOrder: "2"}}},
 		slice("n1"), slice("n2"),
 		claim("a", "n2", "gpu-0"), claim("b", "n2", "gpu-1"))
 	factory := informers.NewSharedInformerFactory(client, 0)
@@ -95,7 +97,7 @@ func TestLoopLabelsNodes(t *testing.T) {
 		var got map[string]string
 		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 			got = map[string]string{}
-			for _, n := range []string{"n1", "n2"} {
+			for _, n := range []string{"n1", "n2", "n3"} {
 				node, err := client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
 				if err != nil {
 					return false, err
