@@ -216,14 +216,7 @@ func TestPackingTermsRankNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := func(l packinglabel.Labels) *corev1.Node {
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: map[string]string{}}}
-		if l.GPUsInUse != "" {
-			n.Labels[packinglabel.LabelGPUsInUse] = l.GPUsInUse
-		}
-		if l.FillOrder != "" {
-			n.Labels[packinglabel.LabelFillOrder] = l.FillOrder
-		}
-		return n
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: l.Set()}}
 	}
 	// Best first. The label's presence is the first level, so GPUs in use
 	// are told apart up to PackingLevels-1.

@@ -65,6 +65,18 @@ func LabelsDesignated(rank int) Labels {
 	return Labels{GPUsInUse: Designated, FillOrder: strconv.Itoa(rank)}
 }
 
+// Set is the labels as a node carries them: the ones that are not "".
+func (l Labels) Set() map[string]string {
+	out := map[string]string{}
+	if l.GPUsInUse != "" {
+		out[LabelGPUsInUse] = l.GPUsInUse
+	}
+	if l.FillOrder != "" {
+		out[LabelFillOrder] = l.FillOrder
+	}
+	return out
+}
+
 // LabelsOf reads a node's packing labels.
 func LabelsOf(node *v1.Node) Labels {
 	return Labels{GPUsInUse: node.Labels[LabelGPUsInUse], FillOrder: node.Labels[LabelFillOrder]}

@@ -80,8 +80,13 @@ type schedState struct {
 	pods  map[string]int
 	// gpus are the devices in use per node.
 	gpus map[string]map[string]bool
-	// terms are the packing webhook's, as the scheduler matches them.
-	terms *nodeaffinity.PreferredSchedulingTerms
+	// byName are the nodes sorted by name, the order packinglabel
+	// designates them in.
+	byName []string
+	// terms are the packing webhook's, as the scheduler matches them;
+	// scores caches their score per label state (a few dozen states).
+	terms  *nodeaffinity.PreferredSchedulingTerms
+	scores map[packinglabel.Labels]int
 }
 
 func newSchedState(s Scheduler, nodes []string) (*schedState, error) {
@@ -98,8 +103,10 @@ func newSchedState(s Scheduler, nodes []string) (*schedState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the packing webhook's node-affinity terms: %w", err)
 	}
-	return &schedState{s: s, rng: rand.New(rand.NewPCG(s.Seed, s.Seed^0x5bd1e995)), nodes: nodes,
-		pods: map[string]int{}, gpus: map[string]map[string]bool{}, terms: terms}, nil
+	byName := slices.Clone(nodes)
+	slices.Sort(byName)
+	return &schedState{s: s, rng: rand.New(rand.NewPCG(s.Seed, s.Seed^0x5bd1e995)), nodes: nodes, byName: byName,
+		pods: map[string]int{}, gpus: map[string]map[string]bool{}, terms: terms, scores: map[packinglabel.Labels]int{}}, nil
 }
 
 func leastRequested(requested, capacity int64) int64 {
@@ -194,30 +201,26 @@ func (st *schedState) packingScore(node string, designated map[string]int) int {
 	} else if rank, ok := designated[node]; ok {
 		l = packinglabel.LabelsDesignated(rank)
 	}
-	labels := map[string]string{}
-	if l.GPUsInUse != "" {
-		labels[packinglabel.LabelGPUsInUse] = l.GPUsInUse
+	score, ok := st.scores[l]
+	if !ok {
+		score = int(st.terms.Score(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: l.Set()}}))
+		st.scores[l] = score
 	}
-	if l.FillOrder != "" {
-		labels[packinglabel.LabelFillOrder] = l.FillOrder
-	}
-	return int(st.terms.Score(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: labels}}))
+	return score
 }
 
 // designated are the nodes packinglabel designates and their ranks: the
 // first packinglabel.DesignatedPerPool by name whose GPUs hold nothing
 // (the model's nodes form one pool).
 func (st *schedState) designated() map[string]int {
-	var empty []string
-	for _, n := range st.nodes {
-		if len(st.gpus[n]) == 0 {
-			empty = append(empty, n)
-		}
-	}
-	slices.Sort(empty)
 	out := map[string]int{}
-	for i, n := range empty[:min(len(empty), packinglabel.DesignatedPerPool)] {
-		out[n] = i + 1
+	for _, n := range st.byName {
+		if len(out) == packinglabel.DesignatedPerPool {
+			break
+		}
+		if len(st.gpus[n]) == 0 {
+			out[n] = len(out) + 1
+		}
 	}
 	return out
 }
