@@ -124,14 +124,18 @@ bench-prepcompare: build
 
 # Packing in the real kube-scheduler (docs/packing-scheduler.md): the
 # harness control plane, nodes carrying the plugin's slices and no kubelet,
-# the packing benchmark's trace, the chart's packing webhook off and on
-# (REALSCHED_MODES="off on extender" adds the scheduler extender).
-# 400 pods at 8, 64 and 1,000 nodes, 2,000 at 1,000 nodes; one JSON line per
-# run, also in bin/realsched.jsonl, which `make bench` charts (progress and
-# logs in bin/realsched.log). About 15 minutes on 2 cores, most of it the
-# 1,000-node runs. Never part of `make test`.
+# the packing benchmark's trace, the chart's packing webhook off and on in
+# turn on one cluster (-packing compare: REALSCHED_ROUNDS rounds, the
+# order alternating, throughput on over off per round; REALSCHED_MODES="off
+# on extender" runs each mode on a cluster of its own instead).
+# 400 pods at 8, 64 and 1,000 nodes, 2,000 at 1,000 nodes; JSON lines, a
+# phase each and a comparison's summary, also in bin/realsched.jsonl, which
+# `make bench` charts (progress and logs in bin/realsched.log). About 20
+# minutes on 2 cores, most of it the 1,000-node runs. Never part of
+# `make test`.
 REALSCHED_RUNS ?= 400:8 400:64 400:1000 2000:1000
-REALSCHED_MODES ?= off on
+REALSCHED_MODES ?= compare
+REALSCHED_ROUNDS ?= 3
 bench-realsched:
 	@$(GO) run ./test/cmd/kube-binaries -q
 	@mkdir -p $(BIN)
@@ -139,7 +143,7 @@ bench-realsched:
 	@: > $(BIN)/realsched.jsonl
 	@for run in $(REALSCHED_RUNS); do \
 		for p in $(REALSCHED_MODES); do \
-			$(BIN)/realsched -trace $${run%%:*} -nodes $${run#*:} -packing $$p -o json 2>$(BIN)/realsched.log >$(BIN)/realsched.out || \
+			$(BIN)/realsched -trace $${run%%:*} -nodes $${run#*:} -packing $$p -rounds $(REALSCHED_ROUNDS) -o json 2>$(BIN)/realsched.log >$(BIN)/realsched.out || \
 				{ tail -30 $(BIN)/realsched.log; exit 1; }; \
 			cat $(BIN)/realsched.out; cat $(BIN)/realsched.out >>$(BIN)/realsched.jsonl; \
 		done; \

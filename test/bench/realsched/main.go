@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,10 +32,12 @@ import (
 // result is the benchmark's output.
 type result struct {
 	Packing string `json:"packing"`
-	Nodes   int    `json:"nodes"`
-	GPUs    string `json:"gpus"`
-	Placed  int    `json:"placed"`
-	Total   int    `json:"total"`
+	// Round is the round of a comparison (-packing compare), 0 otherwise.
+	Round  int    `json:"round,omitempty"`
+	Nodes  int    `json:"nodes"`
+	GPUs   string `json:"gpus"`
+	Placed int    `json:"placed"`
+	Total  int    `json:"total"`
 	// GPUsUsed are distinct GPUs holding at least one allocated claim.
 	GPUsUsed int `json:"gpusUsed"`
 	// LowerBound is ceil(memory the placed pods' claims consumed / GPU
@@ -59,7 +62,8 @@ func main() {
 	seed := flag.Uint64("seed", 1, "trace seed (with -trace)")
 	nodes := flag.Int("nodes", 8, "nodes")
 	gpus := flag.String("gpus", "h200x8", "GPUs per node, as --simulate-gpus takes them")
-	packing := flag.String("packing", "on", "on: the chart's packing webhook and node labels; extender: gpufrac-controller's scheduler extender (--extender-address) alone, named in the scheduler's configuration; off: the scheduler alone")
+	packing := flag.String("packing", "on", "on: the chart's packing webhook and node labels; extender: gpufrac-controller's scheduler extender (--extender-address) alone, named in the scheduler's configuration; off: the scheduler alone; compare: off and on in turn on one cluster, -rounds times, with on's pods per second over off's per round")
+	rounds := flag.Int("rounds", 3, "with -packing compare: rounds of off and on (odd rounds run off first, even ones on first)")
 	output := flag.String("o", "table", "json or table")
 	qps := flag.Int("qps", 1000, "client QPS of kube-scheduler, kube-controller-manager and the benchmark (burst is twice it)")
 	timeout := flag.Duration("timeout", 20*time.Minute, "give up after this long")
@@ -70,7 +74,7 @@ func main() {
 	flag.Var(&schedulerFlags, "scheduler-flag", "extra kube-scheduler flag, repeatable (e.g. --authorization-always-allow-paths=/healthz,/debug/pprof/profile to profile it)")
 	schedulerConfig := flag.String("scheduler-config", "", "a KubeSchedulerConfiguration file kube-scheduler runs with (--config); the harness fills in clientConnection.kubeconfig, and qps/burst from -qps unless the file sets them")
 	flag.Parse()
-	if err := check(*file, *trace, *packing, *output); err != nil {
+	if err := check(*file, *trace, *packing, *output, *rounds, *extenderDown); err != nil {
 		fmt.Fprintln(os.Stderr, "realsched:", err)
 		os.Exit(2)
 	}
@@ -86,28 +90,55 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	res, err := run(ctx, config{schedulerConfig: schedConfig, file: *file, trace: *trace, seed: *seed, nodes: *nodes, gpus: *gpus,
-		packing: *packing, extenderDown: *extenderDown, optOut: *optOut, qps: *qps, settle: *settle, schedulerFlags: schedulerFlags})
+	cfg := config{schedulerConfig: schedConfig, file: *file, trace: *trace, seed: *seed, nodes: *nodes, gpus: *gpus,
+		packing: *packing, rounds: *rounds, extenderDown: *extenderDown, optOut: *optOut, qps: *qps, settle: *settle, schedulerFlags: schedulerFlags}
+	if *packing == compare {
+		cfg.progress = printProgress
+	}
+	results, err := run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "realsched:", err)
 		os.Exit(1)
 	}
+	var summary *comparison
+	if *packing == compare {
+		if summary, err = compareResults(results); err != nil {
+			fmt.Fprintln(os.Stderr, "realsched:", err)
+			os.Exit(1)
+		}
+	}
+	for _, res := range results {
+		if *output == "json" {
+			out, _ := json.Marshal(res)
+			fmt.Println(string(out))
+			continue
+		}
+		fmt.Printf("packing %-3s  nodes %4d  placed %4d/%-4d  GPUs used %4d  lower bound %4d (%.2fx)  nodes used %4d  %.1f s  %.1f pods/s (steady %.1f; created in %.1f s)\n",
+			res.Packing, res.Nodes, res.Placed, res.Total, res.GPUsUsed, res.LowerBound, ratio(res.GPUsUsed, res.LowerBound),
+			res.NodesUsed, res.Seconds, res.PodsPerSecond, res.SteadyPodsPerSecond, res.CreateSeconds)
+	}
+	if summary == nil {
+		return
+	}
 	if *output == "json" {
-		out, _ := json.Marshal(res)
+		out, _ := json.Marshal(summary)
 		fmt.Println(string(out))
 		return
 	}
-	fmt.Printf("packing %-3s  nodes %4d  placed %4d/%-4d  GPUs used %4d  lower bound %4d (%.2fx)  nodes used %4d  %.1f s  %.1f pods/s (steady %.1f; created in %.1f s)\n",
-		res.Packing, res.Nodes, res.Placed, res.Total, res.GPUsUsed, res.LowerBound, ratio(res.GPUsUsed, res.LowerBound),
-		res.NodesUsed, res.Seconds, res.PodsPerSecond, res.SteadyPodsPerSecond, res.CreateSeconds)
+	fmt.Printf("pods/s on over off, same cluster, by round: %s  median %.2f  lowest %.2f\n",
+		strings.Trim(fmt.Sprintf("%.2f", summary.Ratios), "[]"), summary.MedianRatio, summary.MinRatio)
 }
 
-func check(file string, trace int, packing, output string) error {
+func check(file string, trace int, packing, output string, rounds int, extenderDown bool) error {
 	switch {
 	case (file == "") == (trace == 0):
 		return fmt.Errorf("give either -f WORKLOAD.yaml or -trace N")
-	case packing != "on" && packing != "off" && packing != "extender":
-		return fmt.Errorf("-packing=%q: want on, off or extender", packing)
+	case packing != "on" && packing != "off" && packing != "extender" && packing != compare:
+		return fmt.Errorf("-packing=%q: want on, off, extender or compare", packing)
+	case packing == compare && rounds < 1:
+		return fmt.Errorf("-rounds=%d: want at least 1", rounds)
+	case extenderDown && packing != "extender":
+		return fmt.Errorf("-extender-down goes with -packing=extender only")
 	case output != "json" && output != "table":
 		return fmt.Errorf("-o %q: want json or table", output)
 	}

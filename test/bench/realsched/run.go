@@ -41,8 +41,12 @@ type config struct {
 	// packing on, the controller, its webhook calls and its labels cost
 	// what they cost, and no pod is packed.
 	optOut bool
-	qps    int
-	settle time.Duration
+	// rounds of off and on with packing compare.
+	rounds int
+	// progress, when set, hears of each phase of a comparison as it ends.
+	progress func(*result)
+	qps      int
+	settle   time.Duration
 	// schedulerFlags are extra kube-scheduler flags.
 	schedulerFlags []string
 	// schedulerConfig is a KubeSchedulerConfiguration (YAML) or empty for
@@ -52,28 +56,75 @@ type config struct {
 
 const namespace = "bench"
 
-func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
+// bench is a control plane with the nodes, classes and templates of one
+// workload, on which phases run one after another.
+type bench struct {
+	cfg          config
+	cp           *harness.ControlPlane
+	client       kubernetes.Interface
+	wl           *workload
+	extenderAddr string
+}
+
+// run measures cfg.packing, or with compare both off and on in
+// cfg.rounds rounds on the same cluster; close is called whatever it
+// returns.
+func run(ctx context.Context, cfg config) (_ []*result, finalErr error) {
+	b, closeBench, err := setUp(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { closeBench(finalErr) }()
+	if cfg.packing != compare {
+		res, err := b.phase(ctx, cfg.packing, 0)
+		if err != nil {
+			return nil, err
+		}
+		return []*result{res}, ctx.Err()
+	}
+	var all []*result
+	for round := 1; round <= cfg.rounds; round++ {
+		for _, mode := range roundModes(round) {
+			res, err := b.phase(ctx, mode, round)
+			if err != nil {
+				return all, err
+			}
+			all = append(all, res)
+			if cfg.progress != nil {
+				cfg.progress(res)
+			}
+			if err := b.reset(ctx, mode); err != nil {
+				return all, err
+			}
+		}
+	}
+	return all, ctx.Err()
+}
+
+// setUp starts the control plane and creates the nodes, their slices, the
+// DeviceClasses, the namespace and the workload's templates.
+func setUp(ctx context.Context, cfg config) (_ *bench, closeBench func(error), finalErr error) {
 	lift := []string{fmt.Sprintf("--kube-api-qps=%d", cfg.qps), fmt.Sprintf("--kube-api-burst=%d", 2*cfg.qps)}
 	schedArgs := append(slices.Clone(lift), cfg.schedulerFlags...)
 	var schedConfig []byte
 	base := cfg.schedulerConfig
-	var extenderAddr string
+	b := &bench{cfg: cfg}
 	if cfg.packing == "extender" {
 		// The scheduler starts first and must name the extender, so its
 		// address is chosen now and served once the nodes exist.
 		var err error
-		if extenderAddr, err = freeLoopbackAddress(); err != nil {
-			return nil, err
+		if b.extenderAddr, err = freeLoopbackAddress(); err != nil {
+			return nil, nil, err
 		}
-		if base, err = withExtender(base, "http://"+extenderAddr+"/scheduler"); err != nil {
-			return nil, err
+		if base, err = withExtender(base, "http://"+b.extenderAddr+"/scheduler"); err != nil {
+			return nil, nil, err
 		}
 	}
 	if len(base) > 0 {
 		// --config overrides the client flags; the lift goes in the file.
 		var err error
 		if schedConfig, err = liftSchedulerConfig(base, cfg.qps); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		schedArgs = cfg.schedulerFlags
 	}
@@ -83,32 +134,36 @@ func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 		PluginBinary: "/nonexistent/gpufrac-kubelet-plugin",
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer func() {
-		if finalErr != nil {
+	b.cp = cp
+	closeBench = func(err error) {
+		if err != nil {
 			cp.LogTails(os.Stderr, 30)
 		}
 		// The figures are measured by now; a slow shutdown is only reported.
 		if err := cp.Close(); err != nil {
 			fmt.Fprintln(os.Stderr, "realsched: stopping the control plane:", err)
 		}
+	}
+	defer func() {
+		if finalErr != nil {
+			closeBench(finalErr)
+		}
 	}()
 	restConfig := rest.CopyConfig(cp.RestConfig)
 	restConfig.QPS, restConfig.Burst = float32(cfg.qps), 2*cfg.qps
-	client, err := kubernetes.NewForConfig(restConfig)
-	if err != nil {
-		return nil, err
+	if b.client, err = kubernetes.NewForConfig(restConfig); err != nil {
+		return nil, nil, err
 	}
 
 	probe, err := simulate.NodeSlices(ctx, "probe", cfg.gpus, "")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	gpuMemory := probe[0].Spec.Devices[0].Capacity["memory"].Value
-	wl, err := loadFor(cfg, gpuMemory)
-	if err != nil {
-		return nil, err
+	if b.wl, err = loadFor(cfg, gpuMemory); err != nil {
+		return nil, nil, err
 	}
 
 	names := make([]string, cfg.nodes)
@@ -120,35 +175,44 @@ func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 		Slices: func(ctx context.Context, node string) ([]*resourceapi.ResourceSlice, error) {
 			return simulate.NodeSlices(ctx, node, cfg.gpus, "")
 		}}); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fmt.Fprintf(os.Stderr, "realsched: %d nodes with slices in %s\n", cfg.nodes, time.Since(start).Round(100*time.Millisecond))
 	classes, err := templates.DeviceClassObjects()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	for _, c := range append(classes, wl.classes...) {
-		if _, err := client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("creating DeviceClass %s: %w", c.Name, err)
+	for _, c := range append(classes, b.wl.classes...) {
+		if _, err := b.client.ResourceV1().DeviceClasses().Create(ctx, c, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, nil, fmt.Errorf("creating DeviceClass %s: %w", c.Name, err)
 		}
 	}
-	if err := createNamespace(ctx, client); err != nil {
-		return nil, err
+	if err := createNamespace(ctx, b.client); err != nil {
+		return nil, nil, err
 	}
-	for _, t := range wl.templates {
+	for _, t := range b.wl.templates {
 		t = t.DeepCopy()
 		t.Namespace = namespace
-		if _, err := client.ResourceV1().ResourceClaimTemplates(namespace).Create(ctx, t, metav1.CreateOptions{}); err != nil {
-			return nil, fmt.Errorf("creating ResourceClaimTemplate %s: %w", t.Name, err)
+		if _, err := b.client.ResourceV1().ResourceClaimTemplates(namespace).Create(ctx, t, metav1.CreateOptions{}); err != nil {
+			return nil, nil, fmt.Errorf("creating ResourceClaimTemplate %s: %w", t.Name, err)
 		}
 	}
-	if cfg.packing != "off" && !cfg.extenderDown {
+	return b, closeBench, nil
+}
+
+// phase places the workload with packing mode (on, extender or off) and
+// measures it; round is 0 outside a comparison. It leaves the pods and
+// claims in place; with packing on, gpufrac-controller is stopped and its
+// webhook configuration removed.
+func (b *bench) phase(ctx context.Context, mode string, round int) (*result, error) {
+	cfg := b.cfg
+	if mode != "off" && !cfg.extenderDown {
 		var ctrl *harness.Controller
 		var err error
-		if cfg.packing == "extender" {
-			ctrl, err = cp.StartExtender(ctx, extenderAddr)
+		if mode == "extender" {
+			ctrl, err = b.cp.StartExtender(ctx, b.extenderAddr)
 		} else {
-			ctrl, err = cp.StartPacking(ctx, namespace)
+			ctrl, err = b.cp.StartPacking(ctx, namespace)
 		}
 		if err != nil {
 			return nil, err
@@ -160,36 +224,38 @@ func run(ctx context.Context, cfg config) (_ *result, finalErr error) {
 		}()
 	}
 
-	w := newWatcher(client, len(wl.pods))
+	w := newWatcher(b.client, len(b.wl.pods))
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()
 	if err := w.start(watchCtx); err != nil {
 		return nil, err
 	}
-	pods := wl.pods
-	if cfg.optOut {
+	pods := b.wl.pods
+	optOut := cfg.optOut && mode != "off"
+	if optOut {
 		// Annotated before the clock starts: the copies are not the
 		// scheduler's work.
-		pods = make([]*v1.Pod, len(wl.pods))
-		for i, p := range wl.pods {
+		pods = make([]*v1.Pod, len(b.wl.pods))
+		for i, p := range b.wl.pods {
 			pods[i] = p.DeepCopy()
 			metav1.SetMetaDataAnnotation(&pods[i].ObjectMeta, admission.AnnotationPacking, "false")
 		}
 	}
 	begin := time.Now()
-	if err := createPods(ctx, client, pods, 32); err != nil {
+	if err := createPods(ctx, b.client, pods, 32); err != nil {
 		return nil, err
 	}
 	created := time.Since(begin)
-	fmt.Fprintf(os.Stderr, "realsched: %d pods created in %s\n", len(wl.pods), created.Round(100*time.Millisecond))
+	fmt.Fprintf(os.Stderr, "realsched: %d pods created in %s\n", len(pods), created.Round(100*time.Millisecond))
 	last := w.wait(ctx, cfg.settle)
 	stopWatch()
-	p, err := cp.PlacementOf(ctx, namespace)
+	p, err := b.cp.PlacementOf(ctx, namespace)
 	if err != nil {
 		return nil, err
 	}
-	res := &result{Packing: cfg.packing + map[bool]string{true: "-down"}[cfg.extenderDown] + map[bool]string{true: "-opted-out"}[cfg.optOut], Nodes: cfg.nodes, GPUs: cfg.gpus,
-		Placed: p.Bound, Total: len(wl.pods), GPUsUsed: p.GPUs, LowerBound: p.LowerBound, NodesUsed: p.Nodes,
+	res := &result{Packing: mode + map[bool]string{true: "-down"}[cfg.extenderDown] + map[bool]string{true: "-opted-out"}[optOut],
+		Round: round, Nodes: cfg.nodes, GPUs: cfg.gpus,
+		Placed: p.Bound, Total: len(pods), GPUsUsed: p.GPUs, LowerBound: p.LowerBound, NodesUsed: p.Nodes,
 		CreateSeconds: created.Seconds()}
 	if p.Bound > 0 {
 		res.Seconds = last.Sub(begin).Seconds()

@@ -59,10 +59,35 @@ func TestTraceWorkload(t *testing.T) {
 			t.Errorf("template %s: capacity %v; only whole-gpu names no memory", tmpl.Name, req.Capacity)
 		}
 	}
-	if err := check("", 0, "on", "json"); err == nil {
-		t.Error("neither -f nor -trace must be refused")
-	}
-	if err := check("", 10, "maybe", "json"); err == nil || !strings.Contains(err.Error(), `-packing="maybe": want on, off or extender`) {
-		t.Errorf("want -packing refused by value, got %v", err)
+}
+
+func TestCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		file            string
+		trace           int
+		packing, output string
+		rounds          int
+		extenderDown    bool
+		want            string // "" accepts
+	}{
+		{name: "trace", trace: 10, packing: "on", output: "json", rounds: 1},
+		{name: "compare", trace: 10, packing: "compare", output: "table", rounds: 3},
+		{name: "extender down", trace: 10, packing: "extender", output: "json", rounds: 1, extenderDown: true},
+		{name: "neither -f nor -trace", packing: "on", output: "json", rounds: 1, want: "give either -f WORKLOAD.yaml or -trace N"},
+		{name: "unknown mode", trace: 10, packing: "maybe", output: "json", rounds: 1, want: `-packing="maybe": want on, off, extender or compare`},
+		{name: "no rounds", trace: 10, packing: "compare", output: "json", rounds: 0, want: "-rounds=0: want at least 1"},
+		{name: "down without extender", trace: 10, packing: "compare", output: "json", rounds: 1, extenderDown: true, want: "-extender-down goes with -packing=extender only"},
+		{name: "unknown output", trace: 10, packing: "off", output: "yaml", rounds: 1, want: `-o "yaml"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := check(tc.file, tc.trace, tc.packing, tc.output, tc.rounds, tc.extenderDown)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("got %v, want an error with %q", err, tc.want)
+			}
+		})
 	}
 }

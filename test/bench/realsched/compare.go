@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"github.com/gpufrac/gpufrac/internal/admission"
+	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/packinglabel"
+)
+
+// compare is the -packing mode that measures off and on in turn on one
+// cluster: the issue's "throughput on vs off, same run, same cluster".
+// Separate runs start separate control planes, whose speed on a shared
+// machine differs by more than the mechanism's cost (docs/benchmarks.md).
+const compare = "compare"
+
+// roundModes is the order of a round's phases: off first in odd rounds, on
+// first in even ones, so that neither mode always runs on the cluster the
+// other has just warmed (caches, connections) or loaded (deletions the
+// API server and etcd still compact).
+func roundModes(round int) []string {
+	if round%2 == 1 {
+		return []string{"off", "on"}
+	}
+	return []string{"on", "off"}
+}
+
+// settleAfterReset is how long the cluster rests after a reset before the
+// next phase: the scheduler and the controller-manager see the last
+// deletions by watch, a little after the API server reports them gone.
+const settleAfterReset = 6 * time.Second
+
+// reset puts the cluster back as setUp left it after a phase of mode: no
+// pods and no claims in the namespace, and, after packing on, the packing
+// webhook no longer called and no node labelled, as on a cluster where
+// gpufrac-controller never ran (its next start labels the nodes afresh, as
+// the first one did).
+func (b *bench) reset(ctx context.Context, mode string) error {
+	if mode == "on" {
+		if err := waitWebhookGone(ctx, b); err != nil {
+			return err
+		}
+		if err := b.clearPackingLabels(ctx); err != nil {
+			return err
+		}
+	}
+	grace := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
+	if err := b.client.CoreV1().Pods(namespace).DeleteCollection(ctx, grace, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("deleting the phase's pods: %w", err)
+	}
+	// The controller-manager deletes claims generated for pods that are
+	// gone; deleting them here too does not wait for it. Their
+	// delete-protection finalizer is its to remove once no pod holds them.
+	if err := b.client.ResourceV1().ResourceClaims(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		return fmt.Errorf("deleting the phase's claims: %w", err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := b.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil {
+			return false, nil // retried until the timeout
+		}
+		claims, err := b.client.ResourceV1().ResourceClaims(namespace).List(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil {
+			return false, nil // retried until the timeout
+		}
+		return len(pods.Items) == 0 && len(claims.Items) == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the phase's pods and claims to be gone: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(settleAfterReset):
+		return nil
+	}
+}
+
+// waitWebhookGone waits until the API server has dropped the packing
+// webhook's configuration: a dry run of a fraction pod comes back without
+// the packing label (the API server reads configurations from an
+// informer, so their removal takes effect a little later).
+func waitWebhookGone(ctx context.Context, b *bench) error {
+	probe := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpufrac-packing-probe", Annotations: map[string]string{kai.AnnotationTranslated: "probe"}},
+		Spec: v1.PodSpec{
+			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("probe")}},
+			Containers:     []v1.Container{{Name: "main", Image: "busybox"}},
+		},
+	}
+	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := b.client.CoreV1().Pods(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && got.Labels[admission.LabelFraction] == "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for the API server to drop the packing webhook: %w", err)
+	}
+	return nil
+}
+
+// clearPackingLabels removes the packing labels from every node.
+func (b *bench) clearPackingLabels(ctx context.Context) error {
+	nodes, err := b.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{
+		packinglabel.LabelGPUsInUse: nil, packinglabel.LabelFillOrder: nil}}})
+	for _, n := range nodes.Items {
+		if packinglabel.LabelsOf(&n) == (packinglabel.Labels{}) {
+			continue
+		}
+		if _, err := b.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("clearing node %s packing labels: %w", n.Name, err)
+		}
+	}
+	return nil
+}
+
+// comparison sums up a compare run: per round, on's pods per second over
+// off's.
+type comparison struct {
+	Packing string    `json:"packing"`
+	Nodes   int       `json:"nodes"`
+	Total   int       `json:"total"`
+	Rounds  int       `json:"rounds"`
+	Ratios  []float64 `json:"ratios"`
+	// MedianRatio is the median of Ratios (the lower middle one of an
+	// even count); MinRatio the lowest.
+	MedianRatio float64 `json:"medianRatio"`
+	MinRatio    float64 `json:"minRatio"`
+}
+
+// compareResults pairs each round's off and on phases.
+func compareResults(results []*result) (*comparison, error) {
+	if len(results) == 0 {
+		return nil, fmt.Errorf("no phase ran")
+	}
+	c := &comparison{Packing: compare, Nodes: results[0].Nodes, Total: results[0].Total}
+	byRound := map[int]map[string]*result{}
+	var rounds []int
+	for _, r := range results {
+		if byRound[r.Round] == nil {
+			byRound[r.Round] = map[string]*result{}
+			rounds = append(rounds, r.Round)
+		}
+		mode := "on" // on, or on-opted-out
+		if r.Packing == "off" {
+			mode = "off"
+		}
+		byRound[r.Round][mode] = r
+	}
+	for _, round := range rounds {
+		off, on := byRound[round]["off"], byRound[round]["on"]
+		if off == nil || on == nil || off.PodsPerSecond == 0 {
+			continue
+		}
+		c.Ratios = append(c.Ratios, on.PodsPerSecond/off.PodsPerSecond)
+	}
+	if len(c.Ratios) == 0 {
+		return nil, fmt.Errorf("no round has both phases with pods placed")
+	}
+	c.Rounds = len(c.Ratios)
+	sorted := slices.Clone(c.Ratios)
+	slices.Sort(sorted)
+	c.MedianRatio, c.MinRatio = sorted[(len(sorted)-1)/2], sorted[0]
+	return c, nil
+}
+
+// printProgress reports a finished phase on stderr while a comparison
+// runs.
+func printProgress(r *result) {
+	fmt.Fprintf(os.Stderr, "realsched: round %d, packing %s: %d/%d placed on %d GPUs (lower bound %d), %.1f pods/s\n",
+		r.Round, r.Packing, r.Placed, r.Total, r.GPUsUsed, r.LowerBound, r.PodsPerSecond)
+}
