@@ -93,3 +93,68 @@ func TestDesignate(t *testing.T) {
 		})
 	}
 }
+
+func TestDesignationMayChange(t *testing.T) {
+	node := func(labels map[string]string, mutate ...func(*v1.Node)) *v1.Node {
+		n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: labels}}
+		for _, m := range mutate {
+			m(n)
+		}
+		return n
+	}
+	inUse := func(n string) map[string]string { return map[string]string{packinglabel.LabelGPUsInUse: n} }
+	designated := func(rank string) map[string]string {
+		return map[string]string{packinglabel.LabelGPUsInUse: packinglabel.Designated, packinglabel.LabelFillOrder: rank}
+	}
+	cordon := func(n *v1.Node) { n.Spec.Unschedulable = true }
+	taint := func(n *v1.Node) {
+		n.Spec.Taints = []v1.Taint{{Key: "pool", Value: "b", Effect: v1.TaintEffectNoSchedule}}
+	}
+	other := func(n *v1.Node) { n.Labels["zone"] = "b" }
+	for _, tc := range []struct {
+		name     string
+		old, new *v1.Node
+		want     bool
+	}{
+		{name: "count grows", old: node(inUse("3")), new: node(inUse("4"))},
+		{name: "count shrinks", old: node(inUse("4")), new: node(inUse("1"))},
+		{name: "another label", old: node(inUse("4")), new: node(inUse("4"), other)},
+		{name: "designated takes a claim", old: node(designated("1")), new: node(inUse("1")), want: true},
+		{name: "first claim on an unlabelled node", old: node(nil), new: node(inUse("1")), want: true},
+		{name: "last claim gone", old: node(inUse("1")), new: node(nil), want: true},
+		{name: "rank moves", old: node(designated("2")), new: node(designated("1")), want: true},
+		{name: "cordoned", old: node(nil), new: node(nil, cordon), want: true},
+		{name: "tainted into another pool", old: node(nil), new: node(nil, taint), want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := packinglabel.DesignationMayChange(tc.old, tc.new); got != tc.want {
+				t.Errorf("DesignationMayChange = %v, want %v", got, tc.want)
+			}
+			if tc.want {
+				return
+			}
+			// What it calls unchanged must be: Designate decides the same
+			// with either version of the node among others.
+			others := []*v1.Node{
+				{ObjectMeta: metav1.ObjectMeta{Name: "a"}},
+				{ObjectMeta: metav1.ObjectMeta{Name: "m", Labels: designated("1")}},
+				{ObjectMeta: metav1.ObjectMeta{Name: "z"}},
+			}
+			gpus := sets.New("a", "m", "n", "z")
+			decide := func(n *v1.Node) string {
+				keep, drop := packinglabel.Designate(append([]*v1.Node{n}, others...), gpus)
+				var out []string
+				for _, k := range keep {
+					out = append(out, fmt.Sprintf("%s:%d", k.Node.Name, k.Rank))
+				}
+				for _, d := range drop {
+					out = append(out, "drop "+d.Name)
+				}
+				return fmt.Sprint(out)
+			}
+			if before, after := decide(tc.old), decide(tc.new); before != after {
+				t.Errorf("Designate changed from %s to %s", before, after)
+			}
+		})
+	}
+}

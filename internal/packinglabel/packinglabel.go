@@ -149,7 +149,8 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface) (
 	}
 	ni := factory.Core().V1().Nodes()
 	// A node whose label someone else changed is put right; a node added,
-	// cordoned or uncordoned may change which node is designated.
+	// removed or changed as DesignationMayChange says may change which
+	// nodes are designated.
 	if _, err := ni.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { l.queue.Add(designateKey) },
 		UpdateFunc: func(old, obj any) {
@@ -157,7 +158,7 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface) (
 			if LabelsOf(o) != LabelsOf(n) {
 				l.queue.Add(n.Name)
 			}
-			if o.Spec.Unschedulable != n.Spec.Unschedulable || LabelsOf(o) != LabelsOf(n) {
+			if DesignationMayChange(o, n) {
 				l.queue.Add(designateKey)
 			}
 		},
