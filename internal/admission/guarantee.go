@@ -74,6 +74,15 @@ func (s *Server) validatePod(ctx context.Context, req *admissionv1.AdmissionRequ
 func (s *Server) claimSource(ctx context.Context, namespace string, pc corev1.PodResourceClaim) (bool, []string, error) {
 	switch {
 	case pc.ResourceClaimTemplateName != nil:
+		// From the informer cache when it holds the template: a
+		// template's spec cannot change (the API server refuses an update
+		// to it, *source*: ValidateResourceClaimTemplateUpdate), so the
+		// cache answers as the server would, without a GET for every pod
+		// created. A template created together with its pods may not have
+		// reached the cache yet: only then is the server asked.
+		if spec := s.Cluster.ClaimSpec(namespace, corev1.PodResourceClaim{ResourceClaimTemplateName: pc.ResourceClaimTemplateName}); spec != nil {
+			return s.asksGPUFrac(*spec, nil), nil, nil
+		}
 		tmpl, err := s.Reader.ResourceV1().ResourceClaimTemplates(namespace).Get(ctx, *pc.ResourceClaimTemplateName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil, fmt.Errorf("ResourceClaimTemplate %s/%s does not exist (yet)", namespace, *pc.ResourceClaimTemplateName)

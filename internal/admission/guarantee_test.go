@@ -10,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/admission"
@@ -31,7 +32,11 @@ func TestValidatePodOneGuaranteePerClaim(t *testing.T) {
 			Status: resourceapi.ResourceClaimStatus{ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "first", UID: "u1"}}}},
 		&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "free", Namespace: "team"}, Spec: spec("gpufrac.dev")},
 	)
-	s := &admission.Server{Reader: client, Cluster: staticCluster{classes: []*resourceapi.DeviceClass{gpufracClass, otherClass}}}
+	// "cached" is in the informer cache only: the webhook must answer
+	// from it, without asking the API server.
+	cached := spec("gpufrac.dev")
+	s := &admission.Server{Reader: client, Cluster: staticCluster{classes: []*resourceapi.DeviceClass{gpufracClass, otherClass},
+		templates: map[string]*resourceapi.ResourceClaimSpec{"cached": &cached}}}
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
 
@@ -59,6 +64,8 @@ func TestValidatePodOneGuaranteePerClaim(t *testing.T) {
 		{name: "a claim another pod holds", pod: pod(named("held"), use("main")), want: "ResourceClaim team/held is already in use by pod first"},
 		{name: "a free named claim", pod: pod(named("free"), use("main"))},
 		{name: "a template not created yet", pod: pod(tmpl("later"), use("main"), use("helper")), warning: "does not exist (yet); the node checks the claim"},
+		{name: "a cached template's claim shared", pod: pod(tmpl("cached"), use("main"), use("helper")),
+			want: `spec.resourceClaims[0]: gpufrac claim "gpu" is used by container main and container helper at once`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := review(t, srv, admission.PathValidatePods, "Pod", admissionv1.Create, tc.pod)
@@ -75,5 +82,10 @@ func TestValidatePodOneGuaranteePerClaim(t *testing.T) {
 				t.Fatalf("got allowed=%v %v, want refused with %q", resp.Allowed, resp.Result, tc.want)
 			}
 		})
+	}
+	for _, a := range client.Actions() {
+		if get, ok := a.(clienttesting.GetAction); ok && get.GetResource().Resource == "resourceclaimtemplates" && get.GetName() == "cached" {
+			t.Errorf("asked the API server for template %q, which the cache holds", get.GetName())
+		}
 	}
 }
