@@ -203,8 +203,26 @@ func (cp *ControlPlane) StartPacking(ctx context.Context, namespace string) (_ *
 	if _, err := cp.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("registering the packing webhook: %w", err)
 	}
-	// The API server picks configurations up asynchronously: wait until a
-	// dry run of a fraction pod comes back labelled.
+	// The API server picks configurations up asynchronously.
+	if err := cp.waitPackingWebhook(ctx, namespace, true); err != nil {
+		return nil, fmt.Errorf("waiting for the API server to call the packing webhook: %w", err)
+	}
+	return c, nil
+}
+
+// WaitPackingWebhookGone returns once the API server no longer calls the
+// packing webhook for pods of namespace (after Controller.Close, which
+// removes its configuration: the API server drops it a little later).
+func (cp *ControlPlane) WaitPackingWebhookGone(ctx context.Context, namespace string) error {
+	if err := cp.waitPackingWebhook(ctx, namespace, false); err != nil {
+		return fmt.Errorf("waiting for the API server to drop the packing webhook: %w", err)
+	}
+	return nil
+}
+
+// waitPackingWebhook waits until a dry run of a fraction pod in namespace
+// comes back labelled by the packing webhook (called) or not (gone).
+func (cp *ControlPlane) waitPackingWebhook(ctx context.Context, namespace string, called bool) error {
 	probe := &v1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "gpufrac-packing-probe", Annotations: map[string]string{kai.AnnotationTranslated: "probe"}},
 		Spec: v1.PodSpec{
@@ -212,14 +230,10 @@ func (cp *ControlPlane) StartPacking(ctx context.Context, namespace string) (_ *
 			Containers:     []v1.Container{{Name: "main", Image: "busybox"}},
 		},
 	}
-	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
 		got, err := cp.Client.CoreV1().Pods(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && got.Labels[admission.LabelFraction] == "true", nil
+		return err == nil && (got.Labels[admission.LabelFraction] == "true") == called, nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("waiting for the API server to call the packing webhook: %w", err)
-	}
-	return c, nil
 }
 
 // chartPackingWebhook reads the packing webhook from the reference

@@ -8,14 +8,11 @@ import (
 	"slices"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/internal/admission"
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/packinglabel"
 )
 
@@ -48,7 +45,7 @@ const settleAfterReset = 6 * time.Second
 // the first one did).
 func (b *bench) reset(ctx context.Context, mode string) error {
 	if mode == "on" {
-		if err := waitWebhookGone(ctx, b); err != nil {
+		if err := b.cp.WaitPackingWebhookGone(ctx, namespace); err != nil {
 			return err
 		}
 		if err := b.clearPackingLabels(ctx); err != nil {
@@ -85,28 +82,6 @@ func (b *bench) reset(ctx context.Context, mode string) error {
 	case <-time.After(settleAfterReset):
 		return nil
 	}
-}
-
-// waitWebhookGone waits until the API server has dropped the packing
-// webhook's configuration: a dry run of a fraction pod comes back without
-// the packing label (the API server reads configurations from an
-// informer, so their removal takes effect a little later).
-func waitWebhookGone(ctx context.Context, b *bench) error {
-	probe := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpufrac-packing-probe", Annotations: map[string]string{kai.AnnotationTranslated: "probe"}},
-		Spec: v1.PodSpec{
-			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("probe")}},
-			Containers:     []v1.Container{{Name: "main", Image: "busybox"}},
-		},
-	}
-	err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		got, err := b.client.CoreV1().Pods(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && got.Labels[admission.LabelFraction] == "", nil
-	})
-	if err != nil {
-		return fmt.Errorf("waiting for the API server to drop the packing webhook: %w", err)
-	}
-	return nil
 }
 
 // clearPackingLabels removes the packing labels from every node.

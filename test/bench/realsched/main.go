@@ -6,9 +6,12 @@
 // bound, never run), the demo's DeviceClasses and, with -packing=on, the
 // packing webhook as the chart registers it; applies the workload; waits
 // until the scheduler has placed what it can; and prints what it did.
+// -packing=compare does that off and on in turn on the one cluster, and
+// prints on's pods per second over off's per round.
 //
 //	go run ./test/bench/realsched -f WORKLOAD.yaml -nodes 64 -gpus h200x8 -packing=on -o json
 //	go run ./test/bench/realsched -trace 400 -seed 1 -nodes 64 -packing=off
+//	go run ./test/bench/realsched -trace 400 -nodes 64 -packing=compare -rounds 6
 //	go run ./test/bench/realsched -trace 400 -nodes 64 -packing=extender
 //	go run ./test/bench/realsched -trace 400 -nodes 64 -scheduler-config test/bench/realsched/testdata/scheduler-pct10.yaml
 package main
