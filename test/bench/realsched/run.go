@@ -93,6 +93,9 @@ func run(ctx context.Context, cfg config) (_ []*result, finalErr error) {
 			if cfg.progress != nil {
 				cfg.progress(res)
 			}
+			if round == cfg.rounds && mode == roundModes(round)[1] {
+				break // the cluster goes with the run
+			}
 			if err := b.reset(ctx, mode); err != nil {
 				return all, err
 			}
