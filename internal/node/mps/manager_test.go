@@ -34,13 +34,24 @@ const (
 // settings (template_test runs the real script); ready=false plays a
 // daemon that never answers.
 func kubelet(ctx context.Context, t *testing.T, client *fake.Clientset, ready bool) {
-	kubeletApplying(ctx, client, ready, ready)
+	kubeletApplying(ctx, t, client, ready, ready)
 }
 
 // kubeletApplying is kubelet with the daemon's answering of the settings
-// chosen apart from its readiness.
-func kubeletApplying(ctx context.Context, client *fake.Clientset, ready, applies bool) {
+// chosen apart from its readiness. It has stopped by the time the
+// temporary directories made before it are removed: its answers are files
+// written into them, and a directory still written into cannot be removed
+// (CI saw t.TempDir's cleanup fail with "directory not empty"). Callers
+// make their t.TempDir first.
+func kubeletApplying(ctx context.Context, t *testing.T, client *fake.Clientset, ready, applies bool) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
 	go func() {
+		defer close(done)
 		for ctx.Err() == nil {
 			pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 			if err == nil {
@@ -136,8 +147,8 @@ func TestLifecycle(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset()
-	kubelet(ctx, t, client, true)
 	root := t.TempDir()
+	kubelet(ctx, t, client, true)
 	m := newManager(t, client, 10*time.Second, nil)
 
 	first := smClaim(root, "first", "GPU-a", 24)
@@ -211,8 +222,8 @@ func TestDaemonThatNeverBecomesReadyFailsAndLeavesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset()
-	kubelet(ctx, t, client, false)
 	root := t.TempDir()
+	kubelet(ctx, t, client, false)
 	c := smClaim(root, "c", "GPU-a", 8)
 	b := c.MPS()
 	if err := os.MkdirAll(b.LogDir, 0o755); err != nil {
@@ -244,8 +255,8 @@ func TestRestoreRebuildsCountsAndCollectsGarbage(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset()
-	kubelet(ctx, t, client, true)
 	root := t.TempDir()
+	kubelet(ctx, t, client, true)
 	before := newManager(t, client, 10*time.Second, nil)
 	used, unused := smClaim(root, "used", "GPU-a", 8), smClaim(root, "unused", "GPU-b", 8)
 	for _, c := range []*plan.Claim{used, unused} {
@@ -377,8 +388,8 @@ func TestRunWatchesInsteadOfPolling(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	client := fake.NewClientset()
-	kubelet(ctx, t, client, true)
 	root := t.TempDir()
+	kubelet(ctx, t, client, true)
 	m := newManager(t, client, 10*time.Second, nil)
 	c := smClaim(root, "used", "GPU-a", 8)
 	if err := m.Acquire(ctx, *c.MPS(), c); err != nil {

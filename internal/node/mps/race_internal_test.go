@@ -42,8 +42,17 @@ func TestMPSReconcileDoesNotDeleteAHandedOutDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The daemon answers its settings, as the real script does.
+	// The daemon answers its settings, as the real script does. It has
+	// stopped writing before the test returns: t.TempDir's cleanup cannot
+	// remove a directory it is still writing into (CI saw "directory not
+	// empty").
+	answered := make(chan struct{})
+	defer func() {
+		cancel()
+		<-answered
+	}()
 	go func() {
+		defer close(answered)
 		for ctx.Err() == nil {
 			if raw, err := os.ReadFile(filepath.Join(ConfigDir(*b), ConfigFile)); err == nil {
 				_ = os.WriteFile(filepath.Join(ConfigDir(*b), ConfigFile+AppliedSuffix), raw, 0o644)

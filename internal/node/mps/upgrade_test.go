@@ -25,8 +25,8 @@ func TestUpgradeKeepsTheRunningDaemon(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset()
-	kubelet(ctx, t, client, true)
 	root := t.TempDir()
+	kubelet(ctx, t, client, true)
 	old := newManager(t, client, 10*time.Second, nil)
 	first := smClaim(root, "first", "GPU-a", 24)
 	if err := old.Acquire(ctx, *first.MPS(), first); err != nil {

@@ -42,8 +42,8 @@ func TestV3NamespacePerClaim(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset()
-	kubelet(ctx, t, client, true)
 	root := t.TempDir()
+	kubelet(ctx, t, client, true)
 	m, err := mps.NewManager(mps.Config{
 		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
 		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 10 * time.Second,
@@ -96,7 +96,8 @@ func TestSettingsNeverAppliedFailsPrepare(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset()
-	kubeletApplying(ctx, client, true, false) // Ready, but deaf to the config directory
+	dir := t.TempDir()
+	kubeletApplying(ctx, t, client, true, false) // Ready, but deaf to the config directory
 	m, err := mps.NewManager(mps.Config{
 		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
 		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 300 * time.Millisecond,
@@ -104,7 +105,7 @@ func TestSettingsNeverAppliedFailsPrepare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := v3Claim(t.TempDir(), "c", "GPU-a", 8, nil)
+	c := v3Claim(dir, "c", "GPU-a", 8, nil)
 	err = m.Acquire(ctx, *c.MPS(), c)
 	if err == nil {
 		t.Fatal("Acquire succeeded though the daemon never created the namespace")
