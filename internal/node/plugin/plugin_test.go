@@ -232,8 +232,17 @@ func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 	defer plugin.Stop()
 	// The node runs the daemon Pod, its startup probe passes, and its
 	// script applies the plugin's settings (internal/node/mps's template test runs
-	// the real script).
+	// the real script). It has stopped writing into the temporary
+	// directory before the test returns, or its removal could fail.
+	daemonCtx, stopDaemon := context.WithCancel(ctx)
+	answered := make(chan struct{})
+	defer func() {
+		stopDaemon()
+		<-answered
+	}()
 	go func() {
+		defer close(answered)
+		ctx := daemonCtx
 		for ctx.Err() == nil {
 			pods, _ := client.CoreV1().Pods("gpufrac-system").List(ctx, metav1.ListOptions{})
 			for _, p := range pods.Items {
