@@ -48,6 +48,19 @@ func TestEvictionUpholdsTheRequest(t *testing.T) {
 	})
 
 	e.createPod(fakeCUDAPod("b", "strict", "-name", "pod-b", "alloc", "61440"))
+	// B's claim is read while b has it: once b has succeeded, the
+	// controller-manager deletes the claim it generated, and CI saw pod b's
+	// status name another claim after that (the plugin, rightly, names the
+	// one it prepared).
+	var bClaim string
+	e.poll("pod b's claim", func() (bool, error) {
+		pb, err := e.client.CoreV1().Pods(e.ns).Get(e.ctx, "b", metav1.GetOptions{})
+		if err != nil || len(pb.Status.ResourceClaimStatuses) != 1 || pb.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+			return false, nil // not there yet
+		}
+		bClaim = *pb.Status.ResourceClaimStatuses[0].ResourceClaimName
+		return true, nil
+	})
 	phase := func(name string) (v1.PodPhase, *v1.ContainerStateTerminated) {
 		p, err := e.client.CoreV1().Pods(e.ns).Get(e.ctx, name, metav1.GetOptions{})
 		if err != nil || len(p.Status.ContainerStatuses) == 0 {
@@ -75,11 +88,7 @@ func TestEvictionUpholdsTheRequest(t *testing.T) {
 	// The plugin reads the eviction from the daemon's log and makes it an
 	// incident: a Warning Event on A's claim and on pod a naming the GPU
 	// and B's claim, whose request caused it, and a count.
-	pb, err := e.client.CoreV1().Pods(e.ns).Get(e.ctx, "b", metav1.GetOptions{})
-	if err != nil || len(pb.Status.ResourceClaimStatuses) != 1 || pb.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
-		t.Fatalf("pod b's claim: %v %+v", err, pb)
-	}
-	neighbour := "claim " + e.ns + "/" + *pb.Status.ResourceClaimStatuses[0].ResourceClaimName + ", within its 60Gi request"
+	neighbour := "claim " + e.ns + "/" + bClaim + ", within its 60Gi request"
 	var notes []string
 	e.poll("MPSClientEvicted Warning Events on pod a and its claim "+g.Claim.Name+" naming "+g.UUID+" and "+neighbour, func() (bool, error) {
 		list, err := e.client.EventsV1().Events(e.ns).List(e.ctx, metav1.ListOptions{})
