@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -94,10 +93,10 @@ func (b *bench) clearPackingLabels(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listing nodes: %w", err)
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{
-		packinglabel.LabelGPUsInUse: nil, packinglabel.LabelFillOrder: nil}}})
 	for _, n := range nodes.Items {
-		if packinglabel.LabelsOf(&n) == (packinglabel.Labels{}) {
+		// The controller's own patch for a node that should carry none.
+		patch := packinglabel.Patch(&n, packinglabel.Labels{})
+		if patch == nil {
 			continue
 		}
 		if _, err := b.client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
