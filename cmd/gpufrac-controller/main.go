@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/cli"
@@ -40,6 +41,7 @@ func newCommand() *cobra.Command {
 	var kubeconfig string
 	var qps float32
 	var burst int
+	var packingParameter string
 	cfg := controller.Config{}
 	cmd := &cobra.Command{
 		Use:          "gpufrac-controller",
@@ -64,6 +66,9 @@ func newCommand() *cobra.Command {
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			cfg.Metrics = reg
+			if packingParameter != "" {
+				cfg.PackingParameter = types.NamespacedName{Namespace: cfg.Cert.Namespace, Name: packingParameter}
+			}
 			return controller.Run(ctx, cfg)
 		},
 	}
@@ -84,6 +89,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&cfg.Cert.MutatingConfig, "mutating-webhook-configuration", "gpufrac", "MutatingWebhookConfiguration whose CA bundle to set; empty skips")
 	fs.StringVar(&cfg.Cert.ValidatingConfig, "validating-webhook-configuration", "gpufrac", "ValidatingWebhookConfiguration whose CA bundle to set; empty skips")
 	fs.BoolVar(&cfg.PackingLabels, "packing-labels", true, "keep the node labels gpufrac.dev/gpus-in-use and gpufrac.dev/fill-order that the packing webhook's node affinity prefers (needs get, list, watch and patch on nodes)")
+	fs.StringVar(&packingParameter, "packing-parameter", "", "ConfigMap in --namespace where to keep the fraction templates the packing MutatingAdmissionPolicy reads (needs get, create and update on it); empty: the policy is not used, and the packing webhook serves every pod")
 	fs.StringVar(&cfg.ExtenderAddress, "extender-address", "", "serve kube-scheduler's extender prioritize verb (POST /scheduler/prioritize, plain HTTP) here, for a scheduler configured with this controller as an ignorable extender; empty disables it (the default: the chart packs with the node label)")
 	fs.StringVar(&cfg.KAI.TimeSlicingClass, "time-slicing-class", "gpufrac.dev", "DeviceClass for translated TimeSlicing claims")
 	fs.StringVar(&cfg.KAI.SMSharingClass, "sm-sharing-class", "sm-sharing.gpufrac.dev", "DeviceClass for translated SMSharing claims")

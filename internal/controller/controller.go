@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -26,6 +27,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/metricsserver"
 	"github.com/gpufrac/gpufrac/internal/packinglabel"
+	"github.com/gpufrac/gpufrac/internal/packingparam"
 )
 
 // The controller's client limits by default, as kube-scheduler's
@@ -57,6 +59,10 @@ type Config struct {
 	// PackingLabels keeps the node label the packing webhook's node
 	// affinity prefers (internal/packinglabel); it needs nodes patch rights.
 	PackingLabels bool
+	// PackingParameter, when it names a ConfigMap, keeps there the list
+	// of fraction templates the packing MutatingAdmissionPolicy reads
+	// (internal/packingparam); it needs get, create and update on it.
+	PackingParameter types.NamespacedName
 	// ExtenderAddress, when set, serves kube-scheduler's extender
 	// prioritize verb there over plain HTTP (internal/extender); empty
 	// disables it.
@@ -105,6 +111,12 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+	var param *packingparam.Loop
+	if cfg.PackingParameter.Name != "" {
+		if param, err = packingparam.New(factory, cfg.Client, cfg.PackingParameter); err != nil {
+			return err
+		}
+	}
 	var ext *extender.Extender
 	if cfg.ExtenderAddress != "" {
 		if ext, err = extender.New(factory, cfg.Client); err != nil {
@@ -142,6 +154,9 @@ func Run(ctx context.Context, cfg Config) error {
 	wg.Go(func() { loop.run(ctx, 2) })
 	if labels != nil {
 		wg.Go(func() { labels.Run(ctx, 2) })
+	}
+	if param != nil {
+		wg.Go(func() { param.Run(ctx) })
 	}
 	if ext != nil {
 		stopped, err := serveExtender(ctx, cfg.ExtenderAddress, ext)

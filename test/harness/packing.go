@@ -13,11 +13,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/util/retry"
@@ -129,13 +132,15 @@ type Controller struct {
 	done   chan error
 	once   sync.Once
 	err    error
+	// config names the webhook configuration, the policy and its binding.
 	config string
 	cp     *ControlPlane
 }
 
-// Stop ends the controller and leaves its webhook configuration in place,
-// as a controller outage does: the API server keeps calling a webhook
-// that no longer answers.
+// Stop ends the controller and leaves its webhook configuration and
+// policy in place, as a controller outage does: the API server keeps
+// calling a webhook that no longer answers, and applying the policy with
+// the last parameter the controller wrote.
 func (c *Controller) Stop() error {
 	c.once.Do(func() {
 		c.cancel()
@@ -144,23 +149,61 @@ func (c *Controller) Stop() error {
 	return c.err
 }
 
-// Close stops the controller and removes its webhook configuration.
+// Close stops the controller and removes its webhook configuration, its
+// policy and the policy's binding.
 func (c *Controller) Close() error {
 	err := c.Stop()
-	delErr := c.cp.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), c.config, metav1.DeleteOptions{})
-	if apierrors.IsNotFound(delErr) {
-		delErr = nil
+	ctx := context.Background()
+	ar := c.cp.Client.AdmissionregistrationV1()
+	errs := []error{err,
+		ar.MutatingWebhookConfigurations().Delete(ctx, c.config, metav1.DeleteOptions{}),
+		ar.MutatingAdmissionPolicyBindings().Delete(ctx, c.config, metav1.DeleteOptions{}),
+		ar.MutatingAdmissionPolicies().Delete(ctx, c.config, metav1.DeleteOptions{}),
 	}
-	return errors.Join(err, delErr)
+	for i, e := range errs {
+		if apierrors.IsNotFound(e) {
+			errs[i] = nil
+		}
+	}
+	return errors.Join(errs...)
 }
 
-// StartPacking runs gpufrac-controller and registers its packing webhook
-// exactly as the chart does (the packing.pods.gpufrac.dev entry of
-// deployments/webhooks.yaml, which test/helm checks against the chart), but
-// reached by URL on loopback instead of through a Service. It returns once
-// the API server calls the webhook for pods of namespace.
-func (cp *ControlPlane) StartPacking(ctx context.Context, namespace string) (_ *Controller, finalErr error) {
-	hook, err := chartPackingWebhook()
+// PackingWebhookName is the packing webhook's name in the chart.
+const PackingWebhookName = "packing.pods.gpufrac.dev"
+
+// PackingPolicyName is the name StartPacking gives the packing policy, its
+// binding and the webhook configuration for namespace.
+func PackingPolicyName(namespace string) string {
+	return namespace + "-gpufrac-packing"
+}
+
+// PackingOptions say how StartPacking registers the mechanism.
+type PackingOptions struct {
+	// NoPolicy registers the packing webhook alone, as a chart with
+	// controller.packing.admissionPolicy=false does (a cluster before
+	// Kubernetes 1.36, which has no MutatingAdmissionPolicy).
+	NoPolicy bool
+	// PolicyTemplate, when set, names a ResourceClaimTemplate of the
+	// namespace that asks for a fraction: StartPacking then also waits
+	// until the API server packs its pods through the policy, without the
+	// webhook.
+	PolicyTemplate string
+}
+
+// StartPacking runs gpufrac-controller and registers the packing
+// mechanism exactly as the chart does (the packing.pods.gpufrac.dev entry,
+// the gpufrac-packing MutatingAdmissionPolicy and its binding of
+// deployments/webhooks.yaml, which test/helm checks against the chart),
+// but with the webhook reached by URL on loopback instead of through a
+// Service, and the policy's parameter kept in namespace. It returns once
+// the API server calls the webhook for pods of namespace (and, with
+// PolicyTemplate, applies the policy).
+func (cp *ControlPlane) StartPacking(ctx context.Context, namespace string, opts ...PackingOptions) (_ *Controller, finalErr error) {
+	var o PackingOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	ref, err := readPackingReference()
 	if err != nil {
 		return nil, err
 	}
@@ -174,13 +217,15 @@ func (cp *ControlPlane) StartPacking(ctx context.Context, namespace string) (_ *
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ready := make(chan string, 1)
-	c := &Controller{cancel: cancel, done: make(chan error, 1), config: namespace + "-gpufrac-packing", cp: cp}
-	go func() {
-		c.done <- controller.Run(runCtx, controller.Config{
-			Client: client, WebhookAddress: "127.0.0.1:0", CertDir: dir, PackingLabels: true,
-			Ready: func(addr string) { ready <- addr },
-		})
-	}()
+	c := &Controller{cancel: cancel, done: make(chan error, 1), config: PackingPolicyName(namespace), cp: cp}
+	cfg := controller.Config{
+		Client: client, WebhookAddress: "127.0.0.1:0", CertDir: dir, PackingLabels: true,
+		Ready: func(addr string) { ready <- addr },
+	}
+	if !o.NoPolicy {
+		cfg.PackingParameter = types.NamespacedName{Namespace: namespace, Name: ref.binding.Spec.ParamRef.Name}
+	}
+	go func() { c.done <- controller.Run(runCtx, cfg) }()
 	defer func() {
 		if finalErr != nil {
 			_ = c.Close()
@@ -195,50 +240,118 @@ func (cp *ControlPlane) StartPacking(ctx context.Context, namespace string) (_ *
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	hook := ref.webhook
 	hook.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + admission.PathPackPods), CABundle: certPEM}
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: c.config},
 		Webhooks:   []admissionregistrationv1.MutatingWebhook{*hook},
 	}
-	if _, err := cp.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
+	ar := cp.Client.AdmissionregistrationV1()
+	if _, err := ar.MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("registering the packing webhook: %w", err)
 	}
+	if !o.NoPolicy {
+		policy, binding := ref.policy, ref.binding
+		policy.ObjectMeta = metav1.ObjectMeta{Name: c.config}
+		binding.ObjectMeta = metav1.ObjectMeta{Name: c.config}
+		binding.Spec.PolicyName = c.config
+		binding.Spec.ParamRef.Namespace = namespace
+		if _, err := ar.MutatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("registering the packing policy: %w", err)
+		}
+		if _, err := ar.MutatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+			return nil, fmt.Errorf("binding the packing policy: %w", err)
+		}
+	}
 	// The API server picks configurations up asynchronously.
-	if err := cp.waitPackingWebhook(ctx, namespace, true); err != nil {
+	if err := cp.waitPacking(ctx, namespace, kaiProbe(), true, hook.Name); err != nil {
 		return nil, fmt.Errorf("waiting for the API server to call the packing webhook: %w", err)
+	}
+	if !o.NoPolicy && o.PolicyTemplate != "" {
+		if err := cp.waitPacking(ctx, namespace, templateProbe(o.PolicyTemplate), true, hook.Name); err != nil {
+			return nil, fmt.Errorf("waiting for the API server to apply the packing policy: %w", err)
+		}
 	}
 	return c, nil
 }
 
-// WaitPackingWebhookGone returns once the API server no longer calls the
-// packing webhook for pods of namespace (after Controller.Close, which
-// removes its configuration: the API server drops it a little later).
-func (cp *ControlPlane) WaitPackingWebhookGone(ctx context.Context, namespace string) error {
-	if err := cp.waitPackingWebhook(ctx, namespace, false); err != nil {
-		return fmt.Errorf("waiting for the API server to drop the packing webhook: %w", err)
+// WaitPackingGone returns once the API server no longer packs pods of
+// namespace (after Controller.Close, which removes the webhook
+// configuration and the policy: the API server drops them a little later):
+// neither a KAI-translated probe (the webhook's) nor, when template is set,
+// a probe naming it (the policy's).
+func (cp *ControlPlane) WaitPackingGone(ctx context.Context, namespace, template string) error {
+	probes := []*v1.Pod{kaiProbe()}
+	if template != "" {
+		probes = append(probes, templateProbe(template))
+	}
+	for _, p := range probes {
+		if err := cp.waitPacking(ctx, namespace, p, false, ""); err != nil {
+			return fmt.Errorf("waiting for the API server to drop the packing webhook and policy: %w", err)
+		}
 	}
 	return nil
 }
 
-// waitPackingWebhook waits until a dry run of a fraction pod in namespace
-// comes back labelled by the packing webhook (called) or not (gone).
-func (cp *ControlPlane) waitPackingWebhook(ctx context.Context, namespace string, called bool) error {
-	probe := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "gpufrac-packing-probe", Annotations: map[string]string{kai.AnnotationTranslated: "probe"}},
+// kaiProbe is a pod only the webhook packs: the policy leaves KAI pods to it.
+func kaiProbe() *v1.Pod {
+	p := templateProbe("probe")
+	p.Annotations = map[string]string{kai.AnnotationTranslated: "probe"}
+	return p
+}
+
+// templateProbe is a pod that names template.
+func templateProbe(template string) *v1.Pod {
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "gpufrac-packing-probe"},
 		Spec: v1.PodSpec{
-			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("probe")}},
+			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)}},
 			Containers:     []v1.Container{{Name: "main", Image: "busybox"}},
 		},
 	}
+}
+
+// waitPacking waits until a dry run of probe in namespace comes back
+// labelled as a fraction pod (packed) or not. With webhook set and packed,
+// it also asks that the webhook's call count (kube-apiserver's
+// apiserver_admission_webhook_request_total) rise for the KAI probe and
+// stay for any other: the policy, not the webhook, packed that one.
+func (cp *ControlPlane) waitPacking(ctx context.Context, namespace string, probe *v1.Pod, packed bool, webhook string) error {
 	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		var before float64
+		if webhook != "" {
+			c, err := cp.WebhookCalls(ctx, webhook)
+			if err != nil {
+				return false, err
+			}
+			before = c
+		}
 		got, err := cp.Client.CoreV1().Pods(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && (got.Labels[admission.LabelFraction] == "true") == called, nil
+		if err != nil || (got.Labels[admission.LabelFraction] == "true") != packed {
+			return false, nil
+		}
+		if webhook == "" {
+			return true, nil
+		}
+		after, err := cp.WebhookCalls(ctx, webhook)
+		if err != nil {
+			return false, err
+		}
+		_, kaiPod := probe.Annotations[kai.AnnotationTranslated]
+		return (after > before) == kaiPod, nil
 	})
 }
 
-// chartPackingWebhook reads the packing webhook from the reference
-// admission configuration.
-func chartPackingWebhook() (*admissionregistrationv1.MutatingWebhook, error) {
+// packingReference is the packing mechanism of deployments/webhooks.yaml.
+type packingReference struct {
+	webhook *admissionregistrationv1.MutatingWebhook
+	policy  *admissionregistrationv1.MutatingAdmissionPolicy
+	binding *admissionregistrationv1.MutatingAdmissionPolicyBinding
+}
+
+// readPackingReference reads the packing webhook, policy and binding from
+// the reference admission configuration.
+func readPackingReference() (*packingReference, error) {
 	root, err := kubebuild.RepoRoot()
 	if err != nil {
 		return nil, err
@@ -248,6 +361,7 @@ func chartPackingWebhook() (*admissionregistrationv1.MutatingWebhook, error) {
 	if err != nil {
 		return nil, err
 	}
+	ref := &packingReference{}
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	for {
 		doc, err := reader.Read()
@@ -257,17 +371,37 @@ func chartPackingWebhook() (*admissionregistrationv1.MutatingWebhook, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		var mwc admissionregistrationv1.MutatingWebhookConfiguration
-		if err := yaml.Unmarshal(doc, &mwc); err != nil || mwc.Kind != "MutatingWebhookConfiguration" {
-			continue
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		for _, h := range mwc.Webhooks {
-			if strings.HasPrefix(h.Name, "packing.") {
-				return &h, nil
+		switch meta.Kind {
+		case "MutatingWebhookConfiguration":
+			var mwc admissionregistrationv1.MutatingWebhookConfiguration
+			if err := yaml.UnmarshalStrict(doc, &mwc); err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			for _, h := range mwc.Webhooks {
+				if strings.HasPrefix(h.Name, "packing.") {
+					ref.webhook = &h
+				}
+			}
+		case "MutatingAdmissionPolicy":
+			ref.policy = &admissionregistrationv1.MutatingAdmissionPolicy{}
+			if err := yaml.UnmarshalStrict(doc, ref.policy); err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+		case "MutatingAdmissionPolicyBinding":
+			ref.binding = &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+			if err := yaml.UnmarshalStrict(doc, ref.binding); err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
 			}
 		}
 	}
-	return nil, fmt.Errorf("%s has no packing webhook", path)
+	if ref.webhook == nil || ref.policy == nil || ref.binding == nil || ref.binding.Spec.ParamRef == nil {
+		return nil, fmt.Errorf("%s lacks the packing webhook, the packing policy or its binding's paramRef", path)
+	}
+	return ref, nil
 }
 
 // Placement is how a namespace's pods sit on GPUs: what the scheduler
@@ -334,4 +468,42 @@ func (cp *ControlPlane) PlacementOf(ctx context.Context, namespace string) (*Pla
 		p.LowerBound = int((p.Consumed + gpuBytes - 1) / gpuBytes)
 	}
 	return p, nil
+}
+
+// WebhookCalls is how many times kube-apiserver has called the webhook
+// named name (apiserver_admission_webhook_request_total, summed over its
+// labels).
+func (cp *ControlPlane) WebhookCalls(ctx context.Context, name string) (float64, error) {
+	return cp.apiserverCounter(ctx, "apiserver_admission_webhook_request_total", "name", name)
+}
+
+// PolicyMutations is how many times kube-apiserver has applied the
+// mutations of the MutatingAdmissionPolicy named name
+// (apiserver_mutating_admission_policy_check_total, counted once a pod
+// matched, summed over bindings and outcomes).
+func (cp *ControlPlane) PolicyMutations(ctx context.Context, name string) (float64, error) {
+	return cp.apiserverCounter(ctx, "apiserver_mutating_admission_policy_check_total", "policy", name)
+}
+
+// apiserverCounter sums the samples of a counter of kube-apiserver's
+// /metrics whose label key has value.
+func (cp *ControlPlane) apiserverCounter(ctx context.Context, metric, key, value string) (float64, error) {
+	raw, err := cp.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading kube-apiserver's metrics: %w", err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
+	if err != nil {
+		return 0, fmt.Errorf("parsing kube-apiserver's metrics: %w", err)
+	}
+	var sum float64
+	for _, m := range families[metric].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == key && l.GetValue() == value {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum, nil
 }

@@ -147,6 +147,22 @@ func TestChartMatchesTheRepository(t *testing.T) {
 			fromUnstructured(t, got, &x)
 			fromUnstructured(t, &u, &y)
 			va, vb = x.Webhooks, y.Webhooks
+		case "MutatingAdmissionPolicy":
+			var x, y admissionv1.MutatingAdmissionPolicy
+			fromUnstructured(t, got, &x)
+			fromUnstructured(t, &u, &y)
+			if !equality.Semantic.DeepEqual(x.Spec, y.Spec) {
+				t.Errorf("%s %s differs from deployments/webhooks.yaml", u.GetKind(), u.GetName())
+			}
+		case "MutatingAdmissionPolicyBinding":
+			var x, y admissionv1.MutatingAdmissionPolicyBinding
+			fromUnstructured(t, got, &x)
+			fromUnstructured(t, &u, &y)
+			if !equality.Semantic.DeepEqual(x.Spec, y.Spec) {
+				t.Errorf("%s %s differs from deployments/webhooks.yaml", u.GetKind(), u.GetName())
+			}
+		default:
+			t.Errorf("deployments/webhooks.yaml has a %s, which this test does not compare", u.GetKind())
 		}
 		if !equality.Semantic.DeepEqual(a, b) || !equality.Semantic.DeepEqual(va, vb) {
 			t.Errorf("%s %s differs from deployments/webhooks.yaml", u.GetKind(), u.GetName())

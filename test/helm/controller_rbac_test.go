@@ -3,11 +3,13 @@ package helm
 import (
 	"context"
 	"crypto/x509"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
@@ -42,7 +44,10 @@ func TestControllerCertificateWorksUnderTheChartsRBAC(t *testing.T) {
 	}
 	const fullname = "ctlrbac-gpufrac"
 	defer func() {
-		_ = cp.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.WithoutCancel(ctx), fullname, metav1.DeleteOptions{})
+		ar := cp.Client.AdmissionregistrationV1()
+		_ = ar.MutatingWebhookConfigurations().Delete(context.WithoutCancel(ctx), fullname, metav1.DeleteOptions{})
+		_ = ar.MutatingAdmissionPolicyBindings().Delete(context.WithoutCancel(ctx), fullname+"-packing", metav1.DeleteOptions{})
+		_ = ar.MutatingAdmissionPolicies().Delete(context.WithoutCancel(ctx), fullname+"-packing", metav1.DeleteOptions{})
 	}()
 	client, _ := impersonate(t, "system:serviceaccount:"+vs.namespace+":"+fullname+"-controller", nil)
 
@@ -52,7 +57,9 @@ func TestControllerCertificateWorksUnderTheChartsRBAC(t *testing.T) {
 		done <- controller.Run(ctx, controller.Config{Client: client, WebhookAddress: "127.0.0.1:0",
 			Cert: webhookcert.Config{Namespace: vs.namespace, SecretName: fullname + "-webhook-tls", ServiceName: fullname + "-webhook",
 				MutatingConfig: fullname, ActivationDelay: time.Second},
-			Ready: func(addr string) { ready <- addr }})
+			// As the chart's --packing-parameter.
+			PackingParameter: types.NamespacedName{Namespace: vs.namespace, Name: fullname + "-packing"},
+			Ready:            func(addr string) { ready <- addr }})
 	}()
 	select {
 	case <-ready:
@@ -78,6 +85,18 @@ func TestControllerCertificateWorksUnderTheChartsRBAC(t *testing.T) {
 		}
 		return string(m.Webhooks[0].ClientConfig.CABundle) == string(secret.Data[webhookcert.CAKey]), nil
 	})
+
+	// The packing policy's parameter: created, and kept, under the
+	// chart's rights (get, update and create on that ConfigMap only).
+	poll(ctx, t, "the packing parameter", func() (bool, error) {
+		_, err := cp.Client.CoreV1().ConfigMaps(vs.namespace).Get(ctx, fullname+"-packing", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if args := strings.Join(containerArgs(t, find(objs, "Deployment", fullname+"-controller").Object), " "); !strings.Contains(args, "--packing-parameter="+fullname+"-packing") {
+		t.Errorf("the chart runs the controller with %s, not the parameter this test gave it", args)
+	}
+	_, err = client.CoreV1().ConfigMaps(vs.namespace).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+	wantRefused(t, "reading another ConfigMap", err, "forbidden")
 
 	byName := func(name string) metav1.ListOptions {
 		return metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}

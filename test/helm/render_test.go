@@ -25,6 +25,13 @@ var chartDir = filepath.Join("..", "..", "deployments", "helm", "gpufrac")
 // kubeVersion is the API server the harness runs; the chart is rendered for it.
 var kubeVersion = chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
 
+// servedSince136 are the APIs the chart asks the cluster about
+// (.Capabilities.APIVersions.Has) that Helm's default capabilities lack.
+var servedSince136 = []string{
+	"admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+	"admissionregistration.k8s.io/v1/MutatingAdmissionPolicyBinding",
+}
+
 // valueSet is one way a platform team installs the chart.
 type valueSet struct {
 	name      string
@@ -61,7 +68,8 @@ func valueSets() []valueSet {
 			"fullnameOverride": "gf",
 			"imagePullSecrets": []any{map[string]any{"name": "registry"}},
 			"deviceClasses":    map[string]any{"builtIn": false},
-			"controller":       map[string]any{"configValidation": false, "replicas": 3},
+			"controller": map[string]any{"configValidation": false, "replicas": 3,
+				"packing": map[string]any{"admissionPolicy": false}},
 			// Set by platform teams that bring their own admission policy.
 			"resourceSlicePolicy": false,
 		}},
@@ -81,8 +89,19 @@ func loadChart(t testing.TB) *chart.Chart {
 // kubeVersion constraint, then the templates. It returns the objects in file
 // order, and NOTES.txt.
 func render(ch *chart.Chart, vs valueSet) ([]*unstructured.Unstructured, string, error) {
+	return renderWith(ch, vs, nil)
+}
+
+// renderWith renders with the capabilities edit changes.
+func renderWith(ch *chart.Chart, vs valueSet, edit func(*chartutil.Capabilities)) ([]*unstructured.Unstructured, string, error) {
 	caps := chartutil.DefaultCapabilities.Copy()
 	caps.KubeVersion = kubeVersion
+	// What the harness's kube-apiserver serves besides Helm's defaults,
+	// as discovery would tell `helm install` (GA in 1.36).
+	caps.APIVersions = append(slices.Clone(caps.APIVersions), servedSince136...)
+	if edit != nil {
+		edit(caps)
+	}
 	if !chartutil.IsCompatibleRange(ch.Metadata.KubeVersion, caps.KubeVersion.String()) {
 		return nil, "", fmt.Errorf("chart kubeVersion %q excludes %s", ch.Metadata.KubeVersion, caps.KubeVersion.String())
 	}

@@ -1,6 +1,7 @@
 package helm
 
 import (
+	"errors"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -49,9 +50,21 @@ func (e *releaseEnv) uninstall(before []runningContainer) {
 	mw, err1 := adm.MutatingWebhookConfigurations().List(e.ctx, sel)
 	vw, err2 := adm.ValidatingWebhookConfigurations().List(e.ctx, sel)
 	vap, err3 := adm.ValidatingAdmissionPolicies().List(e.ctx, sel)
-	if err1 != nil || err2 != nil || err3 != nil || len(mw.Items)+len(vw.Items)+len(vap.Items) != 0 {
-		e.t.Errorf("admission objects left after uninstall: %d mutating, %d validating webhook configurations, %d policies (%v %v %v)",
-			len(mw.Items), len(vw.Items), len(vap.Items), err1, err2, err3)
+	map_, err4 := adm.MutatingAdmissionPolicies().List(e.ctx, sel)
+	mapb, err5 := adm.MutatingAdmissionPolicyBindings().List(e.ctx, sel)
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil || len(mw.Items)+len(vw.Items)+len(vap.Items)+len(map_.Items)+len(mapb.Items) != 0 {
+		e.t.Errorf("admission objects left after uninstall: %d mutating, %d validating webhook configurations, %d validating, %d mutating policies, %d bindings (%v)",
+			len(mw.Items), len(vw.Items), len(vap.Items), len(map_.Items), len(mapb.Items), err)
+	}
+	// The packing parameter the controller filled in goes with the chart.
+	if cms, err := e.cp.Client.CoreV1().ConfigMaps(releaseNamespace).List(e.ctx, metav1.ListOptions{}); err != nil {
+		e.t.Errorf("listing ConfigMaps: %v", err)
+	} else {
+		for _, cm := range cms.Items {
+			if strings.HasSuffix(cm.Name, "-packing") {
+				e.t.Errorf("ConfigMap %s left after uninstall", cm.Name)
+			}
+		}
 	}
 	e.poll("the plugin's registration socket to leave the kubelet's registry", func() (bool, error) {
 		names, err := e.node.ReadDir(kubeletRegistry)

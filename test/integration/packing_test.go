@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,11 +19,13 @@ import (
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 
-// TestPackingInTheRealScheduler: with the packing webhook registered as
-// the chart registers it, the unmodified kube-scheduler puts 40 fractions
-// of 16Gi on 8 nodes of 8 H200s on no more than one GPU over the lower
-// bound (left to itself it spreads them over dozens). With the controller
-// stopped, pods are still admitted and scheduled, only without packing.
+// TestPackingInTheRealScheduler: with the packing policy and webhook
+// registered as the chart registers them, the unmodified kube-scheduler
+// puts 40 fractions of 16Gi on 8 nodes of 8 H200s on no more than one GPU
+// over the lower bound (left to itself it spreads them over dozens). With
+// the controller stopped, pods are still admitted and scheduled: those of
+// a template the policy's parameter lists are still given the terms (by
+// the API server), those of a template created during the outage are not.
 func TestPackingInTheRealScheduler(t *testing.T) {
 	e := newEnv(t)
 	class := e.classFor("frac", "")
@@ -45,19 +48,19 @@ func TestPackingInTheRealScheduler(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.createTemplate(claimTemplate("frac-16g", class, "16Gi", 1, ""))
-	ctrl, err := cp.StartPacking(e.ctx, e.ns)
+	ctrl, err := cp.StartPacking(e.ctx, e.ns, harness.PackingOptions{PolicyTemplate: "frac-16g"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ctrl.Close() })
 
-	create := func(name string) {
+	create := func(name, template string) {
 		pod := &v1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
 			Spec: v1.PodSpec{
 				NodeSelector:   map[string]string{label: e.ns},
 				Tolerations:    []v1.Toleration{{Key: label, Operator: v1.TolerationOpEqual, Value: e.ns, Effect: v1.TaintEffectNoSchedule}},
-				ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("frac-16g")}},
+				ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To(template)}},
 				Containers: []v1.Container{{Name: "app", Image: "busybox", Command: []string{"sleep", "infinity"},
 					Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "gpu"}}}}},
 			},
@@ -77,7 +80,7 @@ func TestPackingInTheRealScheduler(t *testing.T) {
 	}
 
 	for i := range 40 {
-		create(fmt.Sprintf("frac-%02d", i))
+		create(fmt.Sprintf("frac-%02d", i), "frac-16g")
 	}
 	p := waitBound(40)
 	t.Logf("packing on: 40 pods of 16Gi on %d GPUs of %d nodes; lower bound %d", p.GPUs, p.Nodes, p.LowerBound)
@@ -110,13 +113,19 @@ func TestPackingInTheRealScheduler(t *testing.T) {
 	if err := ctrl.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 8 {
-		create(fmt.Sprintf("outage-%d", i))
+	e.createTemplate(claimTemplate("new-16g", class, "16Gi", 1, ""))
+	for i := range 4 {
+		create(fmt.Sprintf("outage-listed-%d", i), "frac-16g")
+		create(fmt.Sprintf("outage-new-%d", i), "new-16g")
 	}
 	waitBound(48)
 	for _, pod := range e.pods() {
-		if _, unpacked := pod.Labels[admission.LabelFraction]; len(pod.Name) > 6 && pod.Name[:6] == "outage" && unpacked {
-			t.Errorf("pod %s went through a stopped webhook", pod.Name)
+		_, packed := pod.Labels[admission.LabelFraction]
+		switch {
+		case strings.HasPrefix(pod.Name, "outage-listed-") && !packed:
+			t.Errorf("pod %s of a listed template was not packed by the policy while the controller was down", pod.Name)
+		case strings.HasPrefix(pod.Name, "outage-new-") && packed:
+			t.Errorf("pod %s of a template newer than the parameter went through a stopped webhook", pod.Name)
 		}
 	}
 }

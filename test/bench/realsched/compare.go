@@ -25,11 +25,11 @@ const compare = "compare"
 // first in even ones, so that neither mode always runs on the cluster the
 // other has just warmed (caches, connections) or loaded (deletions the
 // API server and etcd still compact).
-func roundModes(round int) []string {
+func roundModes(round int, on string) []string {
 	if round%2 == 1 {
-		return []string{"off", "on"}
+		return []string{"off", on}
 	}
-	return []string{"on", "off"}
+	return []string{on, "off"}
 }
 
 // settleAfterReset is how long the cluster rests after a reset before the
@@ -47,8 +47,8 @@ const settleAfterReset = 6 * time.Second
 // gpufrac-controller never ran (its next start labels the nodes afresh, as
 // the first one did).
 func (b *bench) reset(ctx context.Context, mode string) error {
-	if mode == "on" {
-		if err := b.cp.WaitPackingWebhookGone(ctx, namespace); err != nil {
+	if mode != "off" {
+		if err := b.cp.WaitPackingGone(ctx, namespace, b.fractionTemplate()); err != nil {
 			return err
 		}
 		if err := b.clearPackingLabels(ctx); err != nil {
@@ -133,7 +133,7 @@ func compareResults(results []*result) (*comparison, error) {
 			byRound[r.Round] = map[string]*result{}
 			rounds = append(rounds, r.Round)
 		}
-		mode := "on" // on, or on-opted-out
+		mode := "on" // on, webhook, or either opted out
 		if r.Packing == "off" {
 			mode = "off"
 		}

@@ -8,7 +8,7 @@ import (
 
 func TestRoundModesAlternate(t *testing.T) {
 	for round, want := range map[int][]string{1: {"off", "on"}, 2: {"on", "off"}, 3: {"off", "on"}, 4: {"on", "off"}} {
-		if got := roundModes(round); !slices.Equal(got, want) {
+		if got := roundModes(round, "on"); !slices.Equal(got, want) {
 			t.Errorf("round %d: %v, want %v", round, got, want)
 		}
 	}

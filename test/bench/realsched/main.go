@@ -57,6 +57,10 @@ type result struct {
 	// CreateSeconds is how long creating the pods took (admission, the
 	// packing webhook included).
 	CreateSeconds float64 `json:"createSeconds"`
+	// WebhookCalls and PolicyMutations count the phase's pods kube-apiserver
+	// sent to the packing webhook and packed with the packing policy.
+	WebhookCalls    int `json:"webhookCalls"`
+	PolicyMutations int `json:"policyMutations"`
 }
 
 func main() {
@@ -65,7 +69,8 @@ func main() {
 	seed := flag.Uint64("seed", 1, "trace seed (with -trace)")
 	nodes := flag.Int("nodes", 8, "nodes")
 	gpus := flag.String("gpus", "h200x8", "GPUs per node, as --simulate-gpus takes them")
-	packing := flag.String("packing", "on", "on: the chart's packing webhook and node labels; extender: gpufrac-controller's scheduler extender (--extender-address) alone, named in the scheduler's configuration; off: the scheduler alone; compare: off and on in turn on one cluster, -rounds times, with on's pods per second over off's per round")
+	packing := flag.String("packing", "on", "on: the chart's packing policy, webhook and node labels; webhook: the same without the policy (a chart with controller.packing.admissionPolicy=false); extender: gpufrac-controller's scheduler extender (--extender-address) alone, named in the scheduler's configuration; off: the scheduler alone; compare: off and on in turn on one cluster, -rounds times, with on's pods per second over off's per round")
+	against := flag.String("against", "on", "with -packing compare: the mode measured against off, on or webhook")
 	rounds := flag.Int("rounds", 3, "with -packing compare: rounds of off and on (odd rounds run off first, even ones on first)")
 	output := flag.String("o", "table", "json or table")
 	qps := flag.Int("qps", 1000, "client QPS of kube-scheduler, kube-controller-manager and the benchmark (burst is twice it)")
@@ -77,7 +82,7 @@ func main() {
 	flag.Var(&schedulerFlags, "scheduler-flag", "extra kube-scheduler flag, repeatable (e.g. --authorization-always-allow-paths=/healthz,/debug/pprof/profile to profile it)")
 	schedulerConfig := flag.String("scheduler-config", "", "a KubeSchedulerConfiguration file kube-scheduler runs with (--config); the harness fills in clientConnection.kubeconfig, and qps/burst from -qps unless the file sets them")
 	flag.Parse()
-	if err := check(*file, *trace, *packing, *output, *rounds, *extenderDown); err != nil {
+	if err := check(*file, *trace, *packing, *against, *output, *rounds, *extenderDown); err != nil {
 		fmt.Fprintln(os.Stderr, "realsched:", err)
 		os.Exit(2)
 	}
@@ -94,7 +99,7 @@ func main() {
 		}
 	}
 	cfg := config{schedulerConfig: schedConfig, file: *file, trace: *trace, seed: *seed, nodes: *nodes, gpus: *gpus,
-		packing: *packing, rounds: *rounds, extenderDown: *extenderDown, optOut: *optOut, qps: *qps, settle: *settle, schedulerFlags: schedulerFlags}
+		packing: *packing, rounds: *rounds, against: *against, extenderDown: *extenderDown, optOut: *optOut, qps: *qps, settle: *settle, schedulerFlags: schedulerFlags}
 	if *packing == compare {
 		cfg.progress = printProgress
 	}
@@ -132,12 +137,14 @@ func main() {
 		strings.Trim(fmt.Sprintf("%.2f", summary.Ratios), "[]"), summary.MedianRatio, summary.MinRatio)
 }
 
-func check(file string, trace int, packing, output string, rounds int, extenderDown bool) error {
+func check(file string, trace int, packing, against, output string, rounds int, extenderDown bool) error {
 	switch {
 	case (file == "") == (trace == 0):
 		return fmt.Errorf("give either -f WORKLOAD.yaml or -trace N")
-	case packing != "on" && packing != "off" && packing != "extender" && packing != compare:
-		return fmt.Errorf("-packing=%q: want on, off, extender or compare", packing)
+	case packing != "on" && packing != "webhook" && packing != "off" && packing != "extender" && packing != compare:
+		return fmt.Errorf("-packing=%q: want on, webhook, off, extender or compare", packing)
+	case against != "on" && against != "webhook":
+		return fmt.Errorf("-against=%q: want on or webhook", against)
 	case packing == compare && rounds < 1:
 		return fmt.Errorf("-rounds=%d: want at least 1", rounds)
 	case extenderDown && packing != "extender":

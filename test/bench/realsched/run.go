@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
+	"github.com/gpufrac/gpufrac/internal/packinglabel"
 	"github.com/gpufrac/gpufrac/templates"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
@@ -43,6 +44,8 @@ type config struct {
 	optOut bool
 	// rounds of off and on with packing compare.
 	rounds int
+	// against is the mode compare measures against off: on, or webhook.
+	against string
 	// progress, when set, hears of each phase of a comparison as it ends.
 	progress func(*result)
 	qps      int
@@ -84,7 +87,8 @@ func run(ctx context.Context, cfg config) (_ []*result, finalErr error) {
 	}
 	var all []*result
 	for round := 1; round <= cfg.rounds; round++ {
-		for _, mode := range roundModes(round) {
+		modes := roundModes(round, cfg.against)
+		for _, mode := range modes {
 			res, err := b.phase(ctx, mode, round)
 			if err != nil {
 				return all, err
@@ -93,7 +97,7 @@ func run(ctx context.Context, cfg config) (_ []*result, finalErr error) {
 			if cfg.progress != nil {
 				cfg.progress(res)
 			}
-			if round == cfg.rounds && mode == roundModes(round)[1] {
+			if round == cfg.rounds && mode == modes[1] {
 				break // the cluster goes with the run
 			}
 			if err := b.reset(ctx, mode); err != nil {
@@ -212,10 +216,13 @@ func (b *bench) phase(ctx context.Context, mode string, round int) (*result, err
 	if mode != "off" && !cfg.extenderDown {
 		var ctrl *harness.Controller
 		var err error
-		if mode == "extender" {
+		switch mode {
+		case "extender":
 			ctrl, err = b.cp.StartExtender(ctx, b.extenderAddr)
-		} else {
-			ctrl, err = b.cp.StartPacking(ctx, namespace)
+		case "webhook":
+			ctrl, err = b.cp.StartPacking(ctx, namespace, harness.PackingOptions{NoPolicy: true})
+		default:
+			ctrl, err = b.cp.StartPacking(ctx, namespace, harness.PackingOptions{PolicyTemplate: b.fractionTemplate()})
 		}
 		if err != nil {
 			return nil, err
@@ -244,11 +251,16 @@ func (b *bench) phase(ctx context.Context, mode string, round int) (*result, err
 			metav1.SetMetaDataAnnotation(&pods[i].ObjectMeta, admission.AnnotationPacking, "false")
 		}
 	}
+	counters := b.admissionCounters(ctx)
+	// Marks the start of the measured phase for tools that sample the
+	// processes' CPU from outside (docs/packing-scheduler.md).
+	fmt.Fprintf(os.Stderr, "realsched: placing %d pods\n", len(pods))
 	begin := time.Now()
 	if err := createPods(ctx, b.client, pods, 32); err != nil {
 		return nil, err
 	}
 	created := time.Since(begin)
+	admitted := b.admissionCounters(ctx)
 	fmt.Fprintf(os.Stderr, "realsched: %d pods created in %s\n", len(pods), created.Round(100*time.Millisecond))
 	last := w.wait(ctx, cfg.settle)
 	stopWatch()
@@ -259,7 +271,8 @@ func (b *bench) phase(ctx context.Context, mode string, round int) (*result, err
 	res := &result{Packing: mode + map[bool]string{true: "-down"}[cfg.extenderDown] + map[bool]string{true: "-opted-out"}[optOut],
 		Round: round, Nodes: cfg.nodes, GPUs: cfg.gpus,
 		Placed: p.Bound, Total: len(pods), GPUsUsed: p.GPUs, LowerBound: p.LowerBound, NodesUsed: p.Nodes,
-		CreateSeconds: created.Seconds()}
+		CreateSeconds: created.Seconds(),
+		WebhookCalls:  int(admitted.webhook - counters.webhook), PolicyMutations: int(admitted.policy - counters.policy)}
 	if p.Bound > 0 {
 		res.Seconds = last.Sub(begin).Seconds()
 		res.PodsPerSecond = float64(p.Bound) / res.Seconds
@@ -411,4 +424,29 @@ func freeLoopbackAddress() (string, error) {
 	}
 	addr := lis.Addr().String()
 	return addr, lis.Close()
+}
+
+// fractionTemplate names a template of the workload that asks for a
+// fraction (the probe that tells when the API server applies the packing
+// policy), or "" if none does.
+func (b *bench) fractionTemplate() string {
+	for _, t := range b.wl.templates {
+		if _, ok := packinglabel.FractionMemory(&t.Spec.Spec); ok {
+			return t.Name
+		}
+	}
+	return ""
+}
+
+// admission counts kube-apiserver's calls to the packing webhook and its
+// applications of the packing policy: which path packed a phase's pods.
+type packingCounters struct{ webhook, policy float64 }
+
+// admissionCounters reads them; a read that fails counts 0 (the figures
+// are reported, never checked).
+func (b *bench) admissionCounters(ctx context.Context) packingCounters {
+	var a packingCounters
+	a.webhook, _ = b.cp.WebhookCalls(ctx, harness.PackingWebhookName)
+	a.policy, _ = b.cp.PolicyMutations(ctx, harness.PackingPolicyName(namespace))
+	return a
 }

@@ -67,6 +67,7 @@ func TestCheck(t *testing.T) {
 		file            string
 		trace           int
 		packing, output string
+		against         string // "" is the default, on
 		rounds          int
 		extenderDown    bool
 		want            string // "" accepts
@@ -75,13 +76,20 @@ func TestCheck(t *testing.T) {
 		{name: "compare", trace: 10, packing: "compare", output: "table", rounds: 3},
 		{name: "extender down", trace: 10, packing: "extender", output: "json", rounds: 1, extenderDown: true},
 		{name: "neither -f nor -trace", packing: "on", output: "json", rounds: 1, want: "give either -f WORKLOAD.yaml or -trace N"},
-		{name: "unknown mode", trace: 10, packing: "maybe", output: "json", rounds: 1, want: `-packing="maybe": want on, off, extender or compare`},
+		{name: "unknown mode", trace: 10, packing: "maybe", output: "json", rounds: 1, want: `-packing="maybe": want on, webhook, off, extender or compare`},
+		{name: "webhook alone", trace: 10, packing: "webhook", output: "json", rounds: 1},
+		{name: "compare against the webhook", trace: 10, packing: "compare", against: "webhook", output: "json", rounds: 2},
+		{name: "compare against off", trace: 10, packing: "compare", against: "off", output: "json", rounds: 2, want: `-against="off": want on or webhook`},
 		{name: "no rounds", trace: 10, packing: "compare", output: "json", rounds: 0, want: "-rounds=0: want at least 1"},
 		{name: "down without extender", trace: 10, packing: "compare", output: "json", rounds: 1, extenderDown: true, want: "-extender-down goes with -packing=extender only"},
 		{name: "unknown output", trace: 10, packing: "off", output: "yaml", rounds: 1, want: `-o "yaml"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := check(tc.file, tc.trace, tc.packing, tc.output, tc.rounds, tc.extenderDown)
+			against := tc.against
+			if against == "" {
+				against = "on"
+			}
+			err := check(tc.file, tc.trace, tc.packing, against, tc.output, tc.rounds, tc.extenderDown)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("refused: %v", err)

@@ -57,3 +57,19 @@ the kubelet by path, so the container sees them at the same paths. */}}
   value: {{ . | toString | quote }}
 {{- end }}
 {{- end -}}
+
+{{/* "true" when the packing MutatingAdmissionPolicy is installed:
+controller.packing.admissionPolicy true, or auto and the cluster serves
+admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (Kubernetes 1.36
+and later). */}}
+{{- define "gpufrac.packingPolicy" -}}
+{{- $p := .Values.controller.packing -}}
+{{- if $p.enabled -}}
+{{- if eq (toString $p.admissionPolicy) "auto" -}}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" }}true{{ end -}}
+{{- else if $p.admissionPolicy -}}
+true
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- define "gpufrac.packingName" -}}{{ include "gpufrac.fullname" . }}-packing{{- end -}}
