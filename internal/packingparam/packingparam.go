@@ -103,6 +103,9 @@ type Loop struct {
 	classes   resourcelisters.DeviceClassLister
 	synced    []cache.InformerSynced
 	queue     workqueue.TypedRateLimitingInterface[string]
+	// left is the count of templates the last sync left out (one worker
+	// reads and writes it).
+	left int
 }
 
 // New registers the informers the loop needs with factory (start it
@@ -185,8 +188,10 @@ func (l *Loop) Sync(ctx context.Context) error {
 	}
 	data, left := Data(templates, func(name string) bool { return gpufrac[name] })
 	logger := klog.FromContext(ctx)
-	if left > 0 {
+	if left != l.left {
+		// Said when it changes, not on every sync.
 		logger.Info("Templates left to the packing webhook: not in the packing parameter", "left", left, "listed", len(data))
+		l.left = left
 	}
 	cms := l.client.CoreV1().ConfigMaps(l.param.Namespace)
 	cm, err := cms.Get(ctx, l.param.Name, metav1.GetOptions{})
@@ -203,7 +208,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	if maps.Equal(cm.Data, data) || len(cm.Data) == 0 && len(data) == 0 {
+	if maps.Equal(cm.Data, data) {
 		return nil
 	}
 	cm.Data = data
