@@ -20,13 +20,20 @@ import (
 )
 
 // TestPackingInTheRealScheduler: with the packing policy and webhook
-// registered as the chart registers them, the unmodified kube-scheduler
-// puts 40 fractions of 16Gi on 8 nodes of 8 H200s on no more than one GPU
-// over the lower bound (left to itself it spreads them over dozens). With
-// the controller stopped, pods are still admitted and scheduled: those of
-// a template the policy's parameter lists are still given the terms (by
-// the API server), those of a template created during the outage are not.
+// registered as the chart registers them (and with the webhook alone, as
+// the chart registers it before Kubernetes 1.36), the unmodified
+// kube-scheduler puts 40 fractions of 16Gi on 8 nodes of 8 H200s on no
+// more than one GPU over the lower bound (left to itself it spreads them
+// over dozens). With the controller stopped, pods are still admitted and
+// scheduled: with the policy, those of a template its parameter lists are
+// still given the terms (by the API server); those of a template created
+// during the outage, and every pod without the policy, are not.
 func TestPackingInTheRealScheduler(t *testing.T) {
+	t.Run("policy and webhook", func(t *testing.T) { testPacking(t, true) })
+	t.Run("webhook alone", func(t *testing.T) { testPacking(t, false) })
+}
+
+func testPacking(t *testing.T, policy bool) {
 	e := newEnv(t)
 	class := e.classFor("frac", "")
 	// The nodes take this test's pods only (taint) and its pods go to them
@@ -48,7 +55,11 @@ func TestPackingInTheRealScheduler(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.createTemplate(claimTemplate("frac-16g", class, "16Gi", 1, ""))
-	ctrl, err := cp.StartPacking(e.ctx, e.ns, harness.PackingOptions{PolicyTemplate: "frac-16g"})
+	opts := harness.PackingOptions{PolicyTemplate: "frac-16g"}
+	if !policy {
+		opts = harness.PackingOptions{NoPolicy: true}
+	}
+	ctrl, err := cp.StartPacking(e.ctx, e.ns, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +90,20 @@ func TestPackingInTheRealScheduler(t *testing.T) {
 		return p
 	}
 
+	calls, err := cp.WebhookCalls(e.ctx, harness.PackingWebhookName)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range 40 {
 		create(fmt.Sprintf("frac-%02d", i), "frac-16g")
+	}
+	// Which path packed them: the API server's policy calls no webhook.
+	after, err := cp.WebhookCalls(e.ctx, harness.PackingWebhookName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[bool]float64{true: 0, false: 40}[policy]; after-calls != want {
+		t.Errorf("the packing webhook was called %v times for 40 pods, want %v", after-calls, want)
 	}
 	p := waitBound(40)
 	t.Logf("packing on: 40 pods of 16Gi on %d GPUs of %d nodes; lower bound %d", p.GPUs, p.Nodes, p.LowerBound)
@@ -122,8 +145,8 @@ func TestPackingInTheRealScheduler(t *testing.T) {
 	for _, pod := range e.pods() {
 		_, packed := pod.Labels[admission.LabelFraction]
 		switch {
-		case strings.HasPrefix(pod.Name, "outage-listed-") && !packed:
-			t.Errorf("pod %s of a listed template was not packed by the policy while the controller was down", pod.Name)
+		case strings.HasPrefix(pod.Name, "outage-listed-") && packed != policy:
+			t.Errorf("pod %s of a listed template packed while the controller was down: %v, want %v (the policy)", pod.Name, packed, policy)
 		case strings.HasPrefix(pod.Name, "outage-new-") && packed:
 			t.Errorf("pod %s of a template newer than the parameter went through a stopped webhook", pod.Name)
 		}
