@@ -148,25 +148,27 @@ func TestChartMatchesTheRepository(t *testing.T) {
 			fromUnstructured(t, &u, &y)
 			va, vb = x.Webhooks, y.Webhooks
 		case "MutatingAdmissionPolicy":
-			var x, y admissionv1.MutatingAdmissionPolicy
-			fromUnstructured(t, got, &x)
-			fromUnstructured(t, &u, &y)
-			if !equality.Semantic.DeepEqual(x.Spec, y.Spec) {
-				t.Errorf("%s %s differs from deployments/webhooks.yaml", u.GetKind(), u.GetName())
-			}
+			sameSpec(t, got, &u, func(p *admissionv1.MutatingAdmissionPolicy) any { return p.Spec })
 		case "MutatingAdmissionPolicyBinding":
-			var x, y admissionv1.MutatingAdmissionPolicyBinding
-			fromUnstructured(t, got, &x)
-			fromUnstructured(t, &u, &y)
-			if !equality.Semantic.DeepEqual(x.Spec, y.Spec) {
-				t.Errorf("%s %s differs from deployments/webhooks.yaml", u.GetKind(), u.GetName())
-			}
+			sameSpec(t, got, &u, func(b *admissionv1.MutatingAdmissionPolicyBinding) any { return b.Spec })
 		default:
 			t.Errorf("deployments/webhooks.yaml has a %s, which this test does not compare", u.GetKind())
 		}
 		if !equality.Semantic.DeepEqual(a, b) || !equality.Semantic.DeepEqual(va, vb) {
 			t.Errorf("%s %s differs from deployments/webhooks.yaml", u.GetKind(), u.GetName())
 		}
+	}
+}
+
+// sameSpec reports when the chart's object and the repository's differ in
+// spec.
+func sameSpec[T any](t *testing.T, chart, repo *unstructured.Unstructured, spec func(*T) any) {
+	t.Helper()
+	var x, y T
+	fromUnstructured(t, chart, &x)
+	fromUnstructured(t, repo, &y)
+	if !equality.Semantic.DeepEqual(spec(&x), spec(&y)) {
+		t.Errorf("%s %s differs from deployments/webhooks.yaml", repo.GetKind(), repo.GetName())
 	}
 }
 
