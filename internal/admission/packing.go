@@ -166,6 +166,16 @@ func IsGpufracClass(c *resourceapi.DeviceClass) bool {
 	return false
 }
 
+// GpufracClasses tells, by name, which of classes select gpufrac.dev
+// devices (IsGpufracClass, decided once per class).
+func GpufracClasses(classes []*resourceapi.DeviceClass) func(name string) bool {
+	gpufrac := make(map[string]bool, len(classes))
+	for _, c := range classes {
+		gpufrac[c.Name] = IsGpufracClass(c)
+	}
+	return func(name string) bool { return gpufrac[name] }
+}
+
 // RequestsFraction tells whether a claim spec asks a gpufrac class for a
 // share of a GPU's memory. A request that names no memory gets the whole
 // GPU alone (the slice's requestPolicy default), so it is not a fraction
@@ -231,11 +241,7 @@ func (s *Server) packPod(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if pod.Annotations[AnnotationPacking] == "false" || len(pod.Spec.ResourceClaims) == 0 {
 		return allow()
 	}
-	classes := map[string]bool{}
-	for _, c := range s.Cluster.DeviceClasses() {
-		classes[c.Name] = IsGpufracClass(c)
-	}
-	if !IsFractionPod(ctx, &pod, s.Claims, func(name string) bool { return classes[name] }) {
+	if !IsFractionPod(ctx, &pod, s.Claims, GpufracClasses(s.Cluster.DeviceClasses())) {
 		return allow()
 	}
 	ops := PackingPatch(&pod)

@@ -182,11 +182,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gpufrac := map[string]bool{}
-	for _, c := range classes {
-		gpufrac[c.Name] = admission.IsGpufracClass(c)
-	}
-	data, left := Data(templates, func(name string) bool { return gpufrac[name] })
+	data, left := Data(templates, admission.GpufracClasses(classes))
 	logger := klog.FromContext(ctx)
 	if left != l.left {
 		// Said when it changes, not on every sync.

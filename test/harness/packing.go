@@ -474,7 +474,8 @@ func (cp *ControlPlane) PlacementOf(ctx context.Context, namespace string) (*Pla
 // named name (apiserver_admission_webhook_request_total, summed over its
 // labels).
 func (cp *ControlPlane) WebhookCalls(ctx context.Context, name string) (float64, error) {
-	return cp.apiserverCounter(ctx, "apiserver_admission_webhook_request_total", "name", name)
+	calls, _, err := cp.PackingCounters(ctx, name, "")
+	return calls, err
 }
 
 // PolicyMutations is how many times kube-apiserver has applied the
@@ -482,28 +483,34 @@ func (cp *ControlPlane) WebhookCalls(ctx context.Context, name string) (float64,
 // (apiserver_mutating_admission_policy_check_total, counted once a pod
 // matched, summed over bindings and outcomes).
 func (cp *ControlPlane) PolicyMutations(ctx context.Context, name string) (float64, error) {
-	return cp.apiserverCounter(ctx, "apiserver_mutating_admission_policy_check_total", "policy", name)
+	_, mutations, err := cp.PackingCounters(ctx, "", name)
+	return mutations, err
 }
 
-// apiserverCounter sums the samples of a counter of kube-apiserver's
-// /metrics whose label key has value.
-func (cp *ControlPlane) apiserverCounter(ctx context.Context, metric, key, value string) (float64, error) {
+// PackingCounters reads both from one scrape of kube-apiserver's
+// /metrics (a large page: one read where both are wanted).
+func (cp *ControlPlane) PackingCounters(ctx context.Context, webhook, policy string) (calls, mutations float64, err error) {
 	raw, err := cp.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("reading kube-apiserver's metrics: %w", err)
+		return 0, 0, fmt.Errorf("reading kube-apiserver's metrics: %w", err)
 	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(bytes.NewReader(raw))
 	if err != nil {
-		return 0, fmt.Errorf("parsing kube-apiserver's metrics: %w", err)
+		return 0, 0, fmt.Errorf("parsing kube-apiserver's metrics: %w", err)
 	}
-	var sum float64
-	for _, m := range families[metric].GetMetric() {
-		for _, l := range m.GetLabel() {
-			if l.GetName() == key && l.GetValue() == value {
-				sum += m.GetCounter().GetValue()
+	// The samples of a counter whose label key has value, summed.
+	sum := func(metric, key, value string) float64 {
+		var total float64
+		for _, m := range families[metric].GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == key && l.GetValue() == value {
+					total += m.GetCounter().GetValue()
+				}
 			}
 		}
+		return total
 	}
-	return sum, nil
+	return sum("apiserver_admission_webhook_request_total", "name", webhook),
+		sum("apiserver_mutating_admission_policy_check_total", "policy", policy), nil
 }

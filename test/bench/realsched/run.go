@@ -446,7 +446,6 @@ type packingCounters struct{ webhook, policy float64 }
 // are reported, never checked).
 func (b *bench) admissionCounters(ctx context.Context) packingCounters {
 	var a packingCounters
-	a.webhook, _ = b.cp.WebhookCalls(ctx, harness.PackingWebhookName)
-	a.policy, _ = b.cp.PolicyMutations(ctx, harness.PackingPolicyName(namespace))
+	a.webhook, a.policy, _ = b.cp.PackingCounters(ctx, harness.PackingWebhookName, harness.PackingPolicyName(namespace))
 	return a
 }
