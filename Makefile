@@ -88,7 +88,7 @@ FUZZ_TARGETS := \
 	FuzzParseLimit:./internal/node/cdihook \
 	FuzzRecordPath:./internal/node/cdihook \
 	FuzzFindCgroup:./internal/node/cdihook \
-	FuzzComputeConsumed:./internal/node/plan
+	FuzzComputeConsumed:./internal/core/plan
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		echo "== $${t%%:*} ($(FUZZTIME))"; \
@@ -107,7 +107,7 @@ bench:
 	$(GO) test -run '^$$' -bench PrepareOverGRPC -benchtime 500x ./internal/node/plugin
 	$(GO) test -run '^$$' -bench WebhookTranslation -benchtime 2000x ./internal/controller
 	$(GO) test -run '^$$' -bench ControllerCacheAtScale -benchtime 1x ./internal/controller
-	$(GO) test -run '^$$' -bench AllocateAtScale -benchtime 100x -timeout 20m ./internal/placement
+	$(GO) test -run '^$$' -bench AllocateAtScale -benchtime 100x -timeout 20m ./internal/core/allocator
 	$(GO) test -run '^$$' -bench WhyAtScale -benchtime 3x ./internal/cli/why
 
 # gpufrac's kubelet plugin beside kubernetes-sigs/dra-example-driver's

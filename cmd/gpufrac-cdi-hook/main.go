@@ -10,9 +10,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/spf13/cobra"
 
-	"github.com/gpufrac/gpufrac/internal/errcap"
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
-	"github.com/gpufrac/gpufrac/internal/node/gpusim"
+	"github.com/gpufrac/gpufrac/internal/safetext"
+	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 )
 
 // maxErrorBytes bounds the hook's error message.
@@ -22,7 +22,7 @@ func main() {
 	if err := newCommand().Execute(); err != nil {
 		// The runtime shows this to the user as the container's error; one
 		// built from a hostile state stays short and says what it cut.
-		fmt.Fprintln(os.Stderr, "gpufrac-cdi-hook:", errcap.Text(err.Error(), maxErrorBytes))
+		fmt.Fprintln(os.Stderr, "gpufrac-cdi-hook:", safetext.Cap(err.Error(), maxErrorBytes))
 		os.Exit(1)
 	}
 }

@@ -31,12 +31,13 @@ import (
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
 	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
-	"github.com/gpufrac/gpufrac/internal/node/gpusim"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/internal/node/mpslauncher"
 	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/plugin"
+	"github.com/gpufrac/gpufrac/internal/sim/catalog"
+	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 	"github.com/gpufrac/gpufrac/templates"
 )
@@ -114,7 +115,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "mount point of the cgroup hierarchy (dmem enforcement needs cgroup v2)")
 	fs.StringVar(&f.metricsAddress, "metrics-address", envOr("METRICS_ADDRESS", ":8080"), "address for /metrics and /healthz; empty disables")
 	fs.StringVar(&f.simulateGPUs, "simulate-gpus", envOr("SIMULATE_GPUS", ""),
-		fmt.Sprintf("simulate GPUs instead of using NVML, e.g. h200x8 or h100x4,a100x4 (models: %v)", domain.SimulatedModels()))
+		fmt.Sprintf("simulate GPUs instead of using NVML, e.g. h200x8 or h100x4,a100x4 (models: %v)", catalog.Models()))
 	fs.StringVar(&f.simulateEnforcement, "simulate-enforcement", envOr("SIMULATE_ENFORCEMENT", string(domain.EnforcementDMem)),
 		"with --simulate-gpus: the driver to simulate: dmem (r615, per-cgroup limits), mps (older driver, legacy MPS), none (older driver, no MPS)")
 	fs.StringVar(&f.simulateCgroup, "simulate-cgroup", "v2",

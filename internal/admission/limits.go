@@ -9,8 +9,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 
-	"github.com/gpufrac/gpufrac/internal/errcap"
-	"github.com/gpufrac/gpufrac/internal/termsafe"
+	"github.com/gpufrac/gpufrac/internal/safetext"
 )
 
 // Bounds on what an admission request may send and a response may say.
@@ -47,16 +46,16 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, int, error) {
 // terminal (kubectl prints both).
 func bounded(resp *admissionv1.AdmissionResponse) {
 	if resp.Result != nil {
-		resp.Result.Message = errcap.Text(termsafe.Escape(resp.Result.Message), MaxMessageBytes)
+		resp.Result.Message = safetext.Cap(safetext.Escape(resp.Result.Message), MaxMessageBytes)
 	}
 	if len(resp.Warnings) == 0 {
 		return
 	}
 	out := make([]string, 0, min(len(resp.Warnings), MaxWarnings+1))
 	for _, w := range resp.Warnings {
-		out = append(out, errcap.Text(termsafe.Escape(w), MaxWarningBytes))
+		out = append(out, safetext.Cap(safetext.Escape(w), MaxWarningBytes))
 	}
-	resp.Warnings = termsafe.Limit(out, MaxWarnings, "warnings")
+	resp.Warnings = safetext.LimitLines(out, MaxWarnings, "warnings")
 }
 
 // problemList joins problems for a denial: at most MaxProblems of them,

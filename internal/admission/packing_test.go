@@ -18,7 +18,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/kai"
-	"github.com/gpufrac/gpufrac/internal/packinglabel"
+	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
+	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
@@ -91,7 +92,7 @@ func TestPackingPatch(t *testing.T) {
 		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"a"}}}}}}
 	podAff := &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}, TopologyKey: corev1.LabelHostname}}}
-	packed := admission.PackingTerms()
+	packed := podterms.Terms()
 	withOwn := append([]corev1.PreferredSchedulingTerm{own}, packed...)
 
 	for _, tc := range []struct {
@@ -137,7 +138,7 @@ func TestPackingPatch(t *testing.T) {
 			wantTerms: withOwn},
 		{name: "already packed (reinvocation): no patch",
 			pod: claimPod(func(p *corev1.Pod) {
-				p.Labels = map[string]string{admission.LabelFraction: "true"}
+				p.Labels = map[string]string{podterms.LabelFraction: "true"}
 				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: packed}}
 			}, fromTemplate("frac-16g"))},
 		{name: "whole GPU (no memory request) is not packed", pod: claimPod(nil, fromTemplate("whole"))},
@@ -145,7 +146,7 @@ func TestPackingPatch(t *testing.T) {
 		{name: "unknown template is not packed", pod: claimPod(nil, fromTemplate("missing"))},
 		{name: "no claims", pod: claimPod(nil)},
 		{name: "opted out",
-			pod: claimPod(func(p *corev1.Pod) { p.Annotations = map[string]string{admission.AnnotationPacking: "false"} }, fromTemplate("frac-16g"))},
+			pod: claimPod(func(p *corev1.Pod) { p.Annotations = map[string]string{podterms.AnnotationPacking: "false"} }, fromTemplate("frac-16g"))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp := review(t, srv, admission.PathPackPods, "Pod", admissionv1.Create, tc.pod)
@@ -174,8 +175,8 @@ func TestPackingPatch(t *testing.T) {
 			if err := json.Unmarshal(out, &got); err != nil {
 				t.Fatal(err)
 			}
-			if got.Labels[admission.LabelFraction] != "true" {
-				t.Errorf("label %s missing: %v", admission.LabelFraction, got.Labels)
+			if got.Labels[podterms.LabelFraction] != "true" {
+				t.Errorf("label %s missing: %v", podterms.LabelFraction, got.Labels)
 			}
 			if terms := got.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution; !equality.Semantic.DeepEqual(terms, tc.wantTerms) {
 				t.Errorf("preferred terms:\n got %+v\nwant %+v", terms, tc.wantTerms)
@@ -187,7 +188,7 @@ func TestPackingPatch(t *testing.T) {
 				tc.check(t, &got)
 			}
 			// Applied twice (reinvocation), the webhook adds nothing.
-			if again := admission.PackingPatch(&got); len(again) != 0 {
+			if again := podterms.Patch(&got); len(again) != 0 {
 				t.Errorf("a packed pod gets more operations: %+v", again)
 			}
 		})
@@ -211,23 +212,23 @@ func TestPackingWithoutClaimSpecsAllows(t *testing.T) {
 // order; a node without labels (or with labels the controller never
 // writes) scores 0.
 func TestPackingTermsRankNodes(t *testing.T) {
-	terms, err := nodeaffinity.NewPreferredSchedulingTerms(admission.PackingTerms())
+	terms, err := nodeaffinity.NewPreferredSchedulingTerms(podterms.Terms())
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := func(l packinglabel.Labels) *corev1.Node {
+	node := func(l nodelabel.Labels) *corev1.Node {
 		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: l.Set()}}
 	}
 	// Best first. The label's presence is the first level, so GPUs in use
-	// are told apart up to PackingLevels-1.
-	var order []packinglabel.Labels
-	for n := admission.PackingLevels - 1; n >= 1; n-- {
-		order = append(order, packinglabel.LabelsInUse(n))
+	// are told apart up to podterms.Levels-1.
+	var order []nodelabel.Labels
+	for n := podterms.Levels - 1; n >= 1; n-- {
+		order = append(order, nodelabel.LabelsInUse(n))
 	}
-	for rank := 1; rank <= packinglabel.DesignatedPerPool; rank++ {
-		order = append(order, packinglabel.LabelsDesignated(rank))
+	for rank := 1; rank <= nodelabel.DesignatedPerPool; rank++ {
+		order = append(order, nodelabel.LabelsDesignated(rank))
 	}
-	order = append(order, packinglabel.Labels{})
+	order = append(order, nodelabel.Labels{})
 	prev := int64(-1)
 	for i := len(order) - 1; i >= 0; i-- {
 		s := terms.Score(node(order[i]))
@@ -236,18 +237,18 @@ func TestPackingTermsRankNodes(t *testing.T) {
 		}
 		prev = s
 	}
-	if s := terms.Score(node(packinglabel.Labels{})); s != 0 {
+	if s := terms.Score(node(nodelabel.Labels{})); s != 0 {
 		t.Errorf("a node without labels scores %d, want 0", s)
 	}
-	if a, b := terms.Score(node(packinglabel.LabelsInUse(admission.PackingLevels+3))), terms.Score(node(packinglabel.LabelsInUse(admission.PackingLevels-1))); a != b {
+	if a, b := terms.Score(node(nodelabel.LabelsInUse(podterms.Levels+3))), terms.Score(node(nodelabel.LabelsInUse(podterms.Levels-1))); a != b {
 		t.Errorf("more GPUs in use than the levels scores %d, want %d (the top level)", a, b)
 	}
 	var total int32
-	for _, term := range admission.PackingTerms() {
+	for _, term := range podterms.Terms() {
 		if term.Weight < 1 || term.Weight > 100 {
 			t.Errorf("term weight %d outside the API's 1-100", term.Weight)
 		}
 		total += term.Weight
 	}
-	t.Logf("score range 0-%d over %d terms", total, len(admission.PackingTerms()))
+	t.Logf("score range 0-%d over %d terms", total, len(podterms.Terms()))
 }

@@ -21,8 +21,9 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/errcap"
 	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/packing/podterms"
+	"github.com/gpufrac/gpufrac/internal/safetext"
 )
 
 // Paths the webhook configurations point at.
@@ -55,7 +56,7 @@ type Server struct {
 	// Options for class names; GPU sizes come from Cluster.
 	KAI kai.Options
 	// Claims, when set, serves the packing webhook (packing.go).
-	Claims ClaimSpecs
+	Claims podterms.ClaimSpecs
 }
 
 // Handler routes the two webhooks.
@@ -81,7 +82,7 @@ func (s *Server) serve(admit admitFunc) http.HandlerFunc {
 		if n := v1alpha1.FindUnboundedQuantity(body); n != "" {
 			// Decoding a Pod or a claim would parse it into a
 			// resource.Quantity for minutes (v1alpha1.ParseQuantity).
-			http.Error(w, fmt.Sprintf("the number %s has an exponent outside [-%d, %d]", errcap.Text(n, 64),
+			http.Error(w, fmt.Sprintf("the number %s has an exponent outside [-%d, %d]", safetext.Cap(n, 64),
 				v1alpha1.MaxQuantityExponent, v1alpha1.MaxQuantityExponent), http.StatusBadRequest)
 			return
 		}

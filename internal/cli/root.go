@@ -14,8 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
-	"github.com/gpufrac/gpufrac/internal/errcap"
-	"github.com/gpufrac/gpufrac/internal/termsafe"
+	"github.com/gpufrac/gpufrac/internal/safetext"
 )
 
 // IOStreams are where commands read and write, so that tests can run them
@@ -47,8 +46,8 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 
 func newRootCommand(streams IOStreams, clientFor clientFunc) *cobra.Command {
 	// Every command prints names and messages taken from manifests and the
-	// cluster: none may act on the terminal (termsafe).
-	streams.Out, streams.ErrOut = termsafe.Writer(streams.Out), termsafe.Writer(streams.ErrOut)
+	// cluster: none may act on the terminal (safetext).
+	streams.Out, streams.ErrOut = safetext.Writer(streams.Out), safetext.Writer(streams.ErrOut)
 	root := &cobra.Command{
 		Use:   "kubectl-gpufrac",
 		Short: "Work with gpufrac.dev fractional GPU claims",
@@ -94,6 +93,6 @@ func ExitCode(err error, errOut io.Writer) int {
 	if errors.As(err, &exit) {
 		return exit.Code
 	}
-	fmt.Fprintf(errOut, "error: %s\n", termsafe.Escape(errcap.Text(err.Error(), maxErrorBytes)))
+	fmt.Fprintf(errOut, "error: %s\n", safetext.Escape(safetext.Cap(err.Error(), maxErrorBytes)))
 	return 1
 }

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/errcap"
 	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/safetext"
 )
 
 // newTranslateCommand previews, offline, what the admission webhook makes of
@@ -114,18 +114,18 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 		}
 		// The name and the messages come from the file: bounded (a name
 		// the API server accepts is at most 253 bytes, documented).
-		name := errcap.Text(pod.Name, 253)
+		name := safetext.Cap(pod.Name, 253)
 		printComparison(out, name, kai.Compare(&pod, opts))
 		res, err := kai.Translate(&pod, opts)
 		switch {
 		case err != nil:
-			fmt.Fprintf(out, "# Pod/%s: refused: %s\n", name, errcap.Text(err.Error(), maxMessageBytes))
+			fmt.Fprintf(out, "# Pod/%s: refused: %s\n", name, safetext.Cap(err.Error(), maxMessageBytes))
 			ok = false
 		case res == nil:
 			fmt.Fprintf(out, "# Pod/%s: nothing to translate\n", name)
 		default:
 			for _, w := range res.Warnings {
-				fmt.Fprintf(errOut, "Warning: Pod/%s: %s\n", name, errcap.Text(w, maxMessageBytes))
+				fmt.Fprintf(errOut, "Warning: Pod/%s: %s\n", name, safetext.Cap(w, maxMessageBytes))
 			}
 			if err := printYAML(out, res.Template); err != nil {
 				return false, err
@@ -142,7 +142,7 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 func printComparison(out io.Writer, name string, rows []kai.Row) {
 	fmt.Fprintf(out, "# Pod/%s: KAI-Scheduler vs gpufrac\n", name)
 	width := [2]int{len("aspect"), len("KAI-Scheduler")}
-	cell := func(s string) string { return errcap.Text(s, maxMessageBytes) }
+	cell := func(s string) string { return safetext.Cap(s, maxMessageBytes) }
 	for _, r := range rows {
 		width[0], width[1] = max(width[0], len(r.Aspect)), max(width[1], len(cell(r.KAI)))
 	}

@@ -23,7 +23,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/cli/why"
-	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
+	"github.com/gpufrac/gpufrac/internal/sim/catalog"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -31,7 +32,7 @@ import (
 // pod in another namespace, and a Pending pod whose 80Gi claim (from a
 // template, not created yet) fits nowhere.
 func whyCluster(t *testing.T) []runtime.Object {
-	inv, err := domain.SimulatedInventory("h200x2", "node-a", domain.EnforcementDMem)
+	inv, err := catalog.Inventory("h200x2", "node-a", domain.EnforcementDMem)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,11 +23,12 @@ import (
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
 	"github.com/gpufrac/gpufrac/internal/clientauth"
-	"github.com/gpufrac/gpufrac/internal/extender"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/metricsserver"
-	"github.com/gpufrac/gpufrac/internal/packinglabel"
-	"github.com/gpufrac/gpufrac/internal/packingparam"
+	"github.com/gpufrac/gpufrac/internal/packing/extender"
+	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
+	"github.com/gpufrac/gpufrac/internal/packing/podterms"
+	"github.com/gpufrac/gpufrac/internal/packing/policyparam"
 )
 
 // The controller's client limits by default, as kube-scheduler's
@@ -57,14 +58,14 @@ type Config struct {
 	Cert    webhookcert.Config
 	KAI     kai.Options
 	// PackingLabels keeps the node label the packing webhook's node
-	// affinity prefers (internal/packinglabel); it needs nodes patch rights.
+	// affinity prefers (internal/packing/nodelabel); it needs nodes patch rights.
 	PackingLabels bool
 	// PackingParameter, when it names a ConfigMap, keeps there the list
 	// of fraction templates the packing MutatingAdmissionPolicy reads
-	// (internal/packingparam); it needs get, create and update on it.
+	// (internal/packing/policyparam); it needs get, create and update on it.
 	PackingParameter types.NamespacedName
 	// ExtenderAddress, when set, serves kube-scheduler's extender
-	// prioritize verb there over plain HTTP (internal/extender); empty
+	// prioritize verb there over plain HTTP (internal/packing/extender); empty
 	// disables it.
 	ExtenderAddress string
 	// ClientAuth, when it names a CA file, makes the webhooks accept only
@@ -103,17 +104,17 @@ func Run(ctx context.Context, cfg Config) error {
 
 	factory := informers.NewSharedInformerFactory(cfg.Client, 10*time.Minute)
 	cluster := admission.NewInformerCluster(factory)
-	claims := admission.NewInformerClaims(factory, cfg.Client)
+	claims := podterms.NewInformerClaims(factory, cfg.Client)
 	// The node label the packing webhook's node affinity prefers.
-	var labels *packinglabel.Loop
+	var labels *nodelabel.Loop
 	if cfg.PackingLabels {
-		if labels, err = packinglabel.New(factory, cfg.Client); err != nil {
+		if labels, err = nodelabel.New(factory, cfg.Client); err != nil {
 			return err
 		}
 	}
-	var param *packingparam.Loop
+	var param *policyparam.Loop
 	if cfg.PackingParameter.Name != "" {
-		if param, err = packingparam.New(factory, cfg.Client, cfg.PackingParameter); err != nil {
+		if param, err = policyparam.New(factory, cfg.Client, cfg.PackingParameter); err != nil {
 			return err
 		}
 	}

@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/internal/extender"
+	"github.com/gpufrac/gpufrac/internal/packing/extender"
 )
 
 // serveExtender serves the scheduler extender on address until ctx ends;

@@ -19,7 +19,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
 	"github.com/gpufrac/gpufrac/internal/controller"
-	"github.com/gpufrac/gpufrac/internal/extender"
+	"github.com/gpufrac/gpufrac/internal/packing/extender"
 )
 
 // TestServesSchedulerExtender starts the controller as the binary does

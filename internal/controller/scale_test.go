@@ -21,7 +21,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
-	"github.com/gpufrac/gpufrac/internal/packinglabel"
+	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
@@ -44,7 +44,7 @@ const (
 //     after a GC, against a baseline taken just before;
 //   - 20,000 allocated ResourceClaims in an informer's store, as decoded
 //     (what kube-scheduler holds for them) and through the transform the
-//     controller's claim informer applies (packinglabel.StripClaim: its
+//     controller's claim informer applies (nodelabel.StripClaim: its
 //     claim cache, which admission's ClaimSpec, the packing labels and the
 //     scheduler extender share). The synthetic claims carry no managed
 //     fields, which real ones do (one entry per writer), so a real
@@ -84,7 +84,7 @@ func BenchmarkControllerCacheAtScale(b *testing.B) {
 	for range b.N {
 		slicesHeap = controllerCacheHeap(ctx, b, sliceList, classes)
 		claimsHeap = claimStoreHeap(b, claimList, nil)
-		strippedHeap = claimStoreHeap(b, claimList, packinglabel.StripClaim)
+		strippedHeap = claimStoreHeap(b, claimList, nodelabel.StripClaim)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(len(slices))/scaleNodes, "slices/node")

@@ -7,9 +7,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gpufrac/gpufrac/internal/core/allocator"
+	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
 	"github.com/gpufrac/gpufrac/internal/kai"
-	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
-	"github.com/gpufrac/gpufrac/internal/placement"
+	"github.com/gpufrac/gpufrac/internal/sim/catalog"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 	"github.com/gpufrac/gpufrac/templates"
 )
@@ -23,8 +24,8 @@ func shippedClasses(t *testing.T) []*resourceapi.DeviceClass {
 	return out
 }
 
-func h200Cluster(t *testing.T) *placement.Cluster {
-	inv, err := domain.SimulatedInventory("h200x2", "node-a", domain.EnforcementDMem)
+func h200Cluster(t *testing.T) *allocator.Cluster {
+	inv, err := catalog.Inventory("h200x2", "node-a", domain.EnforcementDMem)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func h200Cluster(t *testing.T) *placement.Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return placement.New(resourceslices.Objects("gpufrac.dev", res), shippedClasses(t))
+	return allocator.New(resourceslices.Objects("gpufrac.dev", res), shippedClasses(t))
 }
 
 func translateOne(t *testing.T, annotations map[string]string) *resourceapi.ResourceClaim {
@@ -41,7 +42,7 @@ func translateOne(t *testing.T, annotations map[string]string) *resourceapi.Reso
 	if err != nil {
 		t.Fatal(err)
 	}
-	return placement.ClaimFromTemplate("c", res.Template)
+	return allocator.ClaimFromTemplate("c", res.Template)
 }
 
 // TestNumDevicesLandOnDistinctGPUs runs the scheduler's allocator on the

@@ -13,8 +13,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gpufrac/gpufrac/internal/errcap"
-	"github.com/gpufrac/gpufrac/internal/termsafe"
+	"github.com/gpufrac/gpufrac/internal/safetext"
 )
 
 // Pod-level annotations (KAI's constants.go).
@@ -97,7 +96,7 @@ func (e Error) Error() string {
 		return e.Rule
 	}
 	// %q escapes control characters, so the value cannot act on a terminal.
-	return fmt.Sprintf("annotation %s=%q: %s", termsafe.Escape(errcap.Text(e.Annotation, maxValueBytes)), errcap.Text(e.Value, maxValueBytes), e.Rule)
+	return fmt.Sprintf("annotation %s=%q: %s", safetext.Escape(safetext.Cap(e.Annotation, maxValueBytes)), safetext.Cap(e.Value, maxValueBytes), e.Rule)
 }
 
 // Errors is kept as a list so callers can print each problem; KAI stops at

@@ -12,7 +12,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/gpubounds"
 )
 
 // Options are the cluster facts a translation depends on.
@@ -259,10 +258,10 @@ func checkBounds(pod *corev1.Pod, req *request, opts Options) *Error {
 		return refusal(AnnotationFraction, pod.Annotations[AnnotationFraction], "gpufrac: the cluster has no gpufrac GPUs, so a portion cannot be turned into memory")
 	}
 
-	if bound, source := gpubounds.MaxDevices(opts.MaxGPUsPerNode); req.count > int64(bound) {
+	if bound, source := v1alpha1.MaxDevices(opts.MaxGPUsPerNode); req.count > int64(bound) {
 		return refusal(AnnotationNumDevices, pod.Annotations[AnnotationNumDevices], fmt.Sprintf("gpufrac: must be at most %d, %s", bound, source))
 	}
-	largest, source := gpubounds.LargestGPU(opts.GPUMemorySizes)
+	largest, source := v1alpha1.LargestGPU(opts.GPUMemorySizes)
 	check := func(q resource.Quantity, key string) *Error {
 		if q.Cmp(largest) > 0 {
 			return refusal(key, pod.Annotations[key], fmt.Sprintf("gpufrac: %s must be at most %s, the largest GPU %s", q.String(), largest.String(), source))

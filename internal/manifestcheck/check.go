@@ -40,7 +40,7 @@ func checkDeviceClass(dc *resourceapi.DeviceClass, b bound) field.ErrorList {
 	return errs
 }
 
-// bound is the most memory one share may have (gpubounds.LargestGPU).
+// bound is the most memory one share may have (v1alpha1.LargestGPU).
 type bound struct {
 	largest resource.Quantity
 	source  string

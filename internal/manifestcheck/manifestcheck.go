@@ -20,9 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/errcap"
-	"github.com/gpufrac/gpufrac/internal/gpubounds"
-	"github.com/gpufrac/gpufrac/internal/termsafe"
+	"github.com/gpufrac/gpufrac/internal/safetext"
 )
 
 // Input is one source of manifests.
@@ -60,7 +58,7 @@ func (r Result) Failed() bool { return r.Err != nil || len(r.Problems) > 0 }
 //	<source>: document <n>: [<Kind>/<name>: ]<error>
 //
 // Names and messages come from the manifest, so every line is escaped
-// (termsafe) and kept to MaxLineBytes, and at most MaxProblems problems are
+// (safetext) and kept to MaxLineBytes, and at most MaxProblems problems are
 // listed per object, with a count of the rest.
 func (r Result) Lines() []string { return r.LinesUpTo(MaxProblems) }
 
@@ -68,7 +66,7 @@ func (r Result) Lines() []string { return r.LinesUpTo(MaxProblems) }
 func (r Result) LinesUpTo(n int) []string {
 	lines := r.lines(n)
 	for i := range lines {
-		lines[i] = errcap.Text(termsafe.Escape(lines[i]), MaxLineBytes)
+		lines[i] = safetext.Cap(safetext.Escape(lines[i]), MaxLineBytes)
 	}
 	return lines
 }
@@ -145,7 +143,7 @@ type Options struct {
 	// GPUMemorySizes are the memory sizes of the cluster's gpufrac GPUs;
 	// no memory request or limit may exceed the largest. When empty, the
 	// largest GPU of gpufrac's simulated catalog bounds them
-	// (gpubounds.LargestGPU), and the problem says which bound applied.
+	// (v1alpha1.LargestGPU), and the problem says which bound applied.
 	GPUMemorySizes []resource.Quantity
 }
 
@@ -167,7 +165,7 @@ func Check(inputs ...Input) []Result { return CheckWith(Options{}, inputs...) }
 // CheckWith is Check with the cluster's GPU sizes as the memory bound.
 func CheckWith(opts Options, inputs ...Input) []Result {
 	var b bound
-	b.largest, b.source = gpubounds.LargestGPU(opts.GPUMemorySizes)
+	b.largest, b.source = v1alpha1.LargestGPU(opts.GPUMemorySizes)
 	var objs []*parsed
 	for _, in := range inputs {
 		found := parse(in)
@@ -301,7 +299,7 @@ func parseObject(source string, doc int, data []byte, list *header) []*parsed {
 	if n := v1alpha1.FindUnboundedQuantity(data); n != "" {
 		// Decoding would parse it into a resource.Quantity for minutes.
 		res.Err = fmt.Errorf("the number %s has an exponent outside [-%d, %d]: no quantity needs it, and arithmetic on it takes minutes",
-			errcap.Text(n, 64), v1alpha1.MaxQuantityExponent, v1alpha1.MaxQuantityExponent)
+			safetext.Cap(n, 64), v1alpha1.MaxQuantityExponent, v1alpha1.MaxQuantityExponent)
 		return []*parsed{res}
 	}
 	obj, _, err := strictDecoder.Decode(data, nil, nil)

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/internal/errcap"
+	"github.com/gpufrac/gpufrac/internal/safetext"
 )
 
 // Checks are the probes' answers; nil means always ok.
@@ -128,7 +128,7 @@ func probe(check func() error, maxMessage int) http.HandlerFunc {
 		if check != nil {
 			if err := check(); err != nil {
 				klog.FromContext(r.Context()).V(2).Info("Probe failed", "path", r.URL.Path, "err", err)
-				http.Error(w, errcap.Text(err.Error(), maxMessage), http.StatusServiceUnavailable)
+				http.Error(w, safetext.Cap(err.Error(), maxMessage), http.StatusServiceUnavailable)
 				return
 			}
 		}

@@ -9,7 +9,7 @@
 // library and k8s.io/apimachinery, so that a package depending on it links
 // neither NVML (cgo) nor a Kubernetes client. Where the values come from is
 // the adapters' business: internal/node/nvmldiscovery reads them from NVML,
-// internal/node/gpusim from go-nvml's simulated servers, and
+// internal/sim/gpusim from go-nvml's simulated servers, and
 // SimulatedInventory here builds the same inventory from the catalog alone
 // (a test in gpusim holds the two equal).
 package domain

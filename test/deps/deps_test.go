@@ -72,7 +72,7 @@ func TestDomainImportsOnlyStdlibAndAPIMachinery(t *testing.T) {
 // link NVML (cgo) nor a Kubernetes clientset, so that the CLI and the
 // webhook can use it.
 func TestPlanLinksNoCgoAndNoClientset(t *testing.T) {
-	for _, target := range []string{"./internal/node/plan", "./pkg/domain"} {
+	for _, target := range []string{"./internal/core/plan", "./pkg/domain"} {
 		deps := list(t, []string{"CGO_ENABLED=1"}, "-deps", target)
 		if len(deps) < 2 {
 			t.Fatalf("go list -deps %s listed %d packages", target, len(deps))

@@ -30,6 +30,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/controller"
 	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 )
 
@@ -327,7 +328,7 @@ func (cp *ControlPlane) waitPacking(ctx context.Context, namespace string, probe
 			before = c
 		}
 		got, err := cp.Client.CoreV1().Pods(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil || (got.Labels[admission.LabelFraction] == "true") != packed {
+		if err != nil || (got.Labels[podterms.LabelFraction] == "true") != packed {
 			return false, nil
 		}
 		if webhook == "" {

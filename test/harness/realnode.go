@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/internal/node/gpusim"
+	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 	"github.com/gpufrac/gpufrac/test/nodebuild"
 )

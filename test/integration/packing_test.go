@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
-	"github.com/gpufrac/gpufrac/internal/packinglabel"
+	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
+	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 
@@ -114,7 +114,7 @@ func testPacking(t *testing.T, policy bool) {
 		t.Errorf("packing on: %d GPUs used, want at most the lower bound %d plus one", p.GPUs, p.LowerBound)
 	}
 	for _, pod := range e.pods() {
-		if pod.Labels[admission.LabelFraction] != "true" {
+		if pod.Labels[podterms.LabelFraction] != "true" {
 			t.Errorf("pod %s was admitted without the packing webhook", pod.Name)
 		}
 	}
@@ -126,7 +126,7 @@ func testPacking(t *testing.T, policy bool) {
 			if err != nil {
 				return false, err
 			}
-			v, _ := strconv.Atoi(node.Labels[packinglabel.LabelGPUsInUse])
+			v, _ := strconv.Atoi(node.Labels[nodelabel.LabelGPUsInUse])
 			sum += v
 		}
 		return sum == p.GPUs, nil
@@ -143,7 +143,7 @@ func testPacking(t *testing.T, policy bool) {
 	}
 	waitBound(48)
 	for _, pod := range e.pods() {
-		_, packed := pod.Labels[admission.LabelFraction]
+		_, packed := pod.Labels[podterms.LabelFraction]
 		switch {
 		case strings.HasPrefix(pod.Name, "outage-listed-") && packed != policy:
 			t.Errorf("pod %s of a listed template packed while the controller was down: %v, want %v (the policy)", pod.Name, packed, policy)

@@ -11,14 +11,14 @@ import (
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
-	"github.com/gpufrac/gpufrac/internal/admission"
+	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 
 // TestPackingPolicyPatchesAsTheWebhook: the packing
 // MutatingAdmissionPolicy of deployments/webhooks.yaml, applied by the real
 // kube-apiserver, gives every pod shape exactly what the packing webhook's
-// patch (admission.PackingPatch) gives it, without calling the webhook;
+// patch (podterms.Patch) gives it, without calling the webhook;
 // pods the policy cannot tell (a whole-GPU template, a template newer than
 // its parameter) still reach the webhook, and opted-out pods get nothing.
 func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
@@ -54,7 +54,7 @@ func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 	required := &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchExpressions: []v1.NodeSelectorRequirement{
 		{Key: "pool", Operator: v1.NodeSelectorOpIn, Values: []string{"gpu"}}}}}}
 	packed := pod(nil, "frac")
-	if err := applyPatch(packed, admission.PackingPatch(packed)); err != nil {
+	if err := applyPatch(packed, podterms.Patch(packed)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -68,7 +68,7 @@ func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 	}{
 		{name: "bare", pod: pod(nil, "frac"), viaPolicy: true, packed: true},
 		{name: "labels", pod: pod(func(p *v1.Pod) { p.Labels = map[string]string{"app": "llm"} }, "frac"), viaPolicy: true, packed: true},
-		{name: "fraction label false", pod: pod(func(p *v1.Pod) { p.Labels = map[string]string{admission.LabelFraction: "false"} }, "frac"), viaPolicy: true, packed: true},
+		{name: "fraction label false", pod: pod(func(p *v1.Pod) { p.Labels = map[string]string{podterms.LabelFraction: "false"} }, "frac"), viaPolicy: true, packed: true},
 		{name: "pod anti-affinity", pod: pod(func(p *v1.Pod) {
 			p.Spec.Affinity = &v1.Affinity{PodAntiAffinity: &v1.PodAntiAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []v1.WeightedPodAffinityTerm{{
 				Weight: 5, PodAffinityTerm: v1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname"}}}}}
@@ -82,13 +82,13 @@ func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 		{name: "whole GPU then fraction", pod: pod(nil, "whole", "frac"), viaPolicy: true, packed: true},
 		{name: "already packed", pod: packed.DeepCopy(), viaPolicy: true, packed: true},
 		{name: "whole GPU", pod: pod(nil, "whole")},
-		{name: "opted out", pod: pod(func(p *v1.Pod) { p.Annotations = map[string]string{admission.AnnotationPacking: "false"} }, "frac")},
+		{name: "opted out", pod: pod(func(p *v1.Pod) { p.Annotations = map[string]string{podterms.AnnotationPacking: "false"} }, "frac")},
 		{name: "unknown template", pod: pod(nil, "not-yet")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := tc.pod.DeepCopy()
 			if tc.packed {
-				if err := applyPatch(want, admission.PackingPatch(want)); err != nil {
+				if err := applyPatch(want, podterms.Patch(want)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -104,7 +104,7 @@ func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Labels[admission.LabelFraction] != want.Labels[admission.LabelFraction] || !equality.Semantic.DeepEqual(got.Spec.Affinity, want.Spec.Affinity) {
+			if got.Labels[podterms.LabelFraction] != want.Labels[podterms.LabelFraction] || !equality.Semantic.DeepEqual(got.Spec.Affinity, want.Spec.Affinity) {
 				t.Errorf("admitted with labels %v and affinity\n%s\nwant labels %v and affinity\n%s",
 					got.Labels, asJSON(got.Spec.Affinity), want.Labels, asJSON(want.Spec.Affinity))
 			}
@@ -138,7 +138,7 @@ func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 			return false, err
 		}
 		after, err := cp.PolicyMutations(e.ctx, policy)
-		return got.Labels[admission.LabelFraction] == "true" && after > before, err
+		return got.Labels[podterms.LabelFraction] == "true" && after > before, err
 	})
 	// And a template deleted leaves it.
 	if err := e.client.ResourceV1().ResourceClaimTemplates(e.ns).Delete(e.ctx, "later", metav1.DeleteOptions{}); err != nil {
@@ -157,7 +157,7 @@ func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 
 // applyPatch applies JSON patch operations to pod as the API server
 // applies a webhook's patch.
-func applyPatch(pod *v1.Pod, ops []admission.PatchOp) error {
+func applyPatch(pod *v1.Pod, ops []podterms.PatchOp) error {
 	if len(ops) == 0 {
 		return nil
 	}

@@ -11,10 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
-	"github.com/gpufrac/gpufrac/internal/admission"
-	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
-	"github.com/gpufrac/gpufrac/internal/packinglabel"
-	"github.com/gpufrac/gpufrac/internal/placement"
+	"github.com/gpufrac/gpufrac/internal/core/allocator"
+	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
+	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
+	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 )
 
 // Scheduler is how pods pick nodes. The zero value is kube-scheduler's
@@ -80,13 +80,13 @@ type schedState struct {
 	pods  map[string]int
 	// gpus are the devices in use per node.
 	gpus map[string]map[string]bool
-	// byName are the nodes sorted by name, the order packinglabel
+	// byName are the nodes sorted by name, the order nodelabel
 	// designates them in.
 	byName []string
 	// terms are the packing webhook's, as the scheduler matches them;
 	// scores caches their score per label state (a few dozen states).
 	terms  *nodeaffinity.PreferredSchedulingTerms
-	scores map[packinglabel.Labels]int
+	scores map[nodelabel.Labels]int
 }
 
 func newSchedState(s Scheduler, nodes []string) (*schedState, error) {
@@ -99,14 +99,14 @@ func newSchedState(s Scheduler, nodes []string) (*schedState, error) {
 	if s.MaxPods == 0 {
 		s.MaxPods = 110
 	}
-	terms, err := nodeaffinity.NewPreferredSchedulingTerms(admission.PackingTerms())
+	terms, err := nodeaffinity.NewPreferredSchedulingTerms(podterms.Terms())
 	if err != nil {
 		return nil, fmt.Errorf("the packing webhook's node-affinity terms: %w", err)
 	}
 	byName := slices.Clone(nodes)
 	slices.Sort(byName)
 	return &schedState{s: s, rng: rand.New(rand.NewPCG(s.Seed, s.Seed^0x5bd1e995)), nodes: nodes, byName: byName,
-		pods: map[string]int{}, gpus: map[string]map[string]bool{}, terms: terms, scores: map[packinglabel.Labels]int{}}, nil
+		pods: map[string]int{}, gpus: map[string]map[string]bool{}, terms: terms, scores: map[nodelabel.Labels]int{}}, nil
 }
 
 func leastRequested(requested, capacity int64) int64 {
@@ -118,14 +118,14 @@ func leastRequested(requested, capacity int64) int64 {
 
 // place picks a node for one pod and records its allocation; nil when it
 // fits nowhere.
-func (st *schedState) place(ctx context.Context, cl *placement.Cluster, fraction bool, claims []*resourceapi.ResourceClaim) (*placement.Fit, error) {
+func (st *schedState) place(ctx context.Context, cl *allocator.Cluster, fraction bool, claims []*resourceapi.ResourceClaim) (*allocator.Fit, error) {
 	if st.s.FirstFit {
 		results, node, err := cl.Allocate(ctx, claims...)
 		if err != nil || results == nil {
 			return nil, err
 		}
 		st.pods[node]++
-		return &placement.Fit{Node: node, Results: results}, nil
+		return &allocator.Fit{Node: node, Results: results}, nil
 	}
 	full := func(node string) bool { return st.pods[node] >= st.s.MaxPods }
 	fits, tried, err := cl.FitsFrom(ctx, st.start, st.s.numFeasibleNodesToFind(len(st.nodes)), full, claims...)
@@ -172,7 +172,7 @@ func (st *schedState) place(ctx context.Context, cl *placement.Cluster, fraction
 	chosen := fits[best]
 	cl.Record(chosen.Results...)
 	st.pods[chosen.Node]++
-	// The label counts the GPUs that fraction claims hold (packinglabel).
+	// The label counts the GPUs that fraction claims hold (nodelabel).
 	for _, r := range chosen.Results {
 		if !fraction {
 			break
@@ -188,18 +188,18 @@ func (st *schedState) place(ctx context.Context, cl *placement.Cluster, fraction
 }
 
 // packingScore is the sum of the weights of the packing webhook's
-// node-affinity terms (admission.PackingTerms) that node matches, as
+// node-affinity terms (podterms.Terms) that node matches, as
 // kube-scheduler's NodeAffinity plugin sums them, with the labels the
-// controller keeps (packinglabel): GPUs that fractions use, or the
+// controller keeps (nodelabel): GPUs that fractions use, or the
 // designated rank of an empty node. The model writes labels at once; the
 // controller writes them a watch and a patch after the allocation, which
-// is why it designates several nodes (packinglabel.LabelFillOrder).
+// is why it designates several nodes (nodelabel.LabelFillOrder).
 func (st *schedState) packingScore(node string, designated map[string]int) int {
-	var l packinglabel.Labels
+	var l nodelabel.Labels
 	if n := len(st.gpus[node]); n > 0 {
-		l = packinglabel.LabelsInUse(n)
+		l = nodelabel.LabelsInUse(n)
 	} else if rank, ok := designated[node]; ok {
-		l = packinglabel.LabelsDesignated(rank)
+		l = nodelabel.LabelsDesignated(rank)
 	}
 	score, ok := st.scores[l]
 	if !ok {
@@ -209,13 +209,13 @@ func (st *schedState) packingScore(node string, designated map[string]int) int {
 	return score
 }
 
-// designated are the nodes packinglabel designates and their ranks: the
-// first packinglabel.DesignatedPerPool by name whose GPUs hold nothing
+// designated are the nodes nodelabel designates and their ranks: the
+// first nodelabel.DesignatedPerPool by name whose GPUs hold nothing
 // (the model's nodes form one pool).
 func (st *schedState) designated() map[string]int {
 	out := map[string]int{}
 	for _, n := range st.byName {
-		if len(out) == packinglabel.DesignatedPerPool {
+		if len(out) == nodelabel.DesignatedPerPool {
 			break
 		}
 		if len(st.gpus[n]) == 0 {

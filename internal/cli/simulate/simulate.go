@@ -1,7 +1,7 @@
 // Package simulate places a workload on a simulated cluster the way the
 // scheduler would: the ResourceSlices come from the same code the kubelet
 // plugin runs over go-nvml's mock GPUs, and placement is the scheduler's own
-// structured allocator (internal/placement), pod by pod, node by node. It is the
+// structured allocator (internal/core/allocator), pod by pod, node by node. It is the
 // engine of `kubectl gpufrac simulate` and of the packing benchmark.
 package simulate
 
@@ -16,8 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
-	"github.com/gpufrac/gpufrac/internal/placement"
+	"github.com/gpufrac/gpufrac/internal/core/allocator"
+	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
+	"github.com/gpufrac/gpufrac/internal/sim/catalog"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -95,14 +96,14 @@ func NodeName(i int) string { return fmt.Sprintf("node-%03d", i) }
 // NodeSlices are the ResourceSlices gpufrac-kubelet-plugin
 // --simulate-gpus=gpus publishes on node name, made by the plugin's own
 // slice code over the inventory its discovery finds on such a node
-// (domain.SimulatedInventory: the catalog, no NVML, so the CLI needs no
+// (catalog.Inventory: the catalog, no NVML, so the CLI needs no
 // cgo; gpusim's tests hold it equal to discovery over go-nvml's mocks).
 // Empty enforcement means dmem.
 func NodeSlices(ctx context.Context, name, gpus string, enf domain.Enforcement) ([]*resourceapi.ResourceSlice, error) {
 	if enf == "" {
 		enf = domain.EnforcementDMem
 	}
-	inv, err := domain.SimulatedInventory(gpus, name, enf)
+	inv, err := catalog.Inventory(gpus, name, enf)
 	if err != nil {
 		return nil, err
 	}
@@ -140,7 +141,7 @@ func Run(ctx context.Context, slices []*resourceapi.ResourceSlice, classes []*re
 
 // RunWith places pods in order on the cluster, choosing nodes as sched does.
 func RunWith(ctx context.Context, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass, pods []Pod, sched Scheduler) (*Result, error) {
-	cl := placement.New(slices, classes)
+	cl := allocator.New(slices, classes)
 	st, err := newSchedState(sched, cl.NodeNames())
 	if err != nil {
 		return nil, err

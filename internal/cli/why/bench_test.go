@@ -14,15 +14,15 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/internal/cli/why"
-	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
-	"github.com/gpufrac/gpufrac/internal/placement"
+	"github.com/gpufrac/gpufrac/internal/core/allocator"
+	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
 // BenchmarkWhyAtScale explains a Pending 30Gi claim on 1,000 nodes x 8
 // H200 where every GPU holds three 40Gi shares (24,000 claims; 21Gi free
 // per GPU, so the claim is Fragmented everywhere), against the baseline of
-// the scheduler's own Filter for that pod (placement.Feasible: the
+// the scheduler's own Filter for that pod (allocator.Feasible: the
 // allocated state, one allocator, an attempt on every node), interleaved
 // so load on the machine hits both alike. why does that replay, diagnoses
 // every node and confirms two suggestions with further replays; the
@@ -63,7 +63,7 @@ func BenchmarkWhyAtScale(b *testing.B) {
 	b.ResetTimer()
 	for range b.N {
 		start := time.Now()
-		cluster := placement.New(slices, classes)
+		cluster := allocator.New(slices, classes)
 		cluster.Record(results...)
 		fit, err := cluster.Feasible(ctx, pending)
 		if err != nil || len(fit) != 0 {
@@ -88,7 +88,7 @@ func BenchmarkWhyAtScale(b *testing.B) {
 	b.ReportMetric(float64(explain)/float64(filter), "why/filter")
 	fmt.Printf("\n%-44s %12s\n%-44s %12s\n%-44s %12s\n%-44s %12.1f\n",
 		fmt.Sprintf("1,000 nodes x 8 H200, %d shares, %d runs", len(held), b.N), "per run",
-		"scheduler Filter (placement.Feasible)", (filter / n).Round(time.Millisecond),
+		"scheduler Filter (allocator.Feasible)", (filter / n).Round(time.Millisecond),
 		"kubectl gpufrac why (internal/cli/why.Explain)", (explain / n).Round(time.Millisecond),
 		"why / Filter", float64(explain)/float64(filter))
 }

@@ -13,7 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/cli/why"
-	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
+	"github.com/gpufrac/gpufrac/internal/sim/catalog"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -39,7 +40,7 @@ func (c *cluster) node(name, spec string, enf domain.Enforcement, unhealthy map[
 	c.t.Helper()
 	// A driver with MPS v3 whatever the enforcement: the node is
 	// simulated as dmem, and its enforcement then set.
-	inv, err := domain.SimulatedInventory(spec, name, domain.EnforcementDMem)
+	inv, err := catalog.Inventory(spec, name, domain.EnforcementDMem)
 	if err != nil {
 		c.t.Fatal(err)
 	}

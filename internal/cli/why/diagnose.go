@@ -10,7 +10,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
-	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
 )
 
 // alt is one way to satisfy a request: the request itself, or one of its

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 
-	"github.com/gpufrac/gpufrac/internal/node/plan"
-	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
+	"github.com/gpufrac/gpufrac/internal/core/plan"
+	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -107,7 +107,7 @@ func (w *world) explainPending(ctx context.Context, pod *v1.Pod, pending []*reso
 
 // refusals are the reasons node's plugin would refuse to prepare the
 // claims allocated as results: the plugin's own planning code
-// (internal/node/plan), run over the node's published attributes, is the oracle.
+// (internal/core/plan), run over the node's published attributes, is the oracle.
 func (w *world) refusals(node string, claims []*resourceapi.ResourceClaim, results []resourceapi.AllocationResult) []Reason {
 	var out []Reason
 	for i, c := range claims {

@@ -15,8 +15,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/node/resourceslices"
-	"github.com/gpufrac/gpufrac/internal/placement"
+	"github.com/gpufrac/gpufrac/internal/core/allocator"
+	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
 )
 
 // features are the allocator features kube-scheduler v1.37 runs with for
@@ -28,7 +28,7 @@ var features = structured.Features{ConsumableCapacity: true, PrioritizedList: tr
 // world is a snapshot prepared for replays.
 type world struct {
 	snap    Snapshot
-	classes placement.ClassLister
+	classes allocator.ClassLister
 	cache   *cel.Cache
 	// allocated are the allocated claims other than the target's.
 	allocated []*resourceapi.ResourceClaim
@@ -49,7 +49,7 @@ type deviceInfo struct {
 }
 
 func newWorld(snap Snapshot, target []*resourceapi.ResourceClaim) *world {
-	w := &world{snap: snap, classes: placement.ClassLister{}, cache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true}),
+	w := &world{snap: snap, classes: allocator.ClassLister{}, cache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true}),
 		devices: map[deviceKey]deviceInfo{}, nodes: map[string]*v1.Node{}}
 	for _, c := range snap.Classes {
 		w.classes[c.Name] = c
@@ -129,31 +129,18 @@ func (w *world) candidates(pod *v1.Pod) ([]string, []NodeResult) {
 // state is what the allocated claims hold, less the claims in leaving, as
 // the scheduler tracks it.
 func (w *world) state(leaving sets.Set[types.UID]) structured.AllocatedState {
-	st := structured.AllocatedState{
-		AllocatedDevices:         sets.New[structured.DeviceID](),
-		AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity:       structured.NewConsumedCapacityCollection(),
-	}
+	held := make([]resourceapi.AllocationResult, 0, len(w.allocated))
 	for _, c := range w.allocated {
-		if leaving.Has(c.UID) {
-			continue
-		}
-		for _, r := range c.Status.Allocation.Devices.Results {
-			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-			if r.ShareID == nil {
-				st.AllocatedDevices.Insert(id)
-				continue
-			}
-			st.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
-			st.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+		if !leaving.Has(c.UID) {
+			held = append(held, *c.Status.Allocation)
 		}
 	}
-	return st
+	return allocator.AllocatedState(held...)
 }
 
-// allocator is the scheduler's allocator over the snapshot without the
+// newAllocator is the scheduler's allocator over the snapshot without the
 // claims in leaving.
-func (w *world) allocator(ctx context.Context, leaving sets.Set[types.UID]) (structured.Allocator, error) {
+func (w *world) newAllocator(ctx context.Context, leaving sets.Set[types.UID]) (structured.Allocator, error) {
 	alloc, err := structured.NewAllocator(ctx, features, w.state(leaving), w.classes, w.snap.Slices, w.cache)
 	if err != nil {
 		return nil, fmt.Errorf("creating the allocator: %w", err)
@@ -164,7 +151,7 @@ func (w *world) allocator(ctx context.Context, leaving sets.Set[types.UID]) (str
 // fitsOn replays one allocation attempt per node and returns the nodes
 // where claims fit, with their allocations.
 func (w *world) fitsOn(ctx context.Context, nodes []string, claims []*resourceapi.ResourceClaim, leaving sets.Set[types.UID]) (map[string][]resourceapi.AllocationResult, error) {
-	alloc, err := w.allocator(ctx, leaving)
+	alloc, err := w.newAllocator(ctx, leaving)
 	if err != nil {
 		return nil, err
 	}

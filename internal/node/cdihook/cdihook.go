@@ -184,7 +184,7 @@ type Options struct {
 	DriverRoot string
 	// Open loads the NVML library found under DriverRoot: on a real node
 	// go-nvml with that path, on a simulated node the simulated driver
-	// installed at that path (internal/node/gpusim), through the same lookup.
+	// installed at that path (internal/sim/gpusim), through the same lookup.
 	Open func(libraryPath string) (nvml.Interface, error)
 	// ClaimUID and RecordDir, when set, make the hook record the container
 	// (see Record) for the plugin's per-fraction metrics.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/gpufrac/gpufrac/internal/errcap"
+	"github.com/gpufrac/gpufrac/internal/safetext"
 )
 
 // Container IDs as runtimes make them (containerd and CRI-O: 64 hex
@@ -23,7 +23,7 @@ var containerIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_+.-]{0,127}$
 // a file name.
 func ValidateContainerID(id string) error {
 	if !containerIDPattern.MatchString(id) || strings.Contains(id, "..") {
-		return fmt.Errorf("OCI state: container id %q is not an id a runtime makes (letters, digits, _ + - ., at most 128)", errcap.Text(id, 160))
+		return fmt.Errorf("OCI state: container id %q is not an id a runtime makes (letters, digits, _ + - ., at most 128)", safetext.Cap(id, 160))
 	}
 	return nil
 }
@@ -35,7 +35,7 @@ var claimUIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 // means no record is wanted.
 func ValidateClaimUID(uid string) error {
 	if uid != "" && !claimUIDPattern.MatchString(uid) {
-		return fmt.Errorf("--claim %q: not a ResourceClaim UID (lowercase letters, digits and -, at most 63)", errcap.Text(uid, 160))
+		return fmt.Errorf("--claim %q: not a ResourceClaim UID (lowercase letters, digits and -, at most 63)", safetext.Cap(uid, 160))
 	}
 	return nil
 }
@@ -45,7 +45,7 @@ func ValidateClaimUID(uid string) error {
 // up: the plugin writes an absolute, clean path into every CDI spec.
 func ValidateRecordDir(dir string) error {
 	if dir != "" && (!filepath.IsAbs(dir) || filepath.Clean(dir) != dir) {
-		return fmt.Errorf("--record-dir %q: must be an absolute path without . or .. elements", errcap.Text(dir, 160))
+		return fmt.Errorf("--record-dir %q: must be an absolute path without . or .. elements", safetext.Cap(dir, 160))
 	}
 	return nil
 }

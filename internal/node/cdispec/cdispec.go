@@ -20,8 +20,8 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/filewrite"
-	"github.com/gpufrac/gpufrac/internal/node/plan"
 )
 
 // CDI vendor and class of every device gpufrac hands out.

@@ -29,9 +29,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/internal/core/plan"
 	v1 "github.com/gpufrac/gpufrac/internal/node/checkpoint/api/v1"
 	"github.com/gpufrac/gpufrac/internal/node/filewrite"
-	"github.com/gpufrac/gpufrac/internal/node/plan"
 )
 
 // Version is the format version this code writes; Decode reads it and

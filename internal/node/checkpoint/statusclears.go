@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/internal/errcap"
+	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/filewrite"
-	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/internal/safetext"
 )
 
 // Pending status clears: after Unprepare deletes a claim's entry, the
@@ -244,7 +244,7 @@ func readClears(path string) ([]ClaimRef, int, error) {
 	}
 	lines := strings.Split(string(raw), "\n")
 	if lines[0] != statusClearsHeader {
-		return nil, 0, fmt.Errorf("pending status clears: first line %q is not %q", errcap.Text(lines[0], 64), statusClearsHeader)
+		return nil, 0, fmt.Errorf("pending status clears: first line %q is not %q", safetext.Cap(lines[0], 64), statusClearsHeader)
 	}
 	if last := len(lines) - 1; lines[last] == "" {
 		lines = lines[:last] // the newline ending the last record
@@ -259,13 +259,13 @@ func readClears(path string) ([]ClaimRef, int, error) {
 		}
 		if !plan.ValidUID(string(ref.UID)) || len(validation.IsDNS1123Label(ref.Namespace)) > 0 || len(validation.IsDNS1123Subdomain(ref.Name)) > 0 {
 			bad = append(bad, fmt.Sprintf("line %d: %q/%q (uid %q) does not name a claim",
-				i+2, errcap.Text(ref.Namespace, 64), errcap.Text(ref.Name, 256), errcap.Text(string(ref.UID), 64)))
+				i+2, safetext.Cap(ref.Namespace, 64), safetext.Cap(ref.Name, 256), safetext.Cap(string(ref.UID), 64)))
 			continue
 		}
 		out = append(out, ref)
 	}
 	if len(bad) > 0 {
-		return out, len(lines), errors.New("pending status clears: " + errcap.Join(bad, "; ", 4096))
+		return out, len(lines), errors.New("pending status clears: " + safetext.Join(bad, "; ", 4096))
 	}
 	return out, len(lines), nil
 }

@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
-	"github.com/gpufrac/gpufrac/internal/node/plan"
 )
 
 // writerEnv runs a Writer with a clear delay against a fake API server

@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/gpubounds"
 )
 
 // Kind is what happened; it is the Event reason, the condition type and
@@ -187,7 +186,7 @@ func ParseBand(s string) (Band, error) {
 	}
 	// A band as large as the GPU would put every container at its limit;
 	// past int64 Value() would wrap. The catalog's largest GPU bounds it.
-	largest, _ := gpubounds.CatalogLargestGPU()
+	largest, _ := v1alpha1.CatalogLargestGPU()
 	v, exact := qty.AsInt64()
 	if !exact || v > largest.Value() {
 		return Band{}, fmt.Errorf("hard-limit band %q: bytes %q must be a whole number of bytes of at most %s, the largest GPU in the catalog", s, bytesPart, largest.String())

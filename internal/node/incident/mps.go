@@ -5,7 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/internal/core/plan"
 )
 
 // MPSEvent is an MPS server's report that it terminated a client: from

@@ -10,8 +10,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
-	"github.com/gpufrac/gpufrac/internal/node/plan"
 )
 
 // NVMLSource samples every recorded container's GPU memory from NVML's

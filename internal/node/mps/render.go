@@ -12,7 +12,7 @@
 // daemon runs only for GPUs that hold fractions; and bindings, directories
 // and reference counts stay per GPU as checkpoints already have them. The
 // price: a container reaches one daemon, so a claim whose shares are MPS
-// clients spans one GPU (internal/node/plan refuses others with the reason).
+// clients spans one GPU (internal/core/plan refuses others with the reason).
 //
 // A Pod, not a Deployment: the plugin owns the daemon's whole lifecycle
 // (reference counts, garbage collection, recreation); a Deployment's

@@ -22,8 +22,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/filewrite"
-	"github.com/gpufrac/gpufrac/internal/node/gpusim"
 	nodeplugin "github.com/gpufrac/gpufrac/internal/node/plugin"
+	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 

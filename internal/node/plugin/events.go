@@ -12,9 +12,9 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 
-	"github.com/gpufrac/gpufrac/internal/errcap"
+	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
-	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/internal/safetext"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -65,7 +65,7 @@ func (r *eventReporter) DaemonRecovered(c *plan.Claim) {
 const maxNoteBytes = 1024
 
 func (r *eventReporter) PrepareFailed(claim *resourceapi.ResourceClaim, err error) {
-	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "PrepareFailed", "Prepare", "%s", errcap.Text(err.Error(), maxNoteBytes))
+	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "PrepareFailed", "Prepare", "%s", safetext.Cap(err.Error(), maxNoteBytes))
 }
 
 // CDISpecRestored tells the claim's users that its CDI spec was missing at
@@ -82,5 +82,5 @@ func (r *eventReporter) CDISpecRestored(c *plan.Claim, path string) {
 // server running), and the pod stays Terminating.
 func (r *eventReporter) UnprepareFailed(c kubeletplugin.NamespacedObject, err error) {
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID}}
-	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "UnprepareFailed", "Unprepare", "%s", errcap.Text(err.Error(), maxNoteBytes))
+	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "UnprepareFailed", "Unprepare", "%s", safetext.Cap(err.Error(), maxNoteBytes))
 }

@@ -21,7 +21,7 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/internal/core/plan"
 	nodeplugin "github.com/gpufrac/gpufrac/internal/node/plugin"
 )
 

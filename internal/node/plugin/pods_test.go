@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/internal/core/plan"
 )
 
 func TestPodLookupAnswersFromTheWatchOnlyWhatItCanProve(t *testing.T) {

@@ -20,10 +20,10 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/internal/errcap"
+	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
-	"github.com/gpufrac/gpufrac/internal/node/plan"
+	"github.com/gpufrac/gpufrac/internal/safetext"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -434,7 +434,7 @@ func checkUID(namespace, name string, uid types.UID) error {
 		return nil
 	}
 	return fmt.Errorf("claim %s/%s: uid %q is not a UID (lowercase letters, digits and '-', at most 63); nothing named after it is touched",
-		namespace, name, errcap.Text(string(uid), 128))
+		namespace, name, safetext.Cap(string(uid), 128))
 }
 
 func devices(pl *plan.Claim) []kubeletplugin.Device {

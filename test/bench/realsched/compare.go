@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/internal/packinglabel"
+	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
 )
 
 // compare is the -packing mode that measures off and on in turn on one
@@ -95,7 +95,7 @@ func (b *bench) clearPackingLabels(ctx context.Context) error {
 	}
 	for _, n := range nodes.Items {
 		// The controller's own patch for a node that should carry none.
-		patch := packinglabel.Patch(&n, packinglabel.Labels{})
+		patch := nodelabel.Patch(&n, nodelabel.Labels{})
 		if patch == nil {
 			continue
 		}

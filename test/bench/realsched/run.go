@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
-	"github.com/gpufrac/gpufrac/internal/packinglabel"
+	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
+	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 	"github.com/gpufrac/gpufrac/templates"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
@@ -248,7 +248,7 @@ func (b *bench) phase(ctx context.Context, mode string, round int) (*result, err
 		pods = make([]*v1.Pod, len(b.wl.pods))
 		for i, p := range b.wl.pods {
 			pods[i] = p.DeepCopy()
-			metav1.SetMetaDataAnnotation(&pods[i].ObjectMeta, admission.AnnotationPacking, "false")
+			metav1.SetMetaDataAnnotation(&pods[i].ObjectMeta, podterms.AnnotationPacking, "false")
 		}
 	}
 	counters := b.admissionCounters(ctx)
@@ -431,7 +431,7 @@ func freeLoopbackAddress() (string, error) {
 // policy), or "" if none does.
 func (b *bench) fractionTemplate() string {
 	for _, t := range b.wl.templates {
-		if _, ok := packinglabel.FractionMemory(&t.Spec.Spec); ok {
+		if _, ok := nodelabel.FractionMemory(&t.Spec.Spec); ok {
 			return t.Name
 		}
 	}

@@ -1,0 +1,232 @@
+// Package podterms is the packing a pod carries: the label that marks a
+// fraction pod, the preferred node-affinity terms over the labels
+// gpufrac-controller keeps on GPU nodes (internal/packing/nodelabel), the
+// JSON patch that adds them, and which pods are fraction pods. The packing
+// webhook (internal/admission) and the packing MutatingAdmissionPolicy's
+// parameter (internal/packing/policyparam) both apply it.
+//
+// Why terms: upstream kube-scheduler has no DRA scoring: among
+// nodes where a pod's claims fit it picks by its other scores (with the
+// default profile, least allocated CPU and memory, which spreads pods) and
+// at random among equal ones, so fractions end up one per GPU across the
+// cluster. Preferred node-affinity terms over the label gpufrac-controller
+// keeps on GPU nodes (internal/packing/nodelabel: GPUs in use) make the NodeAffinity
+// score (weight 2 in the default profile) favour the nodes whose GPUs are
+// most in use; inside a node the allocator takes GPUs first fit in slice
+// order, which packs GPUs. A pod affinity among fraction pods did the same
+// but cost the scheduler a pass over every pod in the cluster for every pod
+// (docs/packing-scheduler.md). Nothing but the pod's own spec changes, so
+// it works with the unmodified scheduler of any cluster, managed ones
+// included, and it never blocks scheduling: when the controller is down
+// pods are admitted without the terms (the webhook fails open), labels
+// stop following, and pods only lose packing.
+package podterms
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
+)
+
+const (
+	// LabelFraction marks pods that hold gpufrac fractions (the webhook
+	// added the packing terms).
+	LabelFraction = "gpufrac.dev/fraction"
+	// AnnotationPacking set to "false" on a pod keeps the webhook away
+	// from it (a workload with placement rules of its own).
+	AnnotationPacking = "gpufrac.dev/packing"
+	// Weight is the GPUs-in-use terms' weight together: the highest
+	// one term may have, so a node with every level matched outweighs the
+	// spreading of least-allocated scoring (normalised, weight 2 in the
+	// default profile, against 1).
+	Weight = 96
+	// Levels is how many levels of the GPUs-in-use label the score
+	// tells apart: designated ("0", the label's presence) and 1 to
+	// Levels-1 GPUs in use; a node with more scores as one with
+	// Levels-1.
+	Levels = 8
+	// RankWeight is the weight of each term over the designated
+	// nodes' rank (nodelabel.LabelFillOrder): together less than one
+	// GPU-in-use level, so every node in use still comes before every
+	// designated one.
+	RankWeight = 3
+)
+
+// ClaimSpecs finds the specs a pod's resourceClaims refer to; ok is false
+// when the object is not (yet) there.
+type ClaimSpecs interface {
+	TemplateSpec(ctx context.Context, namespace, name string) (spec *resourceapi.ResourceClaimSpec, ok bool)
+	ClaimSpec(ctx context.Context, namespace, name string) (spec *resourceapi.ResourceClaimSpec, ok bool)
+}
+
+// Terms are the preferred node-affinity terms added to fraction
+// pods, over the labels gpufrac-controller keeps:
+//
+//   - nodelabel.LabelGPUsInUse (GPUs in use on the node, "0" on the
+//     empty nodes designated next): the label exists, is greater than 0,
+//     than 1, ..., so a node matches one term more per GPU in use, up to
+//     Levels terms;
+//   - nodelabel.LabelFillOrder (the designated nodes' rank, "1" first):
+//     less than 2, 3, ..., so the first designated node matches one term
+//     more than the second, and so on.
+//
+// The NodeAffinity score thus grows with the GPUs a node already shares
+// and the scheduler fills the nodes that hold fractions first, fullest
+// first, then the designated ones in rank order. Nodes without the labels
+// (none of their GPUs shared, or the controller down) score 0 and stay
+// feasible.
+func Terms() []corev1.PreferredSchedulingTerm {
+	terms := make([]corev1.PreferredSchedulingTerm, Levels, Levels+nodelabel.DesignatedPerPool-1)
+	for i := range terms {
+		terms[i] = corev1.PreferredSchedulingTerm{
+			Weight: Weight / Levels,
+			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: nodelabel.LabelGPUsInUse, Operator: corev1.NodeSelectorOpGt, Values: []string{strconv.Itoa(i - 1)},
+			}}},
+		}
+	}
+	// "-1" is not a valid label value (the API server warns): the label's
+	// presence is the first level.
+	terms[0].Preference.MatchExpressions[0] = corev1.NodeSelectorRequirement{Key: nodelabel.LabelGPUsInUse, Operator: corev1.NodeSelectorOpExists}
+	for rank := 2; rank <= nodelabel.DesignatedPerPool; rank++ {
+		terms = append(terms, corev1.PreferredSchedulingTerm{
+			Weight: RankWeight,
+			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: nodelabel.LabelFillOrder, Operator: corev1.NodeSelectorOpLt, Values: []string{strconv.Itoa(rank)},
+			}}},
+		})
+	}
+	return terms
+}
+
+// PatchOp is one JSON patch (RFC 6902) operation.
+type PatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value,omitempty"`
+}
+
+// Patch returns the operations that label pod as a fraction pod and
+// add the packing terms, appending to whatever affinity the pod brings
+// (its own terms keep their meaning: required ones still filter, preferred
+// ones still score beside ours). Operations already applied are left out,
+// so a reinvoked webhook adds nothing twice.
+func Patch(pod *corev1.Pod) []PatchOp {
+	var ops []PatchOp
+	switch {
+	case pod.Labels == nil:
+		ops = append(ops, PatchOp{Op: "add", Path: "/metadata/labels", Value: map[string]string{LabelFraction: "true"}})
+	case pod.Labels[LabelFraction] != "true":
+		ops = append(ops, PatchOp{Op: "add", Path: "/metadata/labels/" + escapePointer(LabelFraction), Value: "true"})
+	}
+	terms := Terms()
+	a := pod.Spec.Affinity
+	switch {
+	case a == nil:
+		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity", Value: corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: terms}}})
+	case a.NodeAffinity == nil:
+		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity/nodeAffinity", Value: corev1.NodeAffinity{
+			PreferredDuringSchedulingIgnoredDuringExecution: terms}})
+	case a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution == nil:
+		ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution",
+			Value: terms})
+	case !hasPackingTerms(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution):
+		for _, t := range terms {
+			ops = append(ops, PatchOp{Op: "add", Path: "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution/-", Value: t})
+		}
+	}
+	return ops
+}
+
+func hasPackingTerms(terms []corev1.PreferredSchedulingTerm) bool {
+	for _, t := range terms {
+		for _, e := range t.Preference.MatchExpressions {
+			if e.Key == nodelabel.LabelGPUsInUse {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// IsGpufracClass tells whether a DeviceClass selects gpufrac.dev devices.
+func IsGpufracClass(c *resourceapi.DeviceClass) bool {
+	for _, s := range c.Spec.Selectors {
+		if s.CEL != nil && strings.Contains(s.CEL.Expression, `device.driver == "`+v1alpha1.DriverName+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// GpufracClasses tells, by name, which of classes select gpufrac.dev
+// devices (IsGpufracClass, decided once per class).
+func GpufracClasses(classes []*resourceapi.DeviceClass) func(name string) bool {
+	gpufrac := make(map[string]bool, len(classes))
+	for _, c := range classes {
+		gpufrac[c.Name] = IsGpufracClass(c)
+	}
+	return func(name string) bool { return gpufrac[name] }
+}
+
+// RequestsFraction tells whether a claim spec asks a gpufrac class for a
+// share of a GPU's memory. A request that names no memory gets the whole
+// GPU alone (the slice's requestPolicy default), so it is not a fraction
+// and is never drawn towards shared GPUs.
+func RequestsFraction(spec *resourceapi.ResourceClaimSpec, gpufracClass func(name string) bool) bool {
+	fraction := func(class string, c *resourceapi.CapacityRequirements) bool {
+		if c == nil || !gpufracClass(class) {
+			return false
+		}
+		_, ok := c.Requests["memory"]
+		return ok
+	}
+	for _, r := range spec.Devices.Requests {
+		if r.Exactly != nil && fraction(r.Exactly.DeviceClassName, r.Exactly.Capacity) {
+			return true
+		}
+		for _, sub := range r.FirstAvailable {
+			if fraction(sub.DeviceClassName, sub.Capacity) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// IsFractionPod tells whether pod uses gpufrac fractions: a pod the KAI
+// translation gave claims (its templates may not exist yet, and KAI
+// portions and memory sizes always become memory requests), or one with a
+// claim or template that requests a fraction.
+func IsFractionPod(ctx context.Context, pod *corev1.Pod, claims ClaimSpecs, gpufracClass func(string) bool) bool {
+	if pod.Annotations[kai.AnnotationTranslated] != "" {
+		return true
+	}
+	for _, rc := range pod.Spec.ResourceClaims {
+		var spec *resourceapi.ResourceClaimSpec
+		var ok bool
+		switch {
+		case rc.ResourceClaimTemplateName != nil:
+			spec, ok = claims.TemplateSpec(ctx, pod.Namespace, *rc.ResourceClaimTemplateName)
+		case rc.ResourceClaimName != nil:
+			spec, ok = claims.ClaimSpec(ctx, pod.Namespace, *rc.ResourceClaimName)
+		}
+		if ok && RequestsFraction(spec, gpufracClass) {
+			return true
+		}
+	}
+	return false
+}
+
+// escapePointer escapes a JSON pointer token (RFC 6901).
+func escapePointer(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
