@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package templates holds the workload templates the plugin renders, embedded
 // so the binary carries them; the Helm chart may override them from a
 // ConfigMap (--mps-template).

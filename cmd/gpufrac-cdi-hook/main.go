@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command gpufrac-cdi-hook is the OCI createRuntime hook in gpufrac's CDI
 // specs: it applies a container's GPU memory limits to its cgroup. The logic
 // is in internal/node/cdihook; this file is flags and wiring.

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command gpufrac-controller serves gpufrac's admission webhooks: KAI
 // GPU-sharing annotations become claims, and invalid gpufrac.dev configs are
 // refused. The logic is in internal/controller and internal/admission; this file is

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command gpufrac-kubelet-plugin is the node side of gpufrac: it registers
 // with the kubelet, publishes the node's GPUs as ResourceSlices and prepares
 // claims. All logic lives in internal/node/plugin; this file is flags and wiring.

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command gpufrac-mps-launcher runs a program of the node's NVIDIA driver
 // root (nvidia-cuda-mps-control, nvidia-smi, the MPS daemon script's
 // shell) from the plugin's distroless image: the MPS control daemon Pods

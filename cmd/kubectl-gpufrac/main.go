@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command kubectl-gpufrac is the kubectl plugin of gpufrac.dev
 // (`kubectl gpufrac ...`); the commands live in internal/cli.
 package main

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package buildinfo holds the version string a release build stamps into
 // every gpufrac binary, so that logs say which build is running (an upgrade
 // or a rollback shows in the pods' first log line).

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cli is the command tree of the kubectl plugin
 // kubectl-gpufrac. Each subcommand lives in its own file and is added to the
 // root in NewRootCommand; the logic it drives lives in its own package

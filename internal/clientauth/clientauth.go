@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package clientauth makes the admission webhook server accept only the
 // client certificate kube-apiserver presents, where the cluster has the
 // API server present one. Kubernetes documents it ("Authenticate API

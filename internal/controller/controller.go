@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package controller runs gpufrac-controller: the admission webhooks of
 // internal/admission behind TLS, fed by informer caches, with metrics and health
 // endpoints. Every replica serves admission; the only shared state, the

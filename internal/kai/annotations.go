@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kai translates KAI-Scheduler GPU-sharing annotations into DRA
 // claims for gpufrac, so workloads written for KAI keep working: a pure
 // function from a Pod (and the GPU memory sizes in the cluster) to the

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package manifestcheck checks the gpufrac.dev configs in Kubernetes
 // manifests before they reach a cluster: it is the engine of `kubectl
 // gpufrac validate`.

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package metricsserver serves the Prometheus endpoint and the probes
 // of gpufrac's long-running binaries, and stops with their context.
 package metricsserver

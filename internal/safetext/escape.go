@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package safetext bounds untrusted text: it keeps strings (object names,
 // annotation values, messages taken from manifests or the cluster) from
 // acting on the terminal they are printed to (Escape, Writer), keeps lists

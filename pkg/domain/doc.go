@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package domain is gpufrac's model of a node's GPUs and of what a share
 // gets on them: the GPU and inventory values discovery produces, memory
 // enforcement, compute modes, the MPS binding of a share, the device naming

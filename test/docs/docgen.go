@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package docs keeps the repository's documentation honest: it renders the
 // reference of flags and chart values from the code (so docs/reference.md
 // cannot drift from what the binaries accept), and its tests check that

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package e2e holds the end-to-end tests: the harness's control plane
 // (test/harness) plus one real node, on which the upstream kubelet calls
 // gpufrac-kubelet-plugin (simulated GPUs) over the real DRA socket,

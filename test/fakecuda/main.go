@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command fakecuda is a CUDA program for machines without a GPU: an MPS
 // client of test/mpsdouble that connects through CUDA_MPS_PIPE_DIRECTORY,
 // as the CUDA driver does, and allocates device memory against the

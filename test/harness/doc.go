@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package harness runs a real, local Kubernetes control plane for gpufrac's
 // integration tests and for `make demo`: etcd, kube-apiserver (client
 // certificates, service-account keys and RBAC made on the fly),

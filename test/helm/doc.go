@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package helm holds the tests of the Helm chart in deployments/helm/gpufrac:
 // rendering and linting with the Helm SDK, every rendered object checked by
 // a real kube-apiserver (test/harness), the kubelet plugin run under the

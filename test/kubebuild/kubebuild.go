@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kubebuild builds the upstream binaries the integration harness runs
 // (etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl)
 // from their published Go modules, and caches them outside the checkout.

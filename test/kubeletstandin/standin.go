@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package kubeletstandin does for DRA what the kubelet does, for a node
 // that has no kubelet: it watches the pods bound to its node, registers the
 // DRA plugin through the kubelet plugin-registration API, calls the plugin's

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command mpsdouble stands in for NVIDIA's MPS tools on machines without a
 // GPU: installed as nvidia-cuda-mps-control it is the control daemon (-d,
 // -f) and its command-line client, accepting NVIDIA's documented MPS v3

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package nodebuild builds the pieces of a real Kubernetes node for the
 // end-to-end tests (test/e2e): the kubelet, containerd with ctr and its runc
 // shim, runc with seccomp, and the CNI plugins the node's pod network needs.

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package ociimage writes a container image as an OCI image layout archive
 // (one uncompressed layer, its config, a manifest, index.json, oci-layout),
 // which `ctr images import` reads. The end-to-end node has no registry: its

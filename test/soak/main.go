@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command soak churns the real kubelet plugin: thousands of
 // NodePrepareResources / NodeUnprepareResources calls over its DRA gRPC
 // socket, for claims the real kube-scheduler allocated on the integration

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package v1alpha1
 
 // Default fills the fields that have a static default. It runs after Merge,

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 package v1alpha1
 
 // Merge layers configs field by field: a field set in a later config wins

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package webhookcert gives the admission webhooks a serving certificate
 // that renews itself, without cert-manager: a self-signed CA and serving
 // certificate for the Service's DNS names, kept in a Secret that every

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package simulate places a workload on a simulated cluster the way the
 // scheduler would: the ResourceSlices come from the same code the kubelet
 // plugin runs over go-nvml's mock GPUs, and placement is the scheduler's own

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package clusterstatus summarises gpufrac in a cluster for people: per node
 // and GPU, the model, memory, what is guaranteed, the limits, the
 // over-commit, the claims with their pods and compute modes, and taints.

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package why explains, for people, why a pod's gpufrac claims are where
 // they are, or why they are nowhere: for a Pending pod it replays the
 // scheduler's own allocator (k8s.io/dynamic-resource-allocation/structured,

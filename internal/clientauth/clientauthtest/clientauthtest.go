@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package clientauthtest makes CAs and client certificates for tests of
 // webhook client authentication.
 package clientauthtest

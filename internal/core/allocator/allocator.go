@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package allocator is a replica of kube-scheduler's DRA allocation: it
 // places ResourceClaims on nodes with the scheduler's own
 // structured allocator (k8s.io/dynamic-resource-allocation/structured, with

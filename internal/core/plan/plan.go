@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package plan is the pure core of claim preparation: from an allocated
 // ResourceClaim, its merged FractionConfigs and the node's GPU inventory it
 // computes what every allocated share gets (GPU, guaranteed and hard memory,

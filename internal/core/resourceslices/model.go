@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package resourceslices turns a node's GPU inventory into the ResourceSlices
 // the scheduler sees: one multi-allocatable device per physical GPU whose
 // `memory` capacity is consumed by claims. The scheduler's allocator keeps

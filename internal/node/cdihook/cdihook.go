@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cdihook is the logic of gpufrac-cdi-hook, the OCI createRuntime
 // hook that gpufrac's CDI specs run: it finds the new container's cgroup
 // from the OCI state on stdin and applies each GPU's soft (guaranteed) and

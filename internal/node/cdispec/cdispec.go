@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package cdispec renders a claim plan as a CDI spec, the file the container
 // runtime reads to wire a container to its GPU share, and writes and removes
 // those files through the CDI library (validated, atomic). The spec carries

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package checkpoint is the plugin's memory across restarts: which claims it
 // prepared, with their plans, so that a restarted plugin answers Prepare
 // without redoing side effects and can Unprepare a claim whose object is

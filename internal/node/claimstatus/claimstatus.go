@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package claimstatus publishes what the plugin did with each claim in the
 // claim's status.devices, so `kubectl describe resourceclaim` shows the GPU,
 // the guaranteed memory, the limit, the compute mode and how the limit is

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package filewrite replaces small files whole, so that no reader ever sees
 // a torn file, and counts what it did to the disk. Two strengths exist, and
 // callers choose per file (docs/reliability.md says which file gets which,

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package fractionmetrics is the kubelet plugin's Prometheus view of what
 // each fraction holds and uses: per share its guaranteed request and hard
 // limit, per container its GPU memory in use (read from NVML for the

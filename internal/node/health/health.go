@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package health tracks whether each GPU of the node is healthy. Sources
 // feed it (NVML XID events on real GPUs, a watched file on simulated nodes);
 // the kubelet plugin reports its state to the kubelet (device health in pod

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package incident turns what the node can observe about a share's GPU
 // memory into incidents a person can see: a Warning Event on the claim and
 // on the pod naming the GPU (and, for an MPS eviction, the neighbour whose

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package mps runs the managed MPS servers: one MPS control daemon per GPU,
 // as a Pod rendered from templates/mps-control-daemon.yaml and pinned to
 // this node, started when the GPU gets its first claim that uses MPS

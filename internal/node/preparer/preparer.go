@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package preparer carries out claim preparation on a node: it computes a
 // claim's plan, records it in the checkpoint, joins the MPS server for
 // SMSharing shares, writes the CDI spec and reports status, and undoes all

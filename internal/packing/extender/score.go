@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package extender serves kube-scheduler's extender prioritize verb
 // (k8s.io/kube-scheduler/extender/v1) from gpufrac-controller's claim and
 // slice informers: a fraction pod's feasible nodes are ranked GPUs already

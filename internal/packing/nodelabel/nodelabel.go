@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package nodelabel keeps the node label the packing webhook's node
 // affinity prefers: on every node, how many of its GPUs hold at least one
 // allocated gpufrac claim. kube-scheduler's NodeAffinity score reads labels,

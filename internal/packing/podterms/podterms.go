@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package podterms is the packing a pod carries: the label that marks a
 // fraction pod, the preferred node-affinity terms over the labels
 // gpufrac-controller keeps on GPU nodes (internal/packing/nodelabel), the

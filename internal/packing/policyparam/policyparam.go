@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package policyparam keeps the parameter of the packing
 // MutatingAdmissionPolicy (deployments/webhooks.yaml): a ConfigMap with one
 // key per ResourceClaimTemplate that asks a gpufrac class for a fraction,

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package catalog is the simulated GPU catalogue: the models the simulator
 // offers (--simulate-gpus, kubectl gpufrac simulate), the driver facts a
 // simulated node reports, and the inventory such a node discovers.

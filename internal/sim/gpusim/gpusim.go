@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package gpusim builds simulated NVML servers from go-nvml's mock presets so
 // the kubelet plugin, the demo and the tests run on machines without a GPU.
 // The simulated GPUs behave like the real ones to the rest of the driver:

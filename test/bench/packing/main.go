@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command packing is the packing benchmark: one seeded trace of inference
 // pods on H200 nodes, placed by each strategy, printed as a table against
 // the lower bound ceil(sum of requests / GPU memory).

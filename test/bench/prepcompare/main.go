@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command prepcompare measures DRA kubelet plugins side by side the way the
 // kubelet drives them: it starts the harness control plane (etcd and
 // kube-apiserver v1.37.2 among others), creates one Node, starts each

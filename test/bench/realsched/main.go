@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command realsched measures packing in the real kube-scheduler: it starts
 // the harness control plane (etcd, kube-apiserver, kube-scheduler and
 // kube-controller-manager v1.37.2, client QPS lifted so the API rate limit

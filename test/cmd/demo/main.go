@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command demo is `make demo`: it starts a real local control plane
 // (etcd, kube-apiserver, kube-scheduler, kube-controller-manager v1.37.2) with
 // two simulated nodes of 8 x H200, each running gpufrac-kubelet-plugin and

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command e2e-probe is the program inside the end-to-end tests' image. As
 // /pause it is the pod sandbox (it waits for a signal); as /probe it prints
 // what the container sees (its environment, its /dev, its mounts, the files

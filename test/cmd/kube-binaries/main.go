@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command kube-binaries builds (once per machine and recipe) the upstream
 // binaries the integration tests and the demo run, and prints where they are.
 // `make test` runs it first, so a cold build shows its progress on the

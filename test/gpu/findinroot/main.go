@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command findinroot runs gpufrac's own lookup of driver-root binaries
 // (mpslauncher.FindInRoot, the one the plugin uses to decide whether a node
 // can run MPS daemons) for test/gpu/run.sh, which compares it with where

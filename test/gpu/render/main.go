@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command render prints the MPS daemon container's script and startup
 // probe from templates/mps-control-daemon.yaml, rendered by internal/node/mps exactly
 // as the plugin renders it, for test/gpu/run.sh to run without Kubernetes.

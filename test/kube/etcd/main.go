@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command etcd is etcd's own server main, built from the published
 // go.etcd.io/etcd/server/v3 module at the version pinned in this directory's
 // go.mod, for the integration harness (test/harness). A separate module from

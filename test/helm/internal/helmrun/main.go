@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Command helmrun runs one Helm SDK action (what `helm install/upgrade/
 // rollback/uninstall --wait` and `helm status` run) and prints the release
 // as JSON. test/harness (Helm) runs it as a separate process: the

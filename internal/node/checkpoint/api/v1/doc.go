@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package v1 is the on-disk schema of the kubelet plugin's checkpoint,
 // version 1. It is separate from the in-memory plan types on purpose: those
 // change with the code, this changes only by the rules below, because a

@@ -1,3 +1,6 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
 // Package packing compares how many GPUs a trace of pods needs under the
 // strategies platform teams choose between: a whole GPU per pod, MIG
 // partitions, time-slicing replicas, and gpufrac (the scheduler's allocator
