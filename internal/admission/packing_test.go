@@ -16,12 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/kai"
-	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 	"github.com/gpufrac/gpufrac/templates"
 )
@@ -206,52 +204,4 @@ func TestPackingWithoutClaimSpecsAllows(t *testing.T) {
 	if !resp.Allowed || resp.Patch != nil {
 		t.Fatalf("want allowed without a patch, got %+v", resp)
 	}
-}
-
-// TestPackingTermsRankNodes scores nodes with the packing labels through
-// the node-affinity matcher kube-scheduler's NodeAffinity plugin uses
-// (k8s.io/component-helpers): every node in use comes before every
-// designated node, fuller before emptier; designated nodes come in rank
-// order; a node without labels (or with labels the controller never
-// writes) scores 0.
-func TestPackingTermsRankNodes(t *testing.T) {
-	terms, err := nodeaffinity.NewPreferredSchedulingTerms(podterms.Terms())
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := func(l nodelabel.Labels) *corev1.Node {
-		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: l.Set()}}
-	}
-	// Best first. The label's presence is the first level, so GPUs in use
-	// are told apart up to podterms.Levels-1.
-	var order []nodelabel.Labels
-	for n := podterms.Levels - 1; n >= 1; n-- {
-		order = append(order, nodelabel.LabelsInUse(n))
-	}
-	for rank := 1; rank <= nodelabel.DesignatedPerPool; rank++ {
-		order = append(order, nodelabel.LabelsDesignated(rank))
-	}
-	order = append(order, nodelabel.Labels{})
-	prev := int64(-1)
-	for i := len(order) - 1; i >= 0; i-- {
-		s := terms.Score(node(order[i]))
-		if s <= prev {
-			t.Errorf("%+v scores %d, not above the next one's %d", order[i], s, prev)
-		}
-		prev = s
-	}
-	if s := terms.Score(node(nodelabel.Labels{})); s != 0 {
-		t.Errorf("a node without labels scores %d, want 0", s)
-	}
-	if a, b := terms.Score(node(nodelabel.LabelsInUse(podterms.Levels+3))), terms.Score(node(nodelabel.LabelsInUse(podterms.Levels-1))); a != b {
-		t.Errorf("more GPUs in use than the levels scores %d, want %d (the top level)", a, b)
-	}
-	var total int32
-	for _, term := range podterms.Terms() {
-		if term.Weight < 1 || term.Weight > 100 {
-			t.Errorf("term weight %d outside the API's 1-100", term.Weight)
-		}
-		total += term.Weight
-	}
-	t.Logf("score range 0-%d over %d terms", total, len(podterms.Terms()))
 }
