@@ -8,6 +8,7 @@ package hygiene
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -85,7 +86,7 @@ func executableKind(path string) (string, error) {
 	defer f.Close() //nolint:errcheck // read only
 	head := make([]byte, 8)
 	n, err := io.ReadFull(f, head)
-	if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return "", err
 	}
 	head = head[:n]
