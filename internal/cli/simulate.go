@@ -32,7 +32,7 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 			"allocator. The workload is Pods with ResourceClaimTemplates (a gpufrac.dev/replicas annotation\n" +
 			"multiplies a pod), KAI-annotated Pods (translated as the webhook does), or --generate N\n" +
 			"inference pods drawn from the benchmark's mix with --seed.\n\n" +
-			"Nodes are chosen as kube-scheduler's default profile chooses them (docs/packing-scheduler.md):\n" +
+			"Nodes are chosen as kube-scheduler's default profile chooses them (docs/design/packing.md):\n" +
 			"a rotating window of feasible nodes, least-allocated scoring that spreads pods, gpufrac's\n" +
 			"packing node affinity when --packing is on, and a seeded random choice among equal scores.",
 		RunE: func(cmd *cobra.Command, _ []string) error {

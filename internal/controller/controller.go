@@ -38,7 +38,7 @@ import (
 // (--kube-api-qps 50, --kube-api-burst 100). client-go's own default, 5
 // queries per second, would hold the packing labels back: they take a
 // patch for about every other pod the scheduler binds, at the scheduler's
-// pace (docs/packing-scheduler.md), and a label that lags lets the
+// pace (docs/design/packing.md), and a label that lags lets the
 // scheduler spread fractions.
 const (
 	DefaultKubeAPIQPS   = 50

@@ -20,7 +20,7 @@ import (
 // the returned channel closes once the server has stopped. Plain HTTP:
 // the verb reads a pod and node names and answers scores, changes nothing,
 // and kube-scheduler reaches it over the cluster network (restrict it with
-// a NetworkPolicy; docs/packing-scheduler.md). Timeouts are short because
+// a NetworkPolicy; docs/design/packing.md). Timeouts are short because
 // the scheduler gives up after its httpTimeout anyway.
 func serveExtender(ctx context.Context, address string, ext *extender.Extender) (<-chan struct{}, error) {
 	logger := klog.FromContext(ctx)

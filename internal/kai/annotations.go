@@ -7,7 +7,7 @@
 // ResourceClaimTemplate it needs and the changes to the Pod that use it.
 //
 // What is accepted and refused is KAI's own admission, transcribed from its
-// source (rules.go; docs/kai.md cites the file and function of each rule):
+// source (rules.go; docs/design/kai.md cites the file and function of each rule):
 // a pod KAI admits is translated, a pod KAI refuses is refused with KAI's
 // reason and the annotation named.
 package kai

@@ -24,7 +24,7 @@ import (
 // request), then its Validate on the mutated pod (the binder-owned
 // annotation check, then resources.ValidateGPUFractionRequest). KAI stops at
 // the first refusal; so does this. The rule order follows KAI's code, and
-// docs/kai.md names the KAI function each step comes from. Where KAI ranges
+// docs/design/kai.md names the KAI function each step comes from. Where KAI ranges
 // over a map (random order), the keys are taken sorted, which only changes
 // which of several refusals is reported, never whether the pod is refused.
 
@@ -448,7 +448,7 @@ func checkNvFractions(pod *corev1.Pod, a map[string]string, nv map[string]*nvCon
 
 // maxMiB bounds MiB values before they become bytes: above it, MiB<<20
 // overflows int64. No GPU comes near it; gpufrac refuses such values where
-// KAI would carry them on (a deliberate difference, docs/kai.md).
+// KAI would carry them on (a deliberate difference, docs/design/kai.md).
 const maxMiB = math.MaxInt64 >> 20
 
 func mibQuantity(mib uint64) (resource.Quantity, error) {

@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package deps_test pins the dependency rules of the layout
-// (docs/architecture.md, "Dependencies"): asked of `go list`, so a new
+// (docs/design/architecture.md, "Dependencies"): asked of `go list`, so a new
 // import that breaks one fails here rather than in a user's build.
 package deps_test
 

@@ -4,7 +4,10 @@
 // Package docs keeps the repository's documentation honest: it renders the
 // reference of flags and chart values from the code (so docs/reference.md
 // cannot drift from what the binaries accept), and its tests check that
-// every relative link in README.md and docs/ resolves.
+// every relative link in README.md and docs/ resolves, that the
+// architecture lists every package, that the docs name only flags, metrics
+// and chart values the code has, and that no dated log sits among the
+// pages for users and operators.
 //
 // A generated part of a Markdown file sits between two markers,
 //

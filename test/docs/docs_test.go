@@ -4,6 +4,7 @@
 package docs_test
 
 import (
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,20 +16,26 @@ import (
 
 const root = "../.."
 
-// markdownFiles is what the link check covers: the README and every page
-// under docs/.
+// markdownFiles is what the checks cover: the README and every page under
+// docs/, design notes and their logs included.
 func markdownFiles(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	files := []string{filepath.Join(root, "README.md")}
+	err := filepath.WalkDir(filepath.Join(root, "docs"), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".md") {
+			files = append(files, path)
+		}
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return append([]string{filepath.Join(root, "README.md")}, files...)
+	return files
 }
 
 var link = regexp.MustCompile(`\]\(([^)\s]+)\)`)
 
-// TestRelativeLinksResolve: every relative link in README.md and docs/*.md
+// TestRelativeLinksResolve: every relative link in README.md and docs/
 // names a file or folder of the repository, and where it names a heading
 // (#anchor) of a Markdown file, that heading exists, as GitHub renders it.
 func TestRelativeLinksResolve(t *testing.T) {

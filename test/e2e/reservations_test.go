@@ -23,7 +23,7 @@ import (
 // end in the three ways a container ends (stopped by the kubelet when its
 // pod is deleted, exited by itself, OOM-killed), each leaving its cgroup
 // removed with the soft limit still set, which on a real dmem node leaks
-// into every ancestor's reservation (docs/node-contract.md). After each
+// into every ancestor's reservation (docs/design/nvidia-contract.md). After each
 // new container's hook, the simulated reservation of the node's kubepods
 // cgroup is what the Running containers hold, not what every container
 // ever started held. 50 containers: 17 stopped or still running, 17 exited,

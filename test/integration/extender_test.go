@@ -23,7 +23,7 @@ import (
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 
-// extenderSchedulerConfig is the configuration docs/packing-scheduler.md
+// extenderSchedulerConfig is the configuration docs/design/packing.md
 // documents for the opt-in scheduler extender (the one realsched
 // -packing=extender measured).
 const extenderSchedulerConfig = `apiVersion: kubescheduler.config.k8s.io/v1

@@ -21,7 +21,7 @@ import (
 // exists takes it back; a cgroup removed with its soft limit set leaves
 // its share reserved in every ancestor (NVIDIA, mpsv3-memory-partitioning).
 // No runtime offers a hook point that runs while the cgroup exists for
-// every way a container ends (docs/node-contract.md: containerd 2.4 sends
+// every way a container ends (docs/design/nvidia-contract.md: containerd 2.4 sends
 // NRI StopContainer after the task and its cgroup are deleted, CRI-O after
 // the container stopped, and systemd removes a scope once it is empty), so
 // gpufrac takes NVIDIA's documented alternative: after every set, it

@@ -6,7 +6,7 @@
 // slice informers: a fraction pod's feasible nodes are ranked GPUs already
 // shared first, then nodes holding fractions, then one designated empty
 // node. It is an opt-in alternative to the node label the chart ships
-// (internal/packing/nodelabel); docs/packing-scheduler.md has the measurements
+// (internal/packing/nodelabel); docs/design/packing.md has the measurements
 // that chose between them.
 //
 // A scheduler extender is configured in the scheduler's

@@ -33,7 +33,7 @@ import (
 // measured at 64 nodes with the real scheduler, 95 to 103 GPUs against a
 // lower bound of 83 in 3 of 8 runs, up to 38 nodes opened, where a
 // scheduler slowed tenfold (logging at -v=10) used 86 in every run
-// (docs/packing-scheduler.md). With the next nodes ranked, the overflow of a
+// (docs/design/packing.md). With the next nodes ranked, the overflow of a
 // full designated node goes to the next one, in order, as it would if the
 // labels were current.
 const LabelFillOrder = "gpufrac.dev/fill-order"
@@ -170,7 +170,7 @@ func Designate(nodes []*v1.Node, gpuNodes sets.Set[string]) (keep []Designation,
 // to 4, most of the label changes while the scheduler fills a node, thus
 // leaves the designation alone: measured at 1,000 nodes, designating on
 // every label change was two thirds of the label loop's CPU (a list and
-// sort of every node per patch; docs/packing-scheduler.md).
+// sort of every node per patch; docs/design/packing.md).
 func DesignationMayChange(old, updated *v1.Node) bool {
 	category := func(n *v1.Node) string {
 		v, ok := n.Labels[LabelGPUsInUse]

@@ -7,7 +7,7 @@
 // so fraction pods prefer the nodes whose GPUs are most in use; that costs
 // the scheduler a label lookup per scored node, where a pod affinity among
 // fraction pods costs it a pass over every fraction pod in the cluster for
-// every pod it schedules (docs/packing-scheduler.md has the measurements).
+// every pod it schedules (docs/design/packing.md has the measurements).
 //
 // The label is a preference only: when this loop stops, or lags behind
 // allocations, pods still schedule wherever they fit, and only packing is

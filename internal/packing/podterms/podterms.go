@@ -18,7 +18,7 @@
 // most in use; inside a node the allocator takes GPUs first fit in slice
 // order, which packs GPUs. A pod affinity among fraction pods did the same
 // but cost the scheduler a pass over every pod in the cluster for every pod
-// (docs/packing-scheduler.md). Nothing but the pod's own spec changes, so
+// (docs/design/packing.md). Nothing but the pod's own spec changes, so
 // it works with the unmodified scheduler of any cluster, managed ones
 // included, and it never blocks scheduling: when the controller is down
 // pods are admitted without the terms (the webhook fails open), labels

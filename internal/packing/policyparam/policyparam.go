@@ -7,7 +7,7 @@
 // "<namespace>.<template>". The policy's CEL sees only the pod, not the
 // templates it names, so this list is how the API server, without calling
 // the packing webhook, tells a fraction pod from a whole-GPU pod or another
-// driver's pod (docs/packing-scheduler.md has why and what it saves).
+// driver's pod (docs/design/packing.md has why and what it saves).
 //
 // The list is a cache the webhook backs: a template missing from it (newer
 // than the list, its key too long, the list full) leaves its pods to the

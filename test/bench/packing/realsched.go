@@ -40,7 +40,7 @@ var realschedNames = map[string]string{
 // each mode, the runs of this trace (n pods of the h200x8 trace) on this
 // many nodes, charted as their median GPUs used (the lower middle run of
 // an even count: one run of the same cluster varies by several GPUs under
-// load, docs/packing-scheduler.md). realsched's -trace runs use the same
+// load, docs/design/packing.md). realsched's -trace runs use the same
 // generator and seed 1 unless told otherwise, which the caller keeps equal.
 func realschedOutcomes(path string, asks []simulate.Ask, nodes int, gpuBytes int64) ([]packing.Outcome, error) {
 	f, err := os.Open(path)

@@ -41,7 +41,7 @@ func roundModes(round int, on string) []string {
 // work through them. Measured at 64 nodes: with 2 s, the on phases that
 // followed an off phase used 96 and 97 GPUs where the others used 86 (the
 // labels lagged behind a busy API server); with 6 s, 86 or 87 in 15 of 17,
-// 93 and 94 in the other two (docs/packing-scheduler.md).
+// 93 and 94 in the other two (docs/design/packing.md).
 const settleAfterReset = 6 * time.Second
 
 // reset puts the cluster back as setUp left it after a phase of mode: no

@@ -256,7 +256,7 @@ func (b *bench) phase(ctx context.Context, mode string, round int) (*result, err
 	}
 	counters := b.admissionCounters(ctx)
 	// Marks the start of the measured phase for tools that sample the
-	// processes' CPU from outside (docs/packing-scheduler.md).
+	// processes' CPU from outside (docs/design/packing.md).
 	fmt.Fprintf(os.Stderr, "realsched: placing %d pods\n", len(pods))
 	begin := time.Now()
 	if err := createPods(ctx, b.client, pods, 32); err != nil {

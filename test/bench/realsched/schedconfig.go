@@ -48,7 +48,7 @@ func liftSchedulerConfig(config []byte, qps int) ([]byte, error) {
 // extenderWeight multiplies the extender's 0-10 score (scaled by 10 to the
 // plugins' 0-100; source: schedule_one.go, prioritizeNodes). One level is
 // then 30 points, against NodeResourcesFit's least-allocated differences of
-// one or two points and no DRA score (docs/packing-scheduler.md), so the
+// one or two points and no DRA score (docs/design/packing.md), so the
 // extender's order decides among feasible nodes.
 const extenderWeight = 3
 
