@@ -20,7 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpufrac/gpufrac/templates"
+	"github.com/gpufrac/gpufrac/deployments"
+	"github.com/gpufrac/gpufrac/internal/node/mps"
 )
 
 // TestChartLints runs what `helm lint --strict` runs (Chart.yaml, values
@@ -98,7 +99,7 @@ func TestWrongValuesFailWithTheirPath(t *testing.T) {
 }
 
 // TestChartMatchesTheRepository keeps the chart's copies of repository
-// manifests in step: the built-in DeviceClasses (templates/deviceclasses.yaml,
+// manifests in step: the built-in DeviceClasses (deployments/deviceclasses.yaml,
 // which the demo and the simulator use) and the webhook configurations
 // (deployments/webhooks.yaml).
 func TestChartMatchesTheRepository(t *testing.T) {
@@ -106,7 +107,7 @@ func TestChartMatchesTheRepository(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	builtIn, err := templates.DeviceClassObjects()
+	builtIn, err := deployments.DeviceClassObjects()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestChartMatchesTheRepository(t *testing.T) {
 		var class resourceapi.DeviceClass
 		fromUnstructured(t, got, &class)
 		if !equality.Semantic.DeepEqual(class.Spec, want.Spec) {
-			t.Errorf("DeviceClass %s differs from templates/deviceclasses.yaml:\nchart: %+v\nrepository: %+v", want.Name, class.Spec, want.Spec)
+			t.Errorf("DeviceClass %s differs from deployments/deviceclasses.yaml:\nchart: %+v\nrepository: %+v", want.Name, class.Spec, want.Spec)
 		}
 	}
 
@@ -223,13 +224,13 @@ func TestImageHasWhatTheChartRuns(t *testing.T) {
 	}
 	// The MPS daemon Pods run the plugin's image too: every program their
 	// template starts from the image (containers and probes) must be in it.
-	daemonCmds := regexp.MustCompile(`"(/usr/local/bin/[^"]+)"`).FindAllStringSubmatch(templates.MPSControlDaemon, -1)
+	daemonCmds := regexp.MustCompile(`"(/usr/local/bin/[^"]+)"`).FindAllStringSubmatch(mps.DaemonTemplate, -1)
 	if len(daemonCmds) == 0 {
 		t.Error("the MPS daemon template runs nothing from the plugin's image")
 	}
 	for _, m := range daemonCmds {
 		if !inImage[m[1]] {
-			t.Errorf("templates/mps-control-daemon.yaml runs %s, which the image does not contain", m[1])
+			t.Errorf("internal/node/mps/mps-control-daemon.yaml runs %s, which the image does not contain", m[1])
 		}
 	}
 	if len(inImage) < 4 || !slices.Contains(strings.Fields(string(raw)), "USER") {
