@@ -85,7 +85,7 @@ FUZZ_TARGETS := \
 	FuzzCheck:./internal/manifestcheck \
 	FuzzDecode:./internal/node/checkpoint \
 	FuzzReadState:./internal/node/cdihook \
-	FuzzParseLimit:./internal/node/cdihook \
+	FuzzParseLimit:./internal/node/hookarg \
 	FuzzRecordPath:./internal/node/cdihook \
 	FuzzFindCgroup:./internal/node/cdihook \
 	FuzzComputeConsumed:./internal/core/plan

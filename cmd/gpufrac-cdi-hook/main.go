@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
+	"github.com/gpufrac/gpufrac/internal/node/hookarg"
 	"github.com/gpufrac/gpufrac/internal/safetext"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 )
@@ -40,7 +41,7 @@ func newCommand() *cobra.Command {
 		Short: "Apply per-container GPU memory limits (bytes) to the container's cgroup",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, g := range gpus {
-				l, err := cdihook.ParseLimit(g)
+				l, err := hookarg.ParseLimit(g)
 				if err != nil {
 					return err
 				}

@@ -42,7 +42,6 @@ import (
 	"github.com/gpufrac/gpufrac/internal/sim/catalog"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 type flags struct {
@@ -181,7 +180,7 @@ func run(ctx context.Context, f *flags) error {
 		RollingUpdateUID: types.UID(f.podUID),
 		MPS: plugin.MPSConfig{
 			Namespace: f.namespace, Image: f.mpsDaemonImage,
-			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
+			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: mps.DaemonTemplate, ReadyTimeout: f.mpsReadyTimeout,
 		},
 		CDI:              cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode},
 		Failpoint:        failpointHook(),

@@ -18,10 +18,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 type claimSpecs struct {
@@ -67,7 +67,7 @@ func fromTemplate(name string) corev1.PodResourceClaim {
 // result must carry the label and exactly one packing term, beside what
 // the pod brought; pods that are not fraction pods are left alone.
 func TestPackingPatch(t *testing.T) {
-	classes, err := templates.DeviceClassObjects()
+	classes, err := deployments.DeviceClassObjects()
 	if err != nil {
 		t.Fatal(err)
 	}

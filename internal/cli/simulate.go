@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 // newSimulateCommand places a workload on a simulated cluster with the
@@ -48,7 +48,7 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			classes, err := templates.DeviceClassObjects()
+			classes, err := deployments.DeviceClassObjects()
 			if err != nil {
 				return err
 			}

@@ -22,10 +22,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 const (
@@ -59,7 +59,7 @@ func BenchmarkControllerCacheAtScale(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	classes, err := templates.DeviceClassObjects()
+	classes, err := deployments.DeviceClassObjects()
 	if err != nil {
 		b.Fatal(err)
 	}

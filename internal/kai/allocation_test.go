@@ -10,17 +10,17 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/core/allocator"
 	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/sim/catalog"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 // shippedClasses reads the DeviceClasses users install.
 func shippedClasses(t *testing.T) []*resourceapi.DeviceClass {
-	out, err := templates.DeviceClassObjects()
+	out, err := deployments.DeviceClassObjects()
 	if err != nil {
 		t.Fatal(err)
 	}

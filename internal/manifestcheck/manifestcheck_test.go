@@ -292,18 +292,18 @@ func TestFailed(t *testing.T) {
 }
 
 // TestDemoManifests keeps the examples a newcomer runs valid as they are on
-// disk.
+// disk: the demo's claim and the DeviceClasses it applies.
 func TestDemoManifests(t *testing.T) {
 	want := map[string][]string{
-		"deviceclasses.yaml":      {"DeviceClass/gpufrac.dev: valid", "DeviceClass/sm-sharing.gpufrac.dev: valid"},
-		"claim-template-40g.yaml": {"ResourceClaimTemplate/llm-40g: valid"},
+		"deployments/deviceclasses.yaml": {"DeviceClass/gpufrac.dev: valid", "DeviceClass/sm-sharing.gpufrac.dev: valid"},
+		"demo/claim-template-40g.yaml":   {"ResourceClaimTemplate/llm-40g: valid"},
 	}
 	for name, wantLines := range want {
-		f, err := os.Open(filepath.Join("..", "..", "demo", name))
+		f, err := os.Open(filepath.Join("..", "..", filepath.FromSlash(name)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		results, err := CheckReader(f, name)
+		results, err := CheckReader(f, filepath.Base(name))
 		_ = f.Close() // read-only: nothing to lose
 		if err != nil {
 			t.Fatal(err)

@@ -4,6 +4,7 @@
 package helm
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -20,7 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpufrac/gpufrac/templates"
+	"github.com/gpufrac/gpufrac/deployments"
+	"github.com/gpufrac/gpufrac/internal/node/mps"
 )
 
 // TestChartLints runs what `helm lint --strict` runs (Chart.yaml, values
@@ -97,82 +99,222 @@ func TestWrongValuesFailWithTheirPath(t *testing.T) {
 	}
 }
 
-// TestChartMatchesTheRepository keeps the chart's copies of repository
-// manifests in step: the built-in DeviceClasses (templates/deviceclasses.yaml,
-// which the demo and the simulator use) and the webhook configurations
-// (deployments/webhooks.yaml).
+// TestChartMatchesTheRepository keeps every copy the chart carries of a
+// repository manifest equal to its one source: the built-in DeviceClasses
+// (deployments/deviceclasses.yaml, which the demo applies and the simulator
+// uses) and the admission configuration (deployments/webhooks.yaml). The
+// MPS daemon Pod (internal/node/mps/mps-control-daemon.yaml) has no copy in
+// the chart: mps.template is empty by default, so the plugin runs its
+// built-in template, and this test fails if a default copy appears that
+// differs from it.
 func TestChartMatchesTheRepository(t *testing.T) {
+	ch := loadChart(t)
+	objs, _, err := render(ch, valueSets()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	builtIn, err := deployments.DeviceClassObjects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range chartCopyDiffs(objs, builtIn, deployments.Webhooks) {
+		t.Error(d)
+	}
+	mpsValues, _ := ch.Values["mps"].(map[string]any)
+	if tmpl, _ := mpsValues["template"].(string); tmpl != "" && tmpl != mps.DaemonTemplate {
+		t.Error("values.yaml's mps.template is a copy of the MPS daemon Pod that differs from internal/node/mps/mps-control-daemon.yaml")
+	}
+}
+
+// TestChartCopyDiffsFindsAPlantedDifference: the comparison above reports a
+// chart whose copy differs, planted in memory, in each kind it compares,
+// and a copy missing from either side.
+func TestChartCopyDiffsFindsAPlantedDifference(t *testing.T) {
 	objs, _, err := render(loadChart(t), valueSets()[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	builtIn, err := templates.DeviceClassObjects()
+	builtIn, err := deployments.DeviceClassObjects()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range builtIn {
-		got := find(objs, "DeviceClass", want.Name)
-		if got == nil {
-			t.Errorf("the chart lacks DeviceClass %s", want.Name)
-			continue
-		}
-		var class resourceapi.DeviceClass
-		fromUnstructured(t, got, &class)
-		if !equality.Semantic.DeepEqual(class.Spec, want.Spec) {
-			t.Errorf("DeviceClass %s differs from templates/deviceclasses.yaml:\nchart: %+v\nrepository: %+v", want.Name, class.Spec, want.Spec)
-		}
+	if d := chartCopyDiffs(objs, builtIn, deployments.Webhooks); len(d) != 0 {
+		t.Fatalf("the chart as it is differs: %q", d)
 	}
-
-	raw, err := os.ReadFile(filepath.Join("..", "..", "deployments", "webhooks.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	// first returns the first element of the list at path in o's object,
+	// itself, not a copy.
+	first := func(o *unstructured.Unstructured, path ...string) map[string]any {
+		v, _, _ := unstructured.NestedFieldNoCopy(o.Object, path...)
+		l, _ := v.([]any)
+		if len(l) == 0 {
+			t.Fatalf("%s %s has no %v", o.GetKind(), o.GetName(), path)
+		}
+		return l[0].(map[string]any)
 	}
-	for _, doc := range splitYAML(string(raw)) {
-		var u unstructured.Unstructured
-		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil || len(u.Object) == 0 {
-			continue
-		}
-		got := find(objs, u.GetKind(), u.GetName())
-		if got == nil {
-			t.Errorf("the chart lacks %s %s of deployments/webhooks.yaml", u.GetKind(), u.GetName())
-			continue
-		}
-		var a, b []admissionv1.MutatingWebhook
-		var va, vb []admissionv1.ValidatingWebhook
-		switch u.GetKind() {
-		case "MutatingWebhookConfiguration":
-			var x, y admissionv1.MutatingWebhookConfiguration
-			fromUnstructured(t, got, &x)
-			fromUnstructured(t, &u, &y)
-			a, b = x.Webhooks, y.Webhooks
-		case "ValidatingWebhookConfiguration":
-			var x, y admissionv1.ValidatingWebhookConfiguration
-			fromUnstructured(t, got, &x)
-			fromUnstructured(t, &u, &y)
-			va, vb = x.Webhooks, y.Webhooks
-		case "MutatingAdmissionPolicy":
-			sameSpec(t, got, &u, func(p *admissionv1.MutatingAdmissionPolicy) any { return p.Spec })
-		case "MutatingAdmissionPolicyBinding":
-			sameSpec(t, got, &u, func(b *admissionv1.MutatingAdmissionPolicyBinding) any { return b.Spec })
-		default:
-			t.Errorf("deployments/webhooks.yaml has a %s, which this test does not compare", u.GetKind())
-		}
-		if !equality.Semantic.DeepEqual(a, b) || !equality.Semantic.DeepEqual(va, vb) {
-			t.Errorf("%s %s differs from deployments/webhooks.yaml", u.GetKind(), u.GetName())
-		}
+	for _, tc := range []struct {
+		name, kind, object string
+		plant              func(o *unstructured.Unstructured) *unstructured.Unstructured // nil drops the object
+		beside             bool                                                          // the original stays, the planted copy joins it
+	}{
+		{"a class's selector", "DeviceClass", "gpufrac.dev", func(o *unstructured.Unstructured) *unstructured.Unstructured {
+			first(o, "spec", "selectors")["cel"] = map[string]any{"expression": `device.driver == "gpufrac.dev"`}
+			return o
+		}, false},
+		{"a class's config", "DeviceClass", "sm-sharing.gpufrac.dev", func(o *unstructured.Unstructured) *unstructured.Unstructured {
+			params := first(o, "spec", "config")["opaque"].(map[string]any)["parameters"].(map[string]any)
+			params["computeMode"] = "TimeSlicing"
+			return o
+		}, false},
+		{"a class missing", "DeviceClass", "gpufrac.dev", nil, false},
+		{"a class the source lacks", "DeviceClass", "gpufrac.dev", func(o *unstructured.Unstructured) *unstructured.Unstructured {
+			o.SetName("extra.gpufrac.dev")
+			return o
+		}, true},
+		{"a mutating webhook's failure policy", "MutatingWebhookConfiguration", "gpufrac", func(o *unstructured.Unstructured) *unstructured.Unstructured {
+			w := first(o, "webhooks")
+			if w["failurePolicy"] == "Fail" {
+				w["failurePolicy"] = "Ignore"
+			} else {
+				w["failurePolicy"] = "Fail"
+			}
+			return o
+		}, false},
+		{"a validating webhook's timeout", "ValidatingWebhookConfiguration", "gpufrac", func(o *unstructured.Unstructured) *unstructured.Unstructured {
+			first(o, "webhooks")["timeoutSeconds"] = int64(29)
+			return o
+		}, false},
+		{"the policy's match condition", "MutatingAdmissionPolicy", "gpufrac-packing", func(o *unstructured.Unstructured) *unstructured.Unstructured {
+			first(o, "spec", "matchConditions")["expression"] = "true"
+			return o
+		}, false},
+		{"the binding's parameter", "MutatingAdmissionPolicyBinding", "gpufrac-packing", func(o *unstructured.Unstructured) *unstructured.Unstructured {
+			if err := unstructured.SetNestedField(o.Object, "elsewhere", "spec", "paramRef", "name"); err != nil {
+				t.Fatal(err)
+			}
+			return o
+		}, false},
+		{"the binding missing", "MutatingAdmissionPolicyBinding", "gpufrac-packing", nil, false},
+		{"a webhook configuration the source lacks", "ValidatingWebhookConfiguration", "gpufrac", func(o *unstructured.Unstructured) *unstructured.Unstructured {
+			o.SetName("gpufrac-extra")
+			return o
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var planted []*unstructured.Unstructured
+			found := false
+			for _, o := range objs {
+				if o.GetKind() != tc.kind || o.GetName() != tc.object {
+					planted = append(planted, o.DeepCopy())
+					continue
+				}
+				found = true
+				switch {
+				case tc.plant == nil: // dropped
+				case tc.beside:
+					planted = append(planted, o.DeepCopy(), tc.plant(o.DeepCopy()))
+				default:
+					planted = append(planted, tc.plant(o.DeepCopy()))
+				}
+			}
+			if !found {
+				t.Fatalf("the chart renders no %s %s", tc.kind, tc.object)
+			}
+			d := chartCopyDiffs(planted, builtIn, deployments.Webhooks)
+			if len(d) == 0 {
+				t.Errorf("a chart with %s planted passes as equal to the repository", tc.name)
+			}
+			t.Logf("reported: %q", d)
+		})
 	}
 }
 
-// sameSpec reports when the chart's object and the repository's differ in
-// spec.
-func sameSpec[T any](t *testing.T, chart, repo *unstructured.Unstructured, spec func(*T) any) {
-	t.Helper()
-	var x, y T
-	fromUnstructured(t, chart, &x)
-	fromUnstructured(t, repo, &y)
-	if !equality.Semantic.DeepEqual(spec(&x), spec(&y)) {
-		t.Errorf("%s %s differs from deployments/webhooks.yaml", repo.GetKind(), repo.GetName())
+// copyKinds are the kinds of the chart's objects that are copies of a
+// repository manifest: every one must have its source.
+var copyKinds = []string{"DeviceClass", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+
+// chartCopyDiffs lists where the chart's objects (a default install) and
+// the repository's manifests differ: a DeviceClass of classes or an object
+// of webhooks (deployments/webhooks.yaml) that the chart lacks or renders
+// differently, and a chart object of copyKinds that neither holds.
+// Metadata the chart adds (labels, the cert-manager annotation) is not
+// compared: the spec is, and a webhook configuration's webhooks.
+func chartCopyDiffs(objs []*unstructured.Unstructured, classes []*resourceapi.DeviceClass, webhooks string) []string {
+	var diffs []string
+	add := func(format string, args ...any) { diffs = append(diffs, fmt.Sprintf(format, args...)) }
+	inSource := map[string]bool{}
+	for _, want := range classes {
+		inSource["DeviceClass/"+want.Name] = true
+		got := find(objs, "DeviceClass", want.Name)
+		if got == nil {
+			add("the chart lacks DeviceClass %s of deployments/deviceclasses.yaml", want.Name)
+			continue
+		}
+		var class resourceapi.DeviceClass
+		if err := convert(got, &class); err != nil {
+			add("%v", err)
+			continue
+		}
+		if !equality.Semantic.DeepEqual(class.Spec, want.Spec) {
+			add("DeviceClass %s differs from deployments/deviceclasses.yaml:\nchart: %+v\nrepository: %+v", want.Name, class.Spec, want.Spec)
+		}
 	}
+
+	for i, doc := range splitYAML(webhooks) {
+		var u unstructured.Unstructured
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			add("deployments/webhooks.yaml, document %d: %v", i, err)
+			continue
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		inSource[u.GetKind()+"/"+u.GetName()] = true
+		got := find(objs, u.GetKind(), u.GetName())
+		if got == nil {
+			add("the chart lacks %s %s of deployments/webhooks.yaml", u.GetKind(), u.GetName())
+			continue
+		}
+		var same bool
+		var err error
+		switch u.GetKind() {
+		case "MutatingWebhookConfiguration":
+			same, err = sameIn(got, &u, func(c *admissionv1.MutatingWebhookConfiguration) any { return c.Webhooks })
+		case "ValidatingWebhookConfiguration":
+			same, err = sameIn(got, &u, func(c *admissionv1.ValidatingWebhookConfiguration) any { return c.Webhooks })
+		case "MutatingAdmissionPolicy":
+			same, err = sameIn(got, &u, func(p *admissionv1.MutatingAdmissionPolicy) any { return p.Spec })
+		case "MutatingAdmissionPolicyBinding":
+			same, err = sameIn(got, &u, func(b *admissionv1.MutatingAdmissionPolicyBinding) any { return b.Spec })
+		default:
+			add("deployments/webhooks.yaml has a %s, which this test does not compare", u.GetKind())
+			continue
+		}
+		if err != nil {
+			add("%v", err)
+		} else if !same {
+			add("%s %s differs from deployments/webhooks.yaml", u.GetKind(), u.GetName())
+		}
+	}
+
+	for _, o := range objs {
+		if slices.Contains(copyKinds, o.GetKind()) && !inSource[o.GetKind()+"/"+o.GetName()] {
+			add("the chart renders %s %s, which deployments/ does not hold", o.GetKind(), o.GetName())
+		}
+	}
+	return diffs
+}
+
+// sameIn reports whether the chart's object and the repository's agree in
+// the part part picks.
+func sameIn[T any](chart, repo *unstructured.Unstructured, part func(*T) any) (bool, error) {
+	var x, y T
+	if err := convert(chart, &x); err != nil {
+		return false, err
+	}
+	if err := convert(repo, &y); err != nil {
+		return false, err
+	}
+	return equality.Semantic.DeepEqual(part(&x), part(&y)), nil
 }
 
 // TestImageHasWhatTheChartRuns: the Dockerfile cannot be built here (no
@@ -223,13 +365,13 @@ func TestImageHasWhatTheChartRuns(t *testing.T) {
 	}
 	// The MPS daemon Pods run the plugin's image too: every program their
 	// template starts from the image (containers and probes) must be in it.
-	daemonCmds := regexp.MustCompile(`"(/usr/local/bin/[^"]+)"`).FindAllStringSubmatch(templates.MPSControlDaemon, -1)
+	daemonCmds := regexp.MustCompile(`"(/usr/local/bin/[^"]+)"`).FindAllStringSubmatch(mps.DaemonTemplate, -1)
 	if len(daemonCmds) == 0 {
 		t.Error("the MPS daemon template runs nothing from the plugin's image")
 	}
 	for _, m := range daemonCmds {
 		if !inImage[m[1]] {
-			t.Errorf("templates/mps-control-daemon.yaml runs %s, which the image does not contain", m[1])
+			t.Errorf("internal/node/mps/mps-control-daemon.yaml runs %s, which the image does not contain", m[1])
 		}
 	}
 	if len(inImage) < 4 || !slices.Contains(strings.Fields(string(raw)), "USER") {
@@ -239,9 +381,17 @@ func TestImageHasWhatTheChartRuns(t *testing.T) {
 
 func fromUnstructured(t *testing.T, u *unstructured.Unstructured, into any) {
 	t.Helper()
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, into, true); err != nil {
-		t.Fatalf("%s %s: %v", u.GetKind(), u.GetName(), err)
+	if err := convert(u, into); err != nil {
+		t.Fatal(err)
 	}
+}
+
+// convert fills into from u, refusing fields into's type lacks.
+func convert(u *unstructured.Unstructured, into any) error {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, into, true); err != nil {
+		return fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
+	}
+	return nil
 }
 
 // TestKubernetesAPIReachesBothContainers: kubernetesAPI overrides the

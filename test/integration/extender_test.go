@@ -18,8 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
-	"github.com/gpufrac/gpufrac/templates"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 
@@ -72,7 +72,7 @@ func TestSchedulerExtender(t *testing.T) {
 		}}); err != nil {
 		t.Fatal(err)
 	}
-	classes, err := templates.DeviceClassObjects()
+	classes, err := deployments.DeviceClassObjects()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
+
+	"github.com/gpufrac/gpufrac/internal/node/hookarg"
 )
 
 // PodRecord is what the stand-in did for a pod that it marked Running: the
@@ -130,6 +132,12 @@ func injectContainer(cache *cdi.Cache, refreshErr error, container *v1.Container
 			return rec, fmt.Errorf("CDI device injection failed for container %s (unresolved %v): %w", container.Name, unresolved, err)
 		}
 	}
+	// A runtime would run gpufrac's hook, which refuses a malformed limit
+	// and with it the container; the stand-in runs no hook, so it parses
+	// their arguments here and fails the container the same way.
+	if err := checkHookArgs(spec.Hooks); err != nil {
+		return rec, fmt.Errorf("container %s: %w", container.Name, err)
+	}
 	rec.Env = spec.Process.Env
 	rec.Mounts = spec.Mounts
 	rec.Hooks = spec.Hooks
@@ -137,6 +145,53 @@ func injectContainer(cache *cdi.Cache, refreshErr error, container *v1.Container
 		rec.DeviceNodes = spec.Linux.Devices
 	}
 	return rec, nil
+}
+
+// hookProgram is the program of gpufrac's CDI hook.
+const hookProgram = "gpufrac-cdi-hook"
+
+// checkHookArgs parses every per-GPU limit argument (--gpu UUID=SOFT:HARD)
+// of every gpufrac hook in hooks with the parser gpufrac-cdi-hook uses,
+// and refuses a gpufrac hook that applies limits without any.
+func checkHookArgs(hooks *specs.Hooks) error {
+	if hooks == nil {
+		return nil
+	}
+	for _, list := range []struct {
+		name  string
+		hooks []specs.Hook
+	}{
+		{"prestart", hooks.Prestart}, {"createRuntime", hooks.CreateRuntime}, {"createContainer", hooks.CreateContainer},
+		{"startContainer", hooks.StartContainer}, {"poststart", hooks.Poststart}, {"poststop", hooks.Poststop},
+	} {
+		for _, h := range list.hooks {
+			if filepath.Base(h.Path) != hookProgram && (len(h.Args) == 0 || filepath.Base(h.Args[0]) != hookProgram) {
+				continue
+			}
+			limits := 0
+			for i := 1; i < len(h.Args); i++ {
+				value, ok := strings.CutPrefix(h.Args[i], hookarg.Flag+"=")
+				if !ok && h.Args[i] == hookarg.Flag {
+					if i+1 == len(h.Args) {
+						return fmt.Errorf("%s hook %s %v: %s without a value", list.name, h.Path, h.Args, hookarg.Flag)
+					}
+					i++
+					value, ok = h.Args[i], true
+				}
+				if !ok {
+					continue
+				}
+				if _, err := hookarg.ParseLimit(value); err != nil {
+					return fmt.Errorf("%s hook %s %v: %w", list.name, h.Path, h.Args, err)
+				}
+				limits++
+			}
+			if limits == 0 && len(h.Args) > 1 && h.Args[1] == "apply" {
+				return fmt.Errorf("%s hook %s %v: applies no %s limit", list.name, h.Path, h.Args, hookarg.Flag)
+			}
+		}
+	}
+	return nil
 }
 
 // injectPod injects every container of the pod, init containers first.

@@ -10,7 +10,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/gpufrac/gpufrac/templates"
+	"github.com/gpufrac/gpufrac/deployments"
 )
 
 func TestNumFeasibleNodesToFind(t *testing.T) {
@@ -38,7 +38,7 @@ func TestSchedulerModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	classes, err := templates.DeviceClassObjects()
+	classes, err := deployments.DeviceClassObjects()
 	if err != nil {
 		t.Fatal(err)
 	}

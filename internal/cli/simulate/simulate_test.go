@@ -11,12 +11,12 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 func shippedClasses(t *testing.T) []*resourceapi.DeviceClass {
-	out, err := templates.DeviceClassObjects()
+	out, err := deployments.DeviceClassObjects()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,11 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/internal/cli/why"
 	"github.com/gpufrac/gpufrac/internal/core/allocator"
 	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 // BenchmarkWhyAtScale explains a Pending 30Gi claim on 1,000 nodes x 8
@@ -33,7 +33,7 @@ import (
 func BenchmarkWhyAtScale(b *testing.B) {
 	const nodes, gpus, sharesPerGPU = 1000, 8, 3
 	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
-	classes, err := templates.DeviceClassObjects()
+	classes, err := deployments.DeviceClassObjects()
 	if err != nil {
 		b.Fatal(err)
 	}

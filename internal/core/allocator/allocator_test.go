@@ -11,9 +11,9 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/internal/core/allocator"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 // TestRecordedAllocationsTakeTheirDevices: allocations made elsewhere and
@@ -21,7 +21,7 @@ import (
 // nothing.
 func TestRecordedAllocationsTakeTheirDevices(t *testing.T) {
 	ctx := context.Background()
-	classes, err := templates.DeviceClassObjects()
+	classes, err := deployments.DeviceClassObjects()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,9 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/internal/core/allocator"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 // The scale the issue asks about: 1,000 nodes of 8 H200s with 20,000
@@ -54,7 +54,7 @@ const (
 // wall time.
 func BenchmarkAllocateAtScale(b *testing.B) {
 	ctx := klog.NewContext(context.Background(), klog.Background().V(0))
-	classes, err := templates.DeviceClassObjects()
+	classes, err := deployments.DeviceClassObjects()
 	if err != nil {
 		b.Fatal(err)
 	}

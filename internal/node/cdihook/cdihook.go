@@ -23,38 +23,13 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/gpufrac/gpufrac/internal/node/hookarg"
 )
 
-// Limit is one GPU's limits for the container, in bytes.
-type Limit struct {
-	UUID string `json:"uuid"`
-	Soft uint64 `json:"soft"`
-	Hard uint64 `json:"hard"`
-}
-
-// ParseLimit reads the hook argument form UUID=SOFT:HARD.
-func ParseLimit(s string) (Limit, error) {
-	uuid, rest, ok := strings.Cut(s, "=")
-	softStr, hardStr, ok2 := strings.Cut(rest, ":")
-	if !ok || !ok2 || uuid == "" {
-		return Limit{}, fmt.Errorf("--gpu %q: want UUID=SOFT:HARD in bytes", s)
-	}
-	soft, err := strconv.ParseUint(softStr, 10, 64)
-	if err != nil {
-		return Limit{}, fmt.Errorf("--gpu %q: soft limit %q is not a number of bytes", s, softStr)
-	}
-	hard, err := strconv.ParseUint(hardStr, 10, 64)
-	if err != nil {
-		return Limit{}, fmt.Errorf("--gpu %q: hard limit %q is not a number of bytes", s, hardStr)
-	}
-	if hard == 0 {
-		return Limit{}, fmt.Errorf("--gpu %q: hard limit 0 would leave the container no GPU memory at all", s)
-	}
-	if soft > hard {
-		return Limit{}, fmt.Errorf("--gpu %q: soft limit %d is above hard limit %d", s, soft, hard)
-	}
-	return Limit{UUID: uuid, Soft: soft, Hard: hard}, nil
-}
+// Limit is one GPU's limits for the container, in bytes, as the hook's
+// --gpu argument carries them (internal/node/hookarg writes and parses it).
+type Limit = hookarg.Limit
 
 // ReadState decodes the OCI state the runtime passes on stdin, reading at
 // most MaxStateBytes of it.

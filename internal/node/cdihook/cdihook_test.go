@@ -17,28 +17,6 @@ import (
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
 )
 
-func TestParseLimit(t *testing.T) {
-	for _, tc := range []struct{ in, err string }{
-		{"GPU-1=1024:2048", ""},
-		{"GPU-1", `--gpu "GPU-1": want UUID=SOFT:HARD in bytes`},
-		{"GPU-1=10", `--gpu "GPU-1=10": want UUID=SOFT:HARD in bytes`},
-		{"GPU-1=x:2", `--gpu "GPU-1=x:2": soft limit "x" is not a number of bytes`},
-		{"GPU-1=1:40Gi", `--gpu "GPU-1=1:40Gi": hard limit "40Gi" is not a number of bytes`},
-		{"GPU-1=3:2", `--gpu "GPU-1=3:2": soft limit 3 is above hard limit 2`},
-	} {
-		l, err := cdihook.ParseLimit(tc.in)
-		if tc.err == "" {
-			if err != nil || l != (cdihook.Limit{UUID: "GPU-1", Soft: 1024, Hard: 2048}) {
-				t.Errorf("ParseLimit(%q) = %+v, %v", tc.in, l, err)
-			}
-			continue
-		}
-		if err == nil || err.Error() != tc.err {
-			t.Errorf("ParseLimit(%q) error %v, want %q", tc.in, err, tc.err)
-		}
-	}
-}
-
 // procTree fakes /proc/<pid>/cgroup.
 func procTree(t *testing.T, pid, content string) string {
 	root := t.TempDir()

@@ -4,13 +4,13 @@
 package cdispec
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpufrac/gpufrac/internal/core/plan"
+	"github.com/gpufrac/gpufrac/internal/node/hookarg"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -88,7 +88,8 @@ func hook(c *plan.Claim, opts Options) *cdispec.Hook {
 	}
 	args := []string{"gpufrac-cdi-hook", "apply"}
 	for _, g := range gpus {
-		args = append(args, "--gpu", fmt.Sprintf("%s=%d:%d", g.UUID, g.SoftLimitBytes, g.HardLimitBytes))
+		// Plans hold limits above zero (internal/core/plan bounds them).
+		args = append(args, hookarg.Flag, hookarg.FormatLimit(hookarg.Limit{UUID: g.UUID, Soft: uint64(g.SoftLimitBytes), Hard: uint64(g.HardLimitBytes)}))
 	}
 	if opts.DriverRoot != "" {
 		args = append(args, "--driver-root", opts.DriverRoot)

@@ -10,6 +10,7 @@ import (
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
+	"github.com/gpufrac/gpufrac/internal/node/hookarg"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -125,6 +126,10 @@ func TestHookAndLimitVariablesOnlyWhereEnforced(t *testing.T) {
 			for i := range args {
 				if args[i] == "--gpu" && i+1 < len(args) {
 					gpus = append(gpus, args[i+1])
+					// What the writer writes, the hook's parser reads.
+					if _, err := hookarg.ParseLimit(args[i+1]); err != nil {
+						t.Errorf("the hook cannot parse its argument: %v", err)
+					}
 				}
 			}
 			if !slices.Equal(gpus, tc.wantHook) {

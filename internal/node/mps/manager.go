@@ -32,7 +32,8 @@ type Config struct {
 	Client    kubernetes.Interface
 	Namespace string
 	NodeName  string
-	// Template is the text of templates/mps-control-daemon.yaml.
+	// Template is the text of mps-control-daemon.yaml (DaemonTemplate) or
+	// the --mps-template that replaces it.
 	Template string
 	// Image is the plugin's own image, which holds gpufrac-mps-launcher;
 	// the daemon runs the node's MPS binaries under DriverRoot with it.

@@ -24,7 +24,6 @@ import (
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 const (
@@ -112,7 +111,7 @@ func (e *restartEvents) DaemonRestarted(c *plan.Claim, reason string) {
 
 func newManager(t *testing.T, client *fake.Clientset, timeout time.Duration, ev mps.Events) *mps.Manager {
 	m, err := mps.NewManager(mps.Config{
-		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
+		Client: client, Namespace: ns, NodeName: node, Template: mps.DaemonTemplate,
 		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionLegacy, ReadyTimeout: timeout, Events: ev,
 	})
 	if err != nil {
@@ -315,7 +314,7 @@ func TestRestoreRebuildsCountsAndCollectsGarbage(t *testing.T) {
 }
 
 func TestRenderRefusesATemplateThatDropsTheLabels(t *testing.T) {
-	broken := strings.Replace(templates.MPSControlDaemon, "gpufrac.dev/gpu: \"{{.GPUUUID}}\"", "", 1)
+	broken := strings.Replace(mps.DaemonTemplate, "gpufrac.dev/gpu: \"{{.GPUUUID}}\"", "", 1)
 	_, err := mps.Render(broken, mps.DaemonParams{Name: "n", Namespace: ns, NodeName: node, GPUUUID: "GPU-a", Image: "i", DriverRoot: "/", Version: "legacy"})
 	if err == nil || !strings.Contains(err.Error(), "must keep the labels") {
 		t.Errorf("got %v", err)

@@ -18,7 +18,6 @@ import (
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 // TestMPSReconcileDoesNotDeleteAHandedOutDaemon: reconcile finds a GPU's
@@ -40,7 +39,7 @@ func TestMPSReconcileDoesNotDeleteAHandedOutDaemon(t *testing.T) {
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
 	client := fake.NewClientset(daemon)
-	m, err := NewManager(Config{Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
+	m, err := NewManager(Config{Client: client, Namespace: ns, NodeName: node, Template: DaemonTemplate,
 		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionLegacy, ReadyTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpufrac/gpufrac/internal/node/mps"
-	"github.com/gpufrac/gpufrac/templates"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 )
 
@@ -122,7 +121,7 @@ func startDaemon(t testing.TB, version string, settings map[string]string) *daem
 			t.Fatal(err)
 		}
 	}
-	pod, err := mps.Render(templates.MPSControlDaemon, mps.DaemonParams{
+	pod, err := mps.Render(mps.DaemonTemplate, mps.DaemonParams{
 		Name: "d", Namespace: ns, NodeName: node, GPUUUID: "GPU-a", Image: "img", DriverRoot: driverRoot, Version: version,
 		PipeDir: dirs["/mps/pipe"], LogDir: dirs["/mps/log"], ShmDir: host, ConfigDir: dirs["/mps/config"],
 		ServerName: "gpufrac", SafetyMemoryMiB: 64, SafetyThreadPercentage: 1,

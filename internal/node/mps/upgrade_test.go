@@ -14,7 +14,6 @@ import (
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 // TestUpgradeKeepsTheRunningDaemon: a plugin of a new version (a new image
@@ -41,7 +40,7 @@ func TestUpgradeKeepsTheRunningDaemon(t *testing.T) {
 	}
 
 	upgraded, err := mps.NewManager(mps.Config{
-		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
+		Client: client, Namespace: ns, NodeName: node, Template: mps.DaemonTemplate,
 		Image: "gpufrac/gpufrac:next", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionLegacy, ReadyTimeout: 10 * time.Second,
 	})
 	if err != nil {

@@ -18,7 +18,6 @@ import (
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 func v3Claim(root, name, gpu string, hardGiB int64, threads *int32) *plan.Claim {
@@ -48,7 +47,7 @@ func TestV3NamespacePerClaim(t *testing.T) {
 	root := t.TempDir()
 	kubelet(ctx, t, client, true)
 	m, err := mps.NewManager(mps.Config{
-		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
+		Client: client, Namespace: ns, NodeName: node, Template: mps.DaemonTemplate,
 		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 10 * time.Second,
 	})
 	if err != nil {
@@ -102,7 +101,7 @@ func TestSettingsNeverAppliedFailsPrepare(t *testing.T) {
 	dir := t.TempDir()
 	kubeletApplying(ctx, t, client, true, false) // Ready, but deaf to the config directory
 	m, err := mps.NewManager(mps.Config{
-		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
+		Client: client, Namespace: ns, NodeName: node, Template: mps.DaemonTemplate,
 		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 300 * time.Millisecond,
 	})
 	if err != nil {

@@ -34,7 +34,6 @@ import (
 	nodeplugin "github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 const nodeName = "node-a"
@@ -226,7 +225,7 @@ func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 		BootID:        "boot-1",
 		Health:        nodeplugin.HealthConfig{SimulatedFile: filepath.Join(root, "health.json")},
 		SMSharingGPUs: "1",
-		MPS:           nodeplugin.MPSConfig{Namespace: "gpufrac-system", Image: "mps:test", Template: templates.MPSControlDaemon, ReadyTimeout: 30 * time.Second},
+		MPS:           nodeplugin.MPSConfig{Namespace: "gpufrac-system", Image: "mps:test", Template: mps.DaemonTemplate, ReadyTimeout: 30 * time.Second},
 	}
 	plugin, err := nodeplugin.Start(ctx, cfg)
 	if err != nil {

@@ -19,8 +19,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
-	"github.com/gpufrac/gpufrac/templates"
 	"github.com/gpufrac/gpufrac/test/bench/packing/internal/packing"
 )
 
@@ -45,7 +45,7 @@ func run(n int, seed uint64, nodes, replicas int, chart, realsched string) error
 	trace := simulate.Generate(n, seed, gpu)
 	total := nodes * 8
 
-	classes, err := templates.DeviceClassObjects()
+	classes, err := deployments.DeviceClassObjects()
 	if err != nil {
 		return err
 	}

@@ -24,10 +24,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
-	"github.com/gpufrac/gpufrac/templates"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 
@@ -188,7 +188,7 @@ func setUp(ctx context.Context, cfg config) (_ *bench, closeBench func(error), f
 		return nil, nil, err
 	}
 	fmt.Fprintf(os.Stderr, "realsched: %d nodes with slices in %s\n", cfg.nodes, time.Since(start).Round(100*time.Millisecond))
-	classes, err := templates.DeviceClassObjects()
+	classes, err := deployments.DeviceClassObjects()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -231,7 +231,7 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		pods = []string{"-f", file}
 	}
 	apply := kubectl(append([]string{"apply", "--namespace=default",
-		"-f", filepath.Join(demoDir, "deviceclasses.yaml"), "-f", filepath.Join(demoDir, "claim-template-40g.yaml"),
+		"-f", filepath.Join(root, "deployments", "deviceclasses.yaml"), "-f", filepath.Join(demoDir, "claim-template-40g.yaml"),
 		"-f", filepath.Join(demoDir, "claim-templates.yaml")}, pods...)...)
 	if err := apply.Run(); err != nil {
 		return fail(fmt.Errorf("kubectl apply: %w", err))

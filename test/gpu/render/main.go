@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Command render prints the MPS daemon container's script and startup
-// probe from templates/mps-control-daemon.yaml, rendered by internal/node/mps exactly
+// probe from internal/node/mps/mps-control-daemon.yaml, rendered by internal/node/mps exactly
 // as the plugin renders it, for test/gpu/run.sh to run without Kubernetes.
 package main
 
@@ -13,7 +13,6 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/templates"
 )
 
 func main() {
@@ -22,7 +21,7 @@ func main() {
 	part := flag.String("part", "script", "what to print: script, init (the init container's command), probe or toml (the v3 daemon's configuration)")
 	driver := flag.String("driver", "615.0", "driver version, for -part toml")
 	flag.Parse()
-	pod, err := mps.Render(templates.MPSControlDaemon, mps.DaemonParams{
+	pod, err := mps.Render(mps.DaemonTemplate, mps.DaemonParams{
 		Name: "gpu-check", Namespace: "gpu-check", NodeName: "gpu-check", GPUUUID: *uuid, Image: "none", Version: *version,
 		PipeDir: "/unused", LogDir: "/unused", ShmDir: "/unused", ConfigDir: "/unused", ServerName: domain.MPSServerName, DriverRoot: "/unused",
 		SafetyMemoryMiB: mps.DefaultSafetyLimits.PinnedMemoryMiB, SafetyThreadPercentage: mps.DefaultSafetyLimits.ActiveThreadPercentage,

@@ -9,8 +9,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
-	"github.com/gpufrac/gpufrac/templates"
 	"github.com/gpufrac/gpufrac/test/bench/packing/internal/packing"
 )
 
@@ -48,7 +48,7 @@ func TestStrategies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	classes, err := templates.DeviceClassObjects()
+	classes, err := deployments.DeviceClassObjects()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,13 @@
 // Copyright The gpufrac Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package templates holds the workload templates the plugin renders, embedded
-// so the binary carries them; the Helm chart may override them from a
-// ConfigMap (--mps-template).
-package templates
+// Package deployments carries the manifests gpufrac ships, each from its one
+// source in this folder: the DeviceClasses (deviceclasses.yaml, which the
+// demo applies and the simulator and tests place claims with) and the
+// reference admission configuration (webhooks.yaml). The Helm chart
+// (deployments/helm/gpufrac) renders copies of both; test/helm holds every
+// copy equal to these files.
+package deployments
 
 import (
 	_ "embed"
@@ -15,17 +18,17 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// MPSControlDaemon is templates/mps-control-daemon.yaml: the Pod that runs
-// one GPU's MPS control daemon.
-//
-//go:embed mps-control-daemon.yaml
-var MPSControlDaemon string
-
-// DeviceClasses is templates/deviceclasses.yaml: the DeviceClasses gpufrac
-// ships (demo/deviceclasses.yaml links to it).
+// DeviceClasses is deployments/deviceclasses.yaml: the DeviceClasses
+// gpufrac ships.
 //
 //go:embed deviceclasses.yaml
 var DeviceClasses string
+
+// Webhooks is deployments/webhooks.yaml: the reference admission
+// configuration of gpufrac-controller.
+//
+//go:embed webhooks.yaml
+var Webhooks string
 
 // DeviceClassObjects parses DeviceClasses, for code that places claims
 // without an API server (the simulator, tests).
