@@ -596,14 +596,3 @@ func describeNode(ctx context.Context, cfg Config) (*domain.Inventory, resources
 	}
 	return inv, resources, nil
 }
-
-// Slices discovers the GPUs of cfg and returns the ResourceSlices the plugin
-// would publish, without registering or talking to the API server: what an
-// operator checks before rolling the plugin out to a node.
-func Slices(ctx context.Context, cfg Config) ([]*resourceapi.ResourceSlice, error) {
-	_, resources, err := describeNode(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return resourceslices.Objects(v1alpha1.DriverName, resources), nil
-}
