@@ -3,15 +3,16 @@
 
 // Command gpufrac-kubelet-plugin is the node side of gpufrac: it registers
 // with the kubelet, publishes the node's GPUs as ResourceSlices and prepares
-// claims. All logic lives in internal/node/plugin; this file is flags and wiring.
+// claims. All logic lives in internal/node/plugin (and internal/sim/simnode
+// for --simulate-gpus); this file is flags and wiring.
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -25,9 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/component-base/cli"
 	logsapi "k8s.io/component-base/logs/api/v1"
-	"k8s.io/dynamic-resource-allocation/deviceattribute"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/internal/buildinfo"
 	"github.com/gpufrac/gpufrac/internal/metricsserver"
@@ -41,6 +40,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/internal/sim/catalog"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
+	"github.com/gpufrac/gpufrac/internal/sim/simnode"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -160,13 +160,54 @@ func run(ctx context.Context, f *flags) error {
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting gpufrac-kubelet-plugin", "version", buildinfo.Version, "node", f.nodeName)
 
-	bootID, err := checkpoint.BootID()
+	cfg, err := newConfig(ctx, f, fatal)
 	if err != nil {
 		return err
 	}
+	if f.printSlices {
+		return printSlices(ctx, cfg)
+	}
+	if cfg.KubeClient, err = newKubeClient(f); err != nil {
+		return err
+	}
+
+	// /healthz dials the plugin's own sockets once it has started; before,
+	// discovery and recovery are still running and it answers ok.
+	var started atomic.Pointer[plugin.Plugin]
+	if f.metricsAddress != "" {
+		stopServer, err := serveMetrics(ctx, f.metricsAddress, &cfg, &started)
+		if err != nil {
+			return err
+		}
+		// Stopped after the plugin (deferred calls run last first).
+		defer stopServer()
+	}
+
+	plugin, err := plugin.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer plugin.Stop()
+	started.Store(plugin)
+	select {
+	case <-ctx.Done():
+		logger.Info("Kubelet plugin stopping", "reason", context.Cause(ctx))
+		return nil
+	case err := <-fatal:
+		return fmt.Errorf("kubelet plugin stopped: %w", err)
+	}
+}
+
+// newConfig builds the plugin's configuration from the flags: a fatal
+// background error is sent to fatal.
+func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config, error) {
+	bootID, err := checkpoint.BootID()
+	if err != nil {
+		return plugin.Config{}, err
+	}
 	band, err := incident.ParseBand(f.hardLimitBand)
 	if err != nil {
-		return fmt.Errorf("--hard-limit-band: %w", err)
+		return plugin.Config{}, fmt.Errorf("--hard-limit-band: %w", err)
 	}
 	cfg := plugin.Config{
 		HardLimitBand: band,
@@ -197,133 +238,93 @@ func run(ctx context.Context, f *flags) error {
 		},
 	}
 	if f.simulateGPUs != "" {
-		enforcement, err := domain.ParseEnforcement(f.simulateEnforcement)
-		if err != nil {
-			return fmt.Errorf("--simulate-enforcement: %w", err)
+		if err := simulate(ctx, f, &cfg); err != nil {
+			return plugin.Config{}, err
 		}
-		if f.simulateCgroup != "v1" && f.simulateCgroup != "v2" {
-			return fmt.Errorf("--simulate-cgroup %q: want v1 or v2", f.simulateCgroup)
-		}
-		node, err := gpusim.NewNodeWith(f.simulateGPUs, f.nodeName, gpusim.NodeOptions{Enforcement: enforcement, CgroupV1: f.simulateCgroup == "v1"})
-		if err != nil {
-			return fmt.Errorf("--simulate-gpus: %w", err)
-		}
-		// The simulated driver is installed where the hook looks for NVML,
-		// under the node's driver root, never into the host's own library
-		// directories: a simulated node on the host's root gets its own.
-		if f.driverRoot == "/" {
-			f.driverRoot = filepath.Join(f.pluginDataDir, "simulated-driver-root")
-			cfg.CDI.DriverRoot = f.driverRoot
-		}
-		lib, err := gpusim.InstallDriver(f.driverRoot, "usr/lib64", node.Driver)
-		if err != nil {
-			return err
-		}
-		logger.Info("Simulating GPUs: no NVML, no real GPU is touched", "gpus", f.simulateGPUs, "driver", enforcement,
-			"cgroup", f.simulateCgroup, "simulatedDriver", lib)
-		cfg.NVML = node.NVML
-		cfg.InventoryOptions = node.InventoryOptions
-		// MPS needs the binary under the (simulated) driver root, as on a
-		// real node: the test tiers install the MPS double there.
-		simulated := node.InventoryOptions.LookPath
-		root := f.driverRoot
-		cfg.InventoryOptions.LookPath = func(file string) (string, error) {
-			if _, err := simulated(file); err != nil {
-				return "", err
-			}
-			return mpslauncher.FindInRoot(root, file)
-		}
-		cfg.CDI.DeviceNode = gpusim.DeviceNode
-		// The hook of a simulated node records the limits it would set
-		// instead of calling NVML.
-		record := filepath.Join(f.pluginDataDir, gpusim.RecordFile)
-		cfg.CDI.HookArgs = []string{"--simulate-record=" + record}
-		gpusim.AnswerRecordedLimits(node.NVML, record)
-		gpusim.AnswerSimulatedUsage(node.NVML, filepath.Join(f.pluginDataDir, gpusim.UsageFile))
-		// Simulated GPUs fail when this file says so.
-		cfg.Health.SimulatedFile = filepath.Join(f.pluginDataDir, gpusim.HealthFile)
 	} else {
 		cfg.NVML = nvml.New()
 		// The daemon Pods run the driver root's own MPS binaries: MPS is
 		// available where the driver root has them.
-		mount := f.driverRootMount
-		if mount == "" {
-			mount = f.driverRoot
-		}
+		mount := cmp.Or(f.driverRootMount, f.driverRoot)
 		cfg.InventoryOptions.LookPath = func(file string) (string, error) { return mpslauncher.FindInRoot(mount, file) }
-		cfg.InventoryOptions.PCIeRoot = func(busID string) (string, error) {
-			attr, err := deviceattribute.GetPCIeRootAttributeByPCIBusID(busID)
-			if err != nil || attr.Value.StringValue == nil {
-				return "", err
-			}
-			return *attr.Value.StringValue, nil
-		}
+		cfg.InventoryOptions.PCIeRoot = plugin.HostPCIeRoot
 	}
 
 	for _, x := range f.ignoredXIDs {
 		cfg.Health.IgnoredXIDs = append(cfg.Health.IgnoredXIDs, uint64(x))
 	}
 	if err := cfg.MPS.DefaultNamespaceLimits.Validate(); err != nil {
-		return fmt.Errorf("--mps-default-namespace-memory-mib, --mps-default-namespace-thread-percentage: %w", err)
+		return plugin.Config{}, fmt.Errorf("--mps-default-namespace-memory-mib, --mps-default-namespace-thread-percentage: %w", err)
 	}
 	if f.mpsTemplate != "" {
 		raw, err := os.ReadFile(f.mpsTemplate)
 		if err != nil {
-			return fmt.Errorf("--mps-template: %w", err)
+			return plugin.Config{}, fmt.Errorf("--mps-template: %w", err)
 		}
 		cfg.MPS.Template = string(raw)
 	}
-	if f.printSlices {
-		return printSlices(ctx, cfg)
-	}
+	return cfg, nil
+}
 
-	restConfig, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+// simulate points cfg at the simulated node the --simulate-* flags
+// describe (internal/sim/simnode).
+func simulate(ctx context.Context, f *flags, cfg *plugin.Config) error {
+	enforcement, err := domain.ParseEnforcement(f.simulateEnforcement)
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig %q: %w", f.kubeconfig, err)
+		return fmt.Errorf("--simulate-enforcement: %w", err)
 	}
-	restConfig.QPS, restConfig.Burst = f.kubeAPIQPS, f.kubeAPIBurst
-	restConfig.UserAgent = "gpufrac-kubelet-plugin"
-	if cfg.KubeClient, err = kubernetes.NewForConfig(restConfig); err != nil {
-		return fmt.Errorf("creating the Kubernetes client: %w", err)
+	if f.simulateCgroup != "v1" && f.simulateCgroup != "v2" {
+		return fmt.Errorf("--simulate-cgroup %q: want v1 or v2", f.simulateCgroup)
 	}
-
-	// /healthz dials the plugin's own sockets once it has started; before,
-	// discovery and recovery are still running and it answers ok.
-	var started atomic.Pointer[plugin.Plugin]
-	if f.metricsAddress != "" {
-		reg := prometheus.NewRegistry()
-		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		cfg.Metrics = reg
-		serverCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
-		_, stopped, err := metricsserver.StartWithChecks(serverCtx, f.metricsAddress, reg, metricsserver.Checks{
-			Healthz: func() error {
-				if p := started.Load(); p != nil {
-					return p.Healthz(ctx)
-				}
-				return nil
-			},
-		})
-		if err != nil {
-			stopServer()
-			return err
-		}
-		// Stopped after the plugin (deferred calls run last first).
-		defer func() { stopServer(); <-stopped }()
+	node, err := gpusim.NewNodeWith(f.simulateGPUs, f.nodeName, gpusim.NodeOptions{Enforcement: enforcement, CgroupV1: f.simulateCgroup == "v1"})
+	if err != nil {
+		return fmt.Errorf("--simulate-gpus: %w", err)
 	}
-
-	plugin, err := plugin.Start(ctx, cfg)
+	lib, err := simnode.Configure(cfg, node, simnode.Paths{DriverRoot: f.driverRoot, DataDir: f.pluginDataDir})
 	if err != nil {
 		return err
 	}
-	defer plugin.Stop()
-	started.Store(plugin)
-	select {
-	case <-ctx.Done():
-		logger.Info("Kubelet plugin stopping", "reason", context.Cause(ctx))
-		return nil
-	case err := <-fatal:
-		return fmt.Errorf("kubelet plugin stopped: %w", err)
+	klog.FromContext(ctx).Info("Simulating GPUs: no NVML, no real GPU is touched", "gpus", f.simulateGPUs, "driver", enforcement,
+		"cgroup", f.simulateCgroup, "simulatedDriver", lib)
+	return nil
+}
+
+func newKubeClient(f *flags) (kubernetes.Interface, error) {
+	restConfig, err := clientcmd.BuildConfigFromFlags("", f.kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("loading kubeconfig %q: %w", f.kubeconfig, err)
 	}
+	restConfig.QPS, restConfig.Burst = f.kubeAPIQPS, f.kubeAPIBurst
+	restConfig.UserAgent = "gpufrac-kubelet-plugin"
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return nil, fmt.Errorf("creating the Kubernetes client: %w", err)
+	}
+	return client, nil
+}
+
+// serveMetrics serves /metrics from a registry it sets as cfg.Metrics, and
+// /healthz from the plugin once started holds it. The server outlives
+// ctx's cancellation until the returned stop is called, so a stopping
+// plugin's last metrics and health are still served.
+func serveMetrics(ctx context.Context, address string, cfg *plugin.Config, started *atomic.Pointer[plugin.Plugin]) (func(), error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Metrics = reg
+	serverCtx, stopServer := context.WithCancel(context.WithoutCancel(ctx))
+	_, stopped, err := metricsserver.StartWithChecks(serverCtx, address, reg, metricsserver.Checks{
+		Healthz: func() error {
+			if p := started.Load(); p != nil {
+				return p.Healthz(ctx)
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		stopServer()
+		return nil, err
+	}
+	return func() { stopServer(); <-stopped }, nil
 }
 
 func printSlices(ctx context.Context, cfg plugin.Config) error {
@@ -331,13 +332,5 @@ func printSlices(ctx context.Context, cfg plugin.Config) error {
 	if err != nil {
 		return err
 	}
-	for _, s := range slices {
-		s.APIVersion, s.Kind = "resource.k8s.io/v1", "ResourceSlice"
-		out, err := yaml.Marshal(s)
-		if err != nil {
-			return fmt.Errorf("rendering slice %s: %w", s.Name, err)
-		}
-		fmt.Printf("---\n%s", out)
-	}
-	return nil
+	return plugin.WriteSlices(os.Stdout, slices)
 }

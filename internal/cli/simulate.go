@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpufrac/gpufrac/deployments"
@@ -52,41 +53,13 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var pods []simulate.Pod
-			switch {
-			case generate > 0:
-				sizes := simulate.MemorySizes(slices)
-				pods = simulate.Pods(simulate.Generate(generate, seed, sizes[0]))
-			case len(filenames) > 0:
-				inputs, err := readInputs(filenames, streams.In)
-				if err != nil {
-					return err
-				}
-				for _, in := range inputs {
-					p, c, err := simulate.Load(in.Data, simulate.MemorySizes(slices))
-					if err != nil {
-						return fmt.Errorf("%s: %w", in.Name, err)
-					}
-					pods, classes = append(pods, p...), append(classes, c...)
-				}
-			default:
-				return fmt.Errorf("give a workload with -f or --generate")
+			pods, classes, err := workload(filenames, streams.In, generate, seed, slices, classes)
+			if err != nil {
+				return err
 			}
-			total := 0
-			for _, p := range pods {
-				total += max(p.Replicas, 1)
-				if total > simulate.MaxPods {
-					return fmt.Errorf("the workload holds more than %d pods (replicas counted), the most a Kubernetes cluster holds", simulate.MaxPods)
-				}
-			}
-			var sched simulate.Scheduler
-			switch scheduler {
-			case "kube-scheduler":
-				sched = simulate.Scheduler{Seed: seed, Packing: packing}
-			case "first-fit":
-				sched = simulate.Scheduler{FirstFit: true}
-			default:
-				return fmt.Errorf("--scheduler=%q: want kube-scheduler or first-fit", scheduler)
+			sched, err := schedulerFor(scheduler, seed, packing)
+			if err != nil {
+				return err
 			}
 			res, err := simulate.RunWith(ctx, slices, classes, pods, sched)
 			if err != nil {
@@ -109,6 +82,52 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 	cmd.Flags().StringVar(&gpus, "gpus", "h200x8", "GPUs per node, as the plugin's --simulate-gpus takes them")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json for a machine-readable result")
 	return cmd
+}
+
+// workload is the pods to place: --generate's, drawn from the
+// benchmark's mix, or those of the -f files, whose DeviceClasses are added
+// to classes. A workload of more pods than a cluster holds is refused.
+func workload(filenames []string, stdin io.Reader, generate int, seed uint64, slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass) ([]simulate.Pod, []*resourceapi.DeviceClass, error) {
+	var pods []simulate.Pod
+	switch {
+	case generate > 0:
+		sizes := simulate.MemorySizes(slices)
+		pods = simulate.Pods(simulate.Generate(generate, seed, sizes[0]))
+	case len(filenames) > 0:
+		inputs, err := readInputs(filenames, stdin)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, in := range inputs {
+			p, c, err := simulate.Load(in.Data, simulate.MemorySizes(slices))
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", in.Name, err)
+			}
+			pods, classes = append(pods, p...), append(classes, c...)
+		}
+	default:
+		return nil, nil, fmt.Errorf("give a workload with -f or --generate")
+	}
+	total := 0
+	for _, p := range pods {
+		total += max(p.Replicas, 1)
+		if total > simulate.MaxPods {
+			return nil, nil, fmt.Errorf("the workload holds more than %d pods (replicas counted), the most a Kubernetes cluster holds", simulate.MaxPods)
+		}
+	}
+	return pods, classes, nil
+}
+
+// schedulerFor is the node choice --scheduler names.
+func schedulerFor(name string, seed uint64, packing bool) (simulate.Scheduler, error) {
+	switch name {
+	case "kube-scheduler":
+		return simulate.Scheduler{Seed: seed, Packing: packing}, nil
+	case "first-fit":
+		return simulate.Scheduler{FirstFit: true}, nil
+	default:
+		return simulate.Scheduler{}, fmt.Errorf("--scheduler=%q: want kube-scheduler or first-fit", name)
+	}
 }
 
 func printSimulation(out io.Writer, res *simulate.Result) error {

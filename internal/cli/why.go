@@ -73,38 +73,8 @@ func printWhy(out io.Writer, e *why.Explanation) error {
 	if e.Pod != "" && len(e.Claims) > 0 {
 		fmt.Fprintf(out, "Claims: %s\n", strings.Join(e.Claims, ", "))
 	}
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	if len(e.Nodes) > 0 {
-		fmt.Fprintln(out)
-		fmt.Fprintln(w, "NODE\tFITS\tWHY NOT")
-		for _, n := range e.Nodes {
-			fits := "no"
-			if n.Fits {
-				fits = "yes"
-			}
-			if len(n.Reasons) == 0 {
-				fmt.Fprintf(w, "%s\t%s\t\n", n.Node, fits)
-			}
-			for i, r := range n.Reasons {
-				node := n.Node
-				if i > 0 {
-					node, fits = "", ""
-				}
-				who := ""
-				if r.Claim != "" {
-					who = r.Claim + " " + r.Request + ": "
-				}
-				fmt.Fprintf(w, "%s\t%s\t%s: %s%s\n", node, fits, r.Code, who, r.Message)
-			}
-			for _, g := range n.GPUs {
-				excluded := ""
-				if g.ExcludedBy != "" {
-					excluded = ", excluded by " + g.ExcludedBy
-				}
-				fmt.Fprintf(w, "  %s\t\t%s free of %s, %s, enforcement %s%s\n", g.Device, bytesQ(g.FreeBytes), bytesQ(g.MemoryBytes), g.Model, g.Enforcement, excluded)
-			}
-		}
-		if err := w.Flush(); err != nil {
+		if err := printWhyNodes(out, e.Nodes); err != nil {
 			return err
 		}
 	}
@@ -121,33 +91,79 @@ func printWhy(out io.Writer, e *why.Explanation) error {
 		}
 	}
 	if len(e.Shares) > 0 {
-		fmt.Fprintln(out)
-		fmt.Fprintln(w, "CLAIM\tREQUEST\tNODE\tGPU\tGUARANTEED\tLIMIT\tMODE\tENFORCEMENT\tMPS\tUSED")
-		for _, s := range e.Shares {
-			limit, mode, enf := "-", "(not prepared)", "-"
-			if s.Prepared {
-				limit, mode, enf = bytesQ(s.LimitBytes), s.ComputeMode, s.Enforcement
-			}
-			mps := s.MPSServer
-			if mps == "" {
-				mps = "-"
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s %s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Claim, s.Request, s.Node, s.Device, s.UUID,
-				bytesQ(s.RequestBytes), limit, mode, enf, mps, usage(s))
-		}
-		if err := w.Flush(); err != nil {
+		if err := printWhyShares(out, e.Shares); err != nil {
 			return err
-		}
-		for _, s := range e.Shares {
-			for _, c := range s.Conditions {
-				fmt.Fprintf(out, "  %s %s: %s\n", s.Claim, s.Device, c)
-			}
 		}
 	}
 	if len(e.Unseen) > 0 {
 		fmt.Fprintln(out, "\nCould not see (your access, or unreachable; the answer may be incomplete):")
 		for _, u := range e.Unseen {
 			fmt.Fprintf(out, "  - %s\n", u)
+		}
+	}
+	return nil
+}
+
+// printWhyNodes prints the table of nodes: whether the request fits each,
+// why not, and each GPU's free memory.
+func printWhyNodes(out io.Writer, nodes []why.NodeResult) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(out)
+	fmt.Fprintln(w, "NODE\tFITS\tWHY NOT")
+	for _, n := range nodes {
+		fits := "no"
+		if n.Fits {
+			fits = "yes"
+		}
+		if len(n.Reasons) == 0 {
+			fmt.Fprintf(w, "%s\t%s\t\n", n.Node, fits)
+		}
+		for i, r := range n.Reasons {
+			node := n.Node
+			if i > 0 {
+				node, fits = "", ""
+			}
+			who := ""
+			if r.Claim != "" {
+				who = r.Claim + " " + r.Request + ": "
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s: %s%s\n", node, fits, r.Code, who, r.Message)
+		}
+		for _, g := range n.GPUs {
+			excluded := ""
+			if g.ExcludedBy != "" {
+				excluded = ", excluded by " + g.ExcludedBy
+			}
+			fmt.Fprintf(w, "  %s\t\t%s free of %s, %s, enforcement %s%s\n", g.Device, bytesQ(g.FreeBytes), bytesQ(g.MemoryBytes), g.Model, g.Enforcement, excluded)
+		}
+	}
+	return w.Flush()
+}
+
+// printWhyShares prints the table of the claims' shares (what is
+// guaranteed, limited and used) and then the shares' conditions.
+func printWhyShares(out io.Writer, shares []why.Share) error {
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(out)
+	fmt.Fprintln(w, "CLAIM\tREQUEST\tNODE\tGPU\tGUARANTEED\tLIMIT\tMODE\tENFORCEMENT\tMPS\tUSED")
+	for _, s := range shares {
+		limit, mode, enf := "-", "(not prepared)", "-"
+		if s.Prepared {
+			limit, mode, enf = bytesQ(s.LimitBytes), s.ComputeMode, s.Enforcement
+		}
+		mps := s.MPSServer
+		if mps == "" {
+			mps = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s %s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Claim, s.Request, s.Node, s.Device, s.UUID,
+			bytesQ(s.RequestBytes), limit, mode, enf, mps, usage(s))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	for _, s := range shares {
+		for _, c := range s.Conditions {
+			fmt.Fprintf(out, "  %s %s: %s\n", s.Claim, s.Device, c)
 		}
 	}
 	return nil

@@ -31,19 +31,35 @@ const pluginSelector = "app.kubernetes.io/name=gpufrac,app.kubernetes.io/compone
 // claim itself.
 func gather(ctx context.Context, client kubernetes.Interface, namespace, arg string) (why.Snapshot, why.Target, error) {
 	var snap why.Snapshot
-	var target why.Target
 	unseen := func(format string, args ...any) { snap.Unseen = append(snap.Unseen, fmt.Sprintf(format, args...)) }
 
+	target, err := readTarget(ctx, client, namespace, arg, unseen)
+	if err != nil {
+		return snap, target, err
+	}
+	if err := readSlicesAndClasses(ctx, client, target, &snap, unseen); err != nil {
+		return snap, target, err
+	}
+	if err := readClaimsAndNodes(ctx, client, namespace, &snap, unseen); err != nil {
+		return snap, target, err
+	}
+	gatherUsage(ctx, client, target, &snap, unseen)
+	return snap, target, nil
+}
+
+// readTarget reads the pod or claim arg names, and the pod's claims (one
+// it may not read is listed as unseen, one not there yet as missing).
+func readTarget(ctx context.Context, client kubernetes.Interface, namespace, arg string, unseen func(string, ...any)) (why.Target, error) {
+	var target why.Target
 	kind, name, found := strings.Cut(arg, "/")
 	if !found {
 		kind, name = "pod", arg
 	}
-	claims := client.ResourceV1().ResourceClaims(namespace)
 	switch strings.ToLower(kind) {
 	case "pod", "pods", "po":
 		pod, err := client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return snap, target, fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
+			return target, fmt.Errorf("reading pod %s/%s: %w", namespace, name, err)
 		}
 		target.Pod = pod
 		for _, pc := range pod.Spec.ResourceClaims {
@@ -52,7 +68,7 @@ func gather(ctx context.Context, client kubernetes.Interface, namespace, arg str
 			case apierrors.IsForbidden(err):
 				unseen("claim %q of the pod (cannot read resourceclaims in %s)", pc.Name, namespace)
 			case err != nil:
-				return snap, target, err
+				return target, err
 			case claim == nil:
 				target.Missing = append(target.Missing, pc.Name)
 			default:
@@ -60,21 +76,26 @@ func gather(ctx context.Context, client kubernetes.Interface, namespace, arg str
 			}
 		}
 	case "resourceclaim", "resourceclaims", "claim":
-		claim, err := claims.Get(ctx, name, metav1.GetOptions{})
+		claim, err := client.ResourceV1().ResourceClaims(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return snap, target, fmt.Errorf("reading resourceclaim %s/%s: %w", namespace, name, err)
+			return target, fmt.Errorf("reading resourceclaim %s/%s: %w", namespace, name, err)
 		}
 		target.Claims = append(target.Claims, claim)
 	default:
-		return snap, target, fmt.Errorf("%q: want a pod name or resourceclaim/NAME", arg)
+		return target, fmt.Errorf("%q: want a pod name or resourceclaim/NAME", arg)
 	}
+	return target, nil
+}
 
+// readSlicesAndClasses reads every ResourceSlice and DeviceClass into
+// snap; where classes cannot be listed, those target's claims name.
+func readSlicesAndClasses(ctx context.Context, client kubernetes.Interface, target why.Target, snap *why.Snapshot, unseen func(string, ...any)) error {
 	slices, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	switch {
 	case apierrors.IsForbidden(err):
 		unseen("resourceslices (cannot list): no GPU can be replayed, so no node is explained")
 	case err != nil:
-		return snap, target, fmt.Errorf("listing ResourceSlices: %w", err)
+		return fmt.Errorf("listing ResourceSlices: %w", err)
 	default:
 		for i := range slices.Items {
 			snap.Slices = append(snap.Slices, &slices.Items[i])
@@ -92,13 +113,19 @@ func gather(ctx context.Context, client kubernetes.Interface, namespace, arg str
 			}
 		}
 	case err != nil:
-		return snap, target, fmt.Errorf("listing DeviceClasses: %w", err)
+		return fmt.Errorf("listing DeviceClasses: %w", err)
 	default:
 		for i := range classes.Items {
 			snap.Classes = append(snap.Classes, &classes.Items[i])
 		}
 	}
+	return nil
+}
 
+// readClaimsAndNodes reads every ResourceClaim (those of namespace where
+// the user may not list them cluster-wide) and every Node into snap.
+func readClaimsAndNodes(ctx context.Context, client kubernetes.Interface, namespace string, snap *why.Snapshot, unseen func(string, ...any)) error {
+	claims := client.ResourceV1().ResourceClaims(namespace)
 	all, err := client.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
 	if apierrors.IsForbidden(err) {
 		unseen("resourceclaims outside namespace %s (cannot list them cluster-wide): the GPU memory they hold counts as free here, "+
@@ -110,7 +137,7 @@ func gather(ctx context.Context, client kubernetes.Interface, namespace, arg str
 		}
 	}
 	if err != nil {
-		return snap, target, fmt.Errorf("listing ResourceClaims: %w", err)
+		return fmt.Errorf("listing ResourceClaims: %w", err)
 	}
 	for i := range all.Items {
 		snap.Claims = append(snap.Claims, &all.Items[i])
@@ -121,15 +148,13 @@ func gather(ctx context.Context, client kubernetes.Interface, namespace, arg str
 	case apierrors.IsForbidden(err):
 		unseen("nodes (cannot list): the pod's node selector and affinity are not applied; every node with GPUs is a candidate")
 	case err != nil:
-		return snap, target, fmt.Errorf("listing Nodes: %w", err)
+		return fmt.Errorf("listing Nodes: %w", err)
 	default:
 		for i := range nodes.Items {
 			snap.Nodes = append(snap.Nodes, &nodes.Items[i])
 		}
 	}
-
-	gatherUsage(ctx, client, target, &snap, unseen)
-	return snap, target, nil
+	return nil
 }
 
 // podClaim is the claim a pod's entry refers to: named, or generated from

@@ -108,24 +108,9 @@ func Run(ctx context.Context, cfg Config) error {
 	factory := informers.NewSharedInformerFactory(cfg.Client, 10*time.Minute)
 	cluster := admission.NewInformerCluster(factory)
 	claims := podterms.NewInformerClaims(factory, cfg.Client)
-	// The node label the packing webhook's node affinity prefers.
-	var labels *nodelabel.Loop
-	if cfg.PackingLabels {
-		if labels, err = nodelabel.New(factory, cfg.Client); err != nil {
-			return err
-		}
-	}
-	var param *policyparam.Loop
-	if cfg.PackingParameter.Name != "" {
-		if param, err = policyparam.New(factory, cfg.Client, cfg.PackingParameter); err != nil {
-			return err
-		}
-	}
-	var ext *extender.Extender
-	if cfg.ExtenderAddress != "" {
-		if ext, err = extender.New(factory, cfg.Client); err != nil {
-			return err
-		}
+	packing, err := newPackingLoops(factory, cfg)
+	if err != nil {
+		return err
 	}
 	factory.Start(ctx.Done())
 	// Shutdown waits for the informers, which stop only once ctx ends: an
@@ -156,20 +141,60 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 	}
 	wg.Go(func() { loop.run(ctx, 2) })
-	if labels != nil {
-		wg.Go(func() { labels.Run(ctx, 2) })
+	if packing.labels != nil {
+		wg.Go(func() { packing.labels.Run(ctx, 2) })
 	}
-	if param != nil {
-		wg.Go(func() { param.Run(ctx) })
+	if packing.param != nil {
+		wg.Go(func() { packing.param.Run(ctx) })
 	}
-	if ext != nil {
-		stopped, err := serveExtender(ctx, cfg.ExtenderAddress, ext)
+	if packing.ext != nil {
+		stopped, err := serveExtender(ctx, cfg.ExtenderAddress, packing.ext)
 		if err != nil {
 			return err
 		}
 		defer func() { <-stopped }()
 	}
 
+	return serveWebhooks(ctx, cfg, certs, cluster, claims)
+}
+
+// packingLoops are the packing side's loops, each nil where cfg turns it
+// off: the node label the packing webhook's node affinity prefers, the
+// packing policy's parameter, the scheduler extender.
+type packingLoops struct {
+	labels *nodelabel.Loop
+	param  *policyparam.Loop
+	ext    *extender.Extender
+}
+
+// newPackingLoops builds the packing loops cfg asks for on factory's
+// informers (before the factory starts, so it starts theirs too).
+func newPackingLoops(factory informers.SharedInformerFactory, cfg Config) (packingLoops, error) {
+	var loops packingLoops
+	var err error
+	if cfg.PackingLabels {
+		if loops.labels, err = nodelabel.New(factory, cfg.Client); err != nil {
+			return packingLoops{}, err
+		}
+	}
+	if cfg.PackingParameter.Name != "" {
+		if loops.param, err = policyparam.New(factory, cfg.Client, cfg.PackingParameter); err != nil {
+			return packingLoops{}, err
+		}
+	}
+	if cfg.ExtenderAddress != "" {
+		if loops.ext, err = extender.New(factory, cfg.Client); err != nil {
+			return packingLoops{}, err
+		}
+	}
+	return loops, nil
+}
+
+// serveWebhooks serves the admission webhooks on cfg.WebhookAddress until
+// ctx ends (then shuts the server down, waiting up to 10s for requests in
+// flight) or the server fails.
+func serveWebhooks(ctx context.Context, cfg Config, certs certSource, cluster *admission.InformerCluster, claims *podterms.InformerClaims) error {
+	logger := klog.FromContext(ctx)
 	srv := &admission.Server{Cluster: cluster, Reader: cfg.Client, KAI: cfg.KAI, Claims: claims}
 	lis, err := net.Listen("tcp", cfg.WebhookAddress)
 	if err != nil {

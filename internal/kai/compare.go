@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
@@ -35,23 +36,7 @@ func Compare(pod *corev1.Pod, opts Options) []Row {
 	var rows []Row
 	add := func(aspect, k, g string) { rows = append(rows, Row{aspect, k, g}) }
 
-	kaiAdmission := "admitted"
-	switch {
-	case kerr != nil:
-		kaiAdmission = "refused: " + kerr.Error()
-	case req == nil:
-		kaiAdmission = "admitted, no fractional GPU request"
-	}
-	gAdmission := "admitted"
-	switch {
-	case terr != nil:
-		gAdmission = "refused: " + strings.TrimPrefix(terr.Error(), "cannot translate KAI GPU-sharing annotations: ")
-	case res == nil:
-		gAdmission = "admitted, nothing to translate"
-		if req == nil {
-			gAdmission = "admitted, no fractional GPU request"
-		}
-	}
+	kaiAdmission, gAdmission := admissions(req, kerr, res, terr)
 	add("admission", kaiAdmission, gAdmission)
 	if req == nil || kerr != nil || terr != nil || res == nil {
 		return rows
@@ -67,9 +52,62 @@ func Compare(pod *corev1.Pod, opts Options) []Row {
 	add("devices", fmt.Sprint(req.count), fmt.Sprint(req.count))
 
 	// gpufrac's side, per alternative, read back from the template.
-	type side struct{ memory, limit, sm string }
-	g := map[string]side{}
-	spec := res.Template.Spec.Spec
+	g := gpufracSides(res.Template.Spec.Spec, opts.MemoryStep.Value(), mode)
+
+	// KAI's side: its binder's figures for each GPU size gpufrac knows.
+	sizes := slices.Clone(opts.GPUMemorySizes)
+	slices.SortFunc(sizes, func(a, b resource.Quantity) int { return a.Cmp(b) })
+	if len(g) == 1 && g[""] != (gpufracSide{}) {
+		sizes = []resource.Quantity{{}}
+	}
+	for _, size := range sizes {
+		label, key := "any GPU", ""
+		if !size.IsZero() {
+			label, key = size.String()+" GPU", lower(size)
+		}
+		gs, ok := g[key]
+		if !ok {
+			gs = gpufracSide{memory: "does not fit", limit: "-", sm: "-"}
+		}
+		ks := kaiOn(size, req, opts)
+		add("memory request, "+label, ks.memory, gs.memory)
+		add("memory limit, "+label, ks.limit, gs.limit)
+		add("SM cap, "+label, ks.sm, gs.sm)
+	}
+	return rows
+}
+
+// admissions is each side's admission verdict: refused (and why), admitted
+// with nothing to do, or admitted.
+func admissions(req *request, kerr *Error, res *Result, terr error) (kaiAdmission, gAdmission string) {
+	kaiAdmission = "admitted"
+	switch {
+	case kerr != nil:
+		kaiAdmission = "refused: " + kerr.Error()
+	case req == nil:
+		kaiAdmission = "admitted, no fractional GPU request"
+	}
+	gAdmission = "admitted"
+	switch {
+	case terr != nil:
+		gAdmission = "refused: " + strings.TrimPrefix(terr.Error(), "cannot translate KAI GPU-sharing annotations: ")
+	case res == nil:
+		gAdmission = "admitted, nothing to translate"
+		if req == nil {
+			gAdmission = "admitted, no fractional GPU request"
+		}
+	}
+	return kaiAdmission, gAdmission
+}
+
+// gpufracSide is what gpufrac sets for one alternative of a claim.
+type gpufracSide struct{ memory, limit, sm string }
+
+// gpufracSides reads gpufrac's side back from the claim spec of the
+// template, per GPU size ("" for an exact request): memory rounded up to
+// step, the configured limit and SM cap.
+func gpufracSides(spec resourceapi.ResourceClaimSpec, step int64, mode string) map[string]gpufracSide {
+	g := map[string]gpufracSide{}
 	configs := map[string]v1alpha1.FractionConfig{}
 	for _, c := range spec.Devices.Config {
 		var fc v1alpha1.FractionConfig
@@ -78,9 +116,8 @@ func Compare(pod *corev1.Pod, opts Options) []Row {
 			configs[r] = fc
 		}
 	}
-	step := opts.MemoryStep.Value()
-	describe := func(target string, memory resource.Quantity) side {
-		s := side{memory: roundedUp(memory, step), limit: "= request", sm: "none"}
+	describe := func(target string, memory resource.Quantity) gpufracSide {
+		s := gpufracSide{memory: roundedUp(memory, step), limit: "= request", sm: "none"}
 		if fc, ok := configs[target]; ok {
 			if fc.MemoryLimit != nil {
 				s.limit = fc.MemoryLimit.String()
@@ -103,28 +140,7 @@ func Compare(pod *corev1.Pod, opts Options) []Row {
 			g[size] = describe(RequestName+"/"+sub.Name, sub.Capacity.Requests["memory"])
 		}
 	}
-
-	// KAI's side: its binder's figures for each GPU size gpufrac knows.
-	sizes := slices.Clone(opts.GPUMemorySizes)
-	slices.SortFunc(sizes, func(a, b resource.Quantity) int { return a.Cmp(b) })
-	if len(g) == 1 && g[""] != (side{}) {
-		sizes = []resource.Quantity{{}}
-	}
-	for _, size := range sizes {
-		label, key := "any GPU", ""
-		if !size.IsZero() {
-			label, key = size.String()+" GPU", lower(size)
-		}
-		gs, ok := g[key]
-		if !ok {
-			gs = side{memory: "does not fit", limit: "-", sm: "-"}
-		}
-		ks := kaiOn(size, req, opts)
-		add("memory request, "+label, ks.memory, gs.memory)
-		add("memory limit, "+label, ks.limit, gs.limit)
-		add("SM cap, "+label, ks.sm, gs.sm)
-	}
-	return rows
+	return g
 }
 
 type kaiSide struct{ memory, limit, sm string }

@@ -75,49 +75,12 @@ func admit(pod *corev1.Pod) (*request, *Error) {
 	if a == nil {
 		a = map[string]string{}
 	}
-	container := ""
-	// Mutate: only for pods with containers that request a fraction.
-	if len(pod.Spec.Containers) > 0 && requestsFraction(a) {
-		name, err := fractionContainer(pod, a)
-		if err != nil {
-			return nil, err
-		}
-		container = name
-		if v, ok := a[AnnotationMemory]; ok {
-			mib, perr := strconv.ParseUint(v, 10, 64)
-			if perr != nil {
-				return nil, refusal(AnnotationMemory, v, "failed to parse gpu memory annotation value: must be a whole number of MiB")
-			}
-			q, berr := mibQuantity(mib)
-			if berr != nil {
-				return nil, refusal(AnnotationMemory, v, berr.Error())
-			}
-			a[PrefixNvFractions+name+SuffixMemoryRequest] = q.String()
-		}
+	container, err := mutate(pod, a)
+	if err != nil {
+		return nil, err
 	}
-
-	// Validate: binder-owned annotations may only be written by KAI's binder.
-	for _, k := range sortedKeys(a) {
-		if !binderOwned(k) {
-			continue
-		}
-		name, err := nvContainerName(a)
-		if err != nil {
-			return nil, err
-		}
-		if !hasContainer(pod, name) {
-			return nil, refusal(k, a[k], fmt.Sprintf("container %s not found in pod spec, but a fractional annotation referencing it was found", name))
-		}
-		suffix := SuffixDevices
-		if strings.HasSuffix(k, SuffixComputePortion) {
-			suffix = SuffixComputePortion
-		}
-		return nil, refusal(k, a[k], suffix+" annotations may only be modified by KAI's binder service account, which writes them at bind time")
-	}
-	for k := range a {
-		if binderOwned(k) {
-			delete(a, k)
-		}
+	if err := refuseBinderOwned(pod, a); err != nil {
+		return nil, err
 	}
 
 	portionLimit, err := checkPortionLimit(pod, a)
@@ -145,31 +108,107 @@ func admit(pod *corev1.Pod) (*request, *Error) {
 			return nil, err
 		}
 	}
+	if err := checkConflicts(pod, a, req); err != nil {
+		return nil, err
+	}
+	if err := completeRequest(req, container, nv); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// mutate is KAI's mutation, run only for pods with containers that request
+// a fraction: it returns the container the fraction is for ("" for none)
+// and writes a gpu-memory request into a as that container's NvFractions
+// memory request.
+func mutate(pod *corev1.Pod, a map[string]string) (string, *Error) {
+	if len(pod.Spec.Containers) > 0 && requestsFraction(a) {
+		name, err := fractionContainer(pod, a)
+		if err != nil {
+			return "", err
+		}
+		if v, ok := a[AnnotationMemory]; ok {
+			mib, perr := strconv.ParseUint(v, 10, 64)
+			if perr != nil {
+				return "", refusal(AnnotationMemory, v, "failed to parse gpu memory annotation value: must be a whole number of MiB")
+			}
+			q, berr := mibQuantity(mib)
+			if berr != nil {
+				return "", refusal(AnnotationMemory, v, berr.Error())
+			}
+			a[PrefixNvFractions+name+SuffixMemoryRequest] = q.String()
+		}
+		return name, nil
+	}
+	return "", nil
+}
+
+// refuseBinderOwned refuses a pod that carries an annotation only KAI's
+// binder may write (the first in key order, as KAI reports it), and
+// removes such keys from a otherwise.
+func refuseBinderOwned(pod *corev1.Pod, a map[string]string) *Error {
+	// Binder-owned annotations may only be written by KAI's binder.
+	for _, k := range sortedKeys(a) {
+		if !binderOwned(k) {
+			continue
+		}
+		name, err := nvContainerName(a)
+		if err != nil {
+			return err
+		}
+		if !hasContainer(pod, name) {
+			return refusal(k, a[k], fmt.Sprintf("container %s not found in pod spec, but a fractional annotation referencing it was found", name))
+		}
+		suffix := SuffixDevices
+		if strings.HasSuffix(k, SuffixComputePortion) {
+			suffix = SuffixComputePortion
+		}
+		return refusal(k, a[k], suffix+" annotations may only be modified by KAI's binder service account, which writes them at bind time")
+	}
+	for k := range a {
+		if binderOwned(k) {
+			delete(a, k)
+		}
+	}
+	return nil
+}
+
+// checkConflicts refuses the requests KAI refuses in combination: a GPU
+// fraction beside whole GPUs, a container limit beside a fraction or
+// memory annotation, both a fraction and memory, NvFractions memory that
+// disagrees with the gpu-memory annotation.
+func checkConflicts(pod *corev1.Pod, a map[string]string, req *request) *Error {
 	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
 		for _, c := range list {
 			if _, ok := c.Resources.Limits["nvidia.com/gpu"]; ok {
-				return nil, refusal("", "", fmt.Sprintf("container %s: cannot have both GPU fraction request and whole GPU resource request/limit (nvidia.com/gpu)", c.Name))
+				return refusal("", "", fmt.Sprintf("container %s: cannot have both GPU fraction request and whole GPU resource request/limit (nvidia.com/gpu)", c.Name))
 			}
 		}
 	}
 	fraction, memory := a[AnnotationFraction], a[AnnotationMemory]
 	if req.limit != nil && (fraction != "" || memory != "") {
 		k := limitKey(a)
-		return nil, refusal(k, a[k], "cannot combine nvidia.com/container. limit annotation with gpu-fraction or gpu-memory annotation")
+		return refusal(k, a[k], "cannot combine nvidia.com/container. limit annotation with gpu-fraction or gpu-memory annotation")
 	}
 	if fraction != "" && memory != "" {
-		return nil, refusal(AnnotationMemory, memory, "cannot request both gpu-fraction and GPU memory request")
+		return refusal(AnnotationMemory, memory, "cannot request both gpu-fraction and GPU memory request")
 	}
 	if req.kind == kindNvFractions && memory != "" {
 		if mib, perr := strconv.ParseUint(memory, 10, 64); perr == nil && mib > 0 {
 			if q, berr := mibQuantity(mib); berr == nil && req.memory.Cmp(q) != 0 {
-				return nil, refusal(AnnotationMemory, memory, fmt.Sprintf("NvFractions memory request (%s) does not match gpu-memory annotation value (%d MiB)", req.memory.String(), mib))
+				return refusal(AnnotationMemory, memory, fmt.Sprintf("NvFractions memory request (%s) does not match gpu-memory annotation value (%d MiB)", req.memory.String(), mib))
 			}
 		}
 	}
+	return nil
+}
 
+// completeRequest sets what req takes from the fraction's container and
+// the NvFractions data: the container, its mode and the first compute
+// portion in container name order.
+func completeRequest(req *request, container string, nv map[string]*nvContainer) *Error {
 	if container == "" {
-		return nil, refusal("", "", "the pod has no containers")
+		return refusal("", "", "the pod has no containers")
 	}
 	req.container = container
 	if d := nv[container]; d != nil {
@@ -182,7 +221,7 @@ func admit(pod *corev1.Pod) (*request, *Error) {
 			req.compute = *c
 		}
 	}
-	return req, nil
+	return nil
 }
 
 // requestsFraction is KAI's RequestsGPUFraction: the keys whose presence

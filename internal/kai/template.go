@@ -40,13 +40,53 @@ func build(pod *corev1.Pod, req *request, opts Options) (*resourceapi.ResourceCl
 	if mode == "sm-sharing" {
 		class = opts.SMSharingClass
 	}
+	shares, err := sharesFor(pod, req, opts, mode)
+	if err != nil {
+		return nil, nil, err
+	}
+	spec, rounding := claimSpec(shares, req, class, opts)
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return nil, nil, fmt.Errorf("hashing a claim template: %w", err)
+	}
+	tmpl := &resourceapi.ResourceClaimTemplate{
+		TypeMeta: metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaimTemplate"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      "gpufrac-kai-" + shortHash(raw, 12),
+			Namespace: pod.Namespace,
+			Labels:    map[string]string{LabelManagedBy: ManagedByValue},
+		},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec},
+	}
+	var warnings []string
+	if len(rounding) > 0 {
+		tmpl.Annotations = map[string]string{AnnotationRounding: strings.Join(rounding, "; ")}
+	}
+	if mode == "time-slicing" {
+		note := "KAI caps this container's SMs at its compute portion through its own MPS server; gpufrac's TimeSlicing shares run without MPS, so no daemon holds a cap: not enforced (use gpu-compute.mode: sm-sharing)"
+		if tmpl.Annotations == nil {
+			tmpl.Annotations = map[string]string{}
+		}
+		tmpl.Annotations[AnnotationComputeCap] = note
+		if req.compute > 0 {
+			k := PrefixNvFractions + req.container + SuffixComputeRequest
+			warnings = append(warnings, fmt.Sprintf("annotation %s=%q: %s", k, pod.Annotations[k], note))
+		}
+	}
+	return tmpl, warnings, nil
+}
+
+// sharesFor lists the shares the claim asks for: one per GPU size, smaller
+// first, where the share depends on the GPU's size, else the one share of
+// any GPU.
+func sharesFor(pod *corev1.Pod, req *request, opts Options, mode string) ([]share, error) {
 	// A portion, a portion limit, or an SM cap derived from memory depends
 	// on the GPU's size: one alternative per size.
 	perSize := req.kind == kindPortion || req.portionLimit > 0 || (mode == "sm-sharing" && req.compute == 0)
 	var shares []share
 	if perSize {
 		if n := len(opts.GPUMemorySizes); n > resourceapi.FirstAvailableDeviceRequestMaxSize {
-			return nil, nil, Errors{{Rule: fmt.Sprintf("gpufrac: this request takes a share of each GPU size, the cluster publishes %d sizes, and a claim can name at most %d alternatives (resource.k8s.io/v1 FirstAvailableDeviceRequestMaxSize)", n, resourceapi.FirstAvailableDeviceRequestMaxSize)}}
+			return nil, Errors{{Rule: fmt.Sprintf("gpufrac: this request takes a share of each GPU size, the cluster publishes %d sizes, and a claim can name at most %d alternatives (resource.k8s.io/v1 FirstAvailableDeviceRequestMaxSize)", n, resourceapi.FirstAvailableDeviceRequestMaxSize)}}
 		}
 		sizes := slices.Clone(opts.GPUMemorySizes)
 		// Smaller GPUs first: the cheaper fit.
@@ -54,14 +94,14 @@ func build(pod *corev1.Pod, req *request, opts Options) (*resourceapi.ResourceCl
 		for _, size := range sizes {
 			s, ok, err := shareOn(size, req, opts, mode)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			if ok {
 				shares = append(shares, s)
 			}
 		}
 		if len(shares) == 0 {
-			return nil, nil, Errors{noSizeFits(pod, req, sizes)}
+			return nil, Errors{noSizeFits(pod, req, sizes)}
 		}
 	} else {
 		s := share{memory: req.memory, limit: req.limit}
@@ -70,10 +110,15 @@ func build(pod *corev1.Pod, req *request, opts Options) (*resourceapi.ResourceCl
 		}
 		shares = []share{s}
 	}
+	return shares, nil
+}
 
-	var spec resourceapi.ResourceClaimSpec
+// claimSpec is the claim of shares: one request (with a subrequest per GPU
+// size), a config per share with a limit or an SM cap, and distinct GPUs
+// for a multi-GPU ask. rounding notes the shares gpufrac allocates more
+// memory for than KAI would (opts.MemoryStep).
+func claimSpec(shares []share, req *request, class string, opts Options) (spec resourceapi.ResourceClaimSpec, rounding []string) {
 	dreq := resourceapi.DeviceRequest{Name: RequestName}
-	var rounding []string
 	step := opts.MemoryStep.Value()
 	for _, s := range shares {
 		capacity := &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": s.memory}}
@@ -110,35 +155,7 @@ func build(pod *corev1.Pod, req *request, opts Options) (*resourceapi.ResourceCl
 			Requests: []string{RequestName}, DistinctAttribute: ptr.To(resourceapi.FullyQualifiedName(v1alpha1.DriverName + "/uuid")),
 		}}
 	}
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		return nil, nil, fmt.Errorf("hashing a claim template: %w", err)
-	}
-	tmpl := &resourceapi.ResourceClaimTemplate{
-		TypeMeta: metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaimTemplate"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      "gpufrac-kai-" + shortHash(raw, 12),
-			Namespace: pod.Namespace,
-			Labels:    map[string]string{LabelManagedBy: ManagedByValue},
-		},
-		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec},
-	}
-	var warnings []string
-	if len(rounding) > 0 {
-		tmpl.Annotations = map[string]string{AnnotationRounding: strings.Join(rounding, "; ")}
-	}
-	if mode == "time-slicing" {
-		note := "KAI caps this container's SMs at its compute portion through its own MPS server; gpufrac's TimeSlicing shares run without MPS, so no daemon holds a cap: not enforced (use gpu-compute.mode: sm-sharing)"
-		if tmpl.Annotations == nil {
-			tmpl.Annotations = map[string]string{}
-		}
-		tmpl.Annotations[AnnotationComputeCap] = note
-		if req.compute > 0 {
-			k := PrefixNvFractions + req.container + SuffixComputeRequest
-			warnings = append(warnings, fmt.Sprintf("annotation %s=%q: %s", k, pod.Annotations[k], note))
-		}
-	}
-	return tmpl, warnings, nil
+	return spec, rounding
 }
 
 // noSizeFits names the annotation that makes the request fit no size.

@@ -180,7 +180,17 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 			"GPU %s is reserved for %s on this node (--sm-sharing-gpus); select GPUs with device.attributes[\"gpufrac.dev\"].computeModes != \"%s\"",
 			r.Device, gpu.ComputeModes, gpu.ComputeModes)))
 	}
-	enforcement, enfErr := enforcementFor(inv, dev.ComputeMode, cfg.MemoryLimit != nil, cfgPath)
+	errs = append(errs, enforce(dev, inv, opts, cfg.MemoryLimit != nil, request, limit, cfgPath)...)
+	return dev, errs
+}
+
+// enforce sets how the node upholds dev's memory (its enforcement) and
+// binds dev to its GPU's MPS daemon where it is an MPS client; a share the
+// node cannot enforce as configured (at cfgPath) is refused. explicitLimit
+// says the config sets a memory limit; request and limit are the share's.
+func enforce(dev *Device, inv *domain.Inventory, opts Options, explicitLimit bool, request, limit resource.Quantity, cfgPath *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	enforcement, enfErr := enforcementFor(inv, dev.ComputeMode, explicitLimit, cfgPath)
 	if enfErr != nil {
 		errs = append(errs, enfErr)
 	}
@@ -198,10 +208,10 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 			limit.String(), request.String(), inv.MPSVersion)))
 	}
 	if dev.ComputeMode == v1alpha1.SMSharing || guarded {
-		dev.MPS = domain.MPSBindingFor(opts.MPSRoot, gpu.UUID)
+		dev.MPS = domain.MPSBindingFor(opts.MPSRoot, dev.GPU.UUID)
 		dev.MPS.Version = mpsVersion(inv)
 	}
-	return dev, errs
+	return errs
 }
 
 // mpsVersion is the binding's Version for the node's MPS: empty means

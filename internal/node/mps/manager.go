@@ -447,7 +447,6 @@ func (m *Manager) Restore(ctx context.Context, prepared []plan.Claim) error {
 // reconcile deletes daemons of GPUs no claim uses (left by a crash or an
 // upgrade) and recreates daemons that died while claims use them.
 func (m *Manager) reconcile(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
 	pods, err := m.daemons(ctx)
 	if err != nil {
 		return fmt.Errorf("listing MPS daemons: %w", err)
@@ -470,6 +469,16 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	m.mu.Unlock()
 	m.scanEvictions(ctx, logs)
 
+	errs := m.collectUnused(ctx, running, users)
+	errs = append(errs, m.restoreUsed(ctx, running, users)...)
+	return errors.Join(errs...)
+}
+
+// collectUnused deletes the running daemons of GPUs no claim uses, unless
+// the preparer is uncertain of its claims (KeepUnused) or the daemon is
+// still starting for a Prepare the kubelet will retry.
+func (m *Manager) collectUnused(ctx context.Context, running map[string]*corev1.Pod, users map[string][]user) []error {
+	logger := klog.FromContext(ctx)
 	var errs []error
 	keep := ""
 	if m.cfg.KeepUnused != nil {
@@ -499,6 +508,15 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			logger.Info("Deleted an MPS daemon no claim uses", "pod", klog.KObj(pod), "gpu", gpu)
 		}
 	}
+	return errs
+}
+
+// restoreUsed recreates the daemons that stopped while claims use them,
+// telling those claims (events) that theirs was recreated, and again once
+// it is ready.
+func (m *Manager) restoreUsed(ctx context.Context, running map[string]*corev1.Pod, users map[string][]user) []error {
+	logger := klog.FromContext(ctx)
+	var errs []error
 	for gpu, us := range users {
 		pod := running[gpu]
 		if pod != nil && pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded {
@@ -533,7 +551,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 			}
 		}
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // collect deletes pod, the daemon of gpu, if it is still unused. The

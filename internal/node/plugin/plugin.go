@@ -212,83 +212,16 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		return nil, err
 	}
 
-	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
-	status.SetFailpoint(cfg.Failpoint)
-	status.SetClearDelay(cfg.StatusClearDelay)
-	status.SetBurst(cfg.StatusBurstQuiet, claimstatus.DefaultBurstMax)
-	// A clear written no longer needs its record for a restart.
-	status.SetOnCleared(ckpt.StatusCleared)
-	p.status = status
-	events := newEventReporter(bgCtx, cfg.KubeClient, cfg.NodeName, status)
-	p.events = events
-	p.done.Add(1)
-	go func() {
-		defer p.done.Done()
-		status.Run(bgCtx, 4)
-	}()
-	// The preparer is built below; until then nothing is uncertain.
-	var uncertain func() string
-	mpsManager, err := newMPSManager(ctx, cfg, inv, events, func() string { return uncertain() })
+	p.startStatus(bgCtx, cfg, ckpt)
+	mpsManager, err := p.newPreparer(ctx, bgCtx, cfg, ckpt, cdi)
 	if err != nil {
 		return nil, err
 	}
-	pcfg := preparer.Config{
-		Inventory:   inv,
-		PlanOptions: plan.Options{NodeName: cfg.NodeName, MPSRoot: filepath.Join(cfg.PluginDataDir, "mps")},
-		Checkpoint:  ckpt,
-		CDI:         cdi,
-		Status:      status,
-		Events:      events,
-		Failpoint:   cfg.Failpoint,
-		Pods:        newPodLookup(bgCtx, cfg.KubeClient, cfg.NodeName).getter(),
+	if err := p.startMetrics(bgCtx, cfg, ckpt, mpsManager); err != nil {
+		return nil, err
 	}
 	if mpsManager != nil {
-		pcfg.MPS = mpsManager
-	}
-	p.preparer = preparer.New(pcfg)
-	uncertain = p.preparer.Uncertain
-	if err := p.preparer.Recover(ctx); err != nil {
-		return nil, fmt.Errorf("recovering prepared claims from the checkpoint: %w", err)
-	}
-	var mpsDaemons func() map[string]int
-	if mpsManager != nil {
-		mpsDaemons = mpsManager.Users
-	}
-	usage := usageNVML(bgCtx, cfg.NVML)
-	p.metrics = fractionmetrics.New(fractionmetrics.Config{
-		NodeName: cfg.NodeName, Inventory: inv, Prepared: p.preparer.Prepared,
-		RecordDir: cfg.CDI.RecordDir, NVML: usage, MPSDaemons: mpsDaemons,
-		CgroupRoot:  cfg.InventoryOptions.CgroupRoot,
-		Quarantined: func() int { return len(ckpt.Quarantined()) },
-	})
-	if cfg.Metrics != nil {
-		if err := cfg.Metrics.Register(p.metrics); err != nil {
-			return nil, fmt.Errorf("registering metrics: %w", err)
-		}
-		// Scrapes only read the hook's container records; this removes
-		// those of containers and claims that are gone.
-		p.done.Add(1)
-		go func() {
-			defer p.done.Done()
-			p.metrics.RunPruner(bgCtx, time.Minute)
-		}()
-	}
-	var mpsSource any
-	if mpsManager != nil {
-		mpsSource = mpsManager
-	}
-	p.watchIncidents(bgCtx, usage, cfg.CDI.RecordDir, mpsSource)
-	if mpsManager != nil {
-		// Reference counts come from the checkpoint; daemons of GPUs no
-		// claim uses any more go, missing ones come back.
-		if err := mpsManager.Restore(ctx, p.preparer.Prepared()); err != nil {
-			logger.Error(err, "Reconciling MPS daemons at start; retrying in the background")
-		}
-		p.done.Add(1)
-		go func() {
-			defer p.done.Done()
-			mpsManager.Run(bgCtx, 10*time.Second)
-		}()
+		p.runMPS(ctx, bgCtx, mpsManager)
 	}
 
 	if p.helper == nil {
@@ -595,15 +528,4 @@ func describeNode(ctx context.Context, cfg Config) (*domain.Inventory, resources
 		return nil, resourceslice.DriverResources{}, fmt.Errorf("building ResourceSlices: %w", err)
 	}
 	return inv, resources, nil
-}
-
-// Slices discovers the GPUs of cfg and returns the ResourceSlices the plugin
-// would publish, without registering or talking to the API server: what an
-// operator checks before rolling the plugin out to a node.
-func Slices(ctx context.Context, cfg Config) ([]*resourceapi.ResourceSlice, error) {
-	_, resources, err := describeNode(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return resourceslices.Objects(v1alpha1.DriverName, resources), nil
 }
