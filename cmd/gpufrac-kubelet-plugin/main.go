@@ -127,7 +127,7 @@ func newCommand() *cobra.Command {
 		"this plugin's own image, which the MPS control daemon Pods run: its gpufrac-mps-launcher runs the node's nvidia-cuda-mps-control under --driver-root (the chart sets it; env MPS_DAEMON_IMAGE); empty turns MPS off on this node")
 	fs.StringVar(&f.driverRootMount, "driver-root-mount", "",
 		"where this process sees --driver-root (the chart mounts it at /driver-root); nvidia-cuda-mps-control is looked up under it; default --driver-root")
-	fs.StringVar(&f.mpsTemplate, "mps-template", envOr("MPS_TEMPLATE", ""), "file with the MPS daemon Pod template; empty uses the built-in templates/mps-control-daemon.yaml")
+	fs.StringVar(&f.mpsTemplate, "mps-template", envOr("MPS_TEMPLATE", ""), "file with the MPS daemon Pod template; empty uses the built-in internal/node/mps/mps-control-daemon.yaml")
 	fs.Int64Var(&f.mpsSafetyMiB, "mps-default-namespace-memory-mib", mps.DefaultSafetyLimits.PinnedMemoryMiB,
 		"pinned memory limit (MiB, at least 1) of the MPS v3 shared server's default namespace, where only a misrouted client lands")
 	fs.IntVar(&f.mpsSafetyPercent, "mps-default-namespace-thread-percentage", mps.DefaultSafetyLimits.ActiveThreadPercentage,
