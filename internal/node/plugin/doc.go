@@ -1,7 +1,7 @@
 // Copyright The gpufrac Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package nodeplugin is gpufrac's kubelet plugin: it discovers the node's
+// Package plugin is gpufrac's kubelet plugin: it discovers the node's
 // GPUs, registers with the kubelet through
 // k8s.io/dynamic-resource-allocation/kubeletplugin, publishes the node's
 // ResourceSlices and answers the kubelet's DRA calls. It wires the other
