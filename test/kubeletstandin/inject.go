@@ -150,6 +150,28 @@ func injectContainer(cache *cdi.Cache, refreshErr error, container *v1.Container
 // hookProgram is the program of gpufrac's CDI hook.
 const hookProgram = "gpufrac-cdi-hook"
 
+// hookPhases lists hooks by the phase names of the OCI runtime spec's
+// wire form ("prestart", "createRuntime", ...), in that order, read through
+// JSON so that every phase runc may run is seen, the deprecated prestart
+// among them, without naming each field.
+func hookPhases(hooks *specs.Hooks) ([]string, map[string][]specs.Hook, error) {
+	b, err := json.Marshal(hooks)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding the OCI hooks: %w", err)
+	}
+	var byPhase map[string][]specs.Hook
+	if err := json.Unmarshal(b, &byPhase); err != nil {
+		return nil, nil, fmt.Errorf("decoding the OCI hooks: %w", err)
+	}
+	order := []string{"prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop"}
+	for phase := range byPhase {
+		if !slices.Contains(order, phase) {
+			order = append(order, phase) // a phase newer than this list: still checked
+		}
+	}
+	return order, byPhase, nil
+}
+
 // checkHookArgs parses every per-GPU limit argument (--gpu UUID=SOFT:HARD)
 // of every gpufrac hook in hooks with the parser gpufrac-cdi-hook uses,
 // and refuses a gpufrac hook that applies limits without any.
@@ -157,39 +179,45 @@ func checkHookArgs(hooks *specs.Hooks) error {
 	if hooks == nil {
 		return nil
 	}
-	for _, list := range []struct {
-		name  string
-		hooks []specs.Hook
-	}{
-		{"prestart", hooks.Prestart}, {"createRuntime", hooks.CreateRuntime}, {"createContainer", hooks.CreateContainer},
-		{"startContainer", hooks.StartContainer}, {"poststart", hooks.Poststart}, {"poststop", hooks.Poststop},
-	} {
-		for _, h := range list.hooks {
-			if filepath.Base(h.Path) != hookProgram && (len(h.Args) == 0 || filepath.Base(h.Args[0]) != hookProgram) {
-				continue
-			}
-			limits := 0
-			for i := 1; i < len(h.Args); i++ {
-				value, ok := strings.CutPrefix(h.Args[i], hookarg.Flag+"=")
-				if !ok && h.Args[i] == hookarg.Flag {
-					if i+1 == len(h.Args) {
-						return fmt.Errorf("%s hook %s %v: %s without a value", list.name, h.Path, h.Args, hookarg.Flag)
-					}
-					i++
-					value, ok = h.Args[i], true
-				}
-				if !ok {
-					continue
-				}
-				if _, err := hookarg.ParseLimit(value); err != nil {
-					return fmt.Errorf("%s hook %s %v: %w", list.name, h.Path, h.Args, err)
-				}
-				limits++
-			}
-			if limits == 0 && len(h.Args) > 1 && h.Args[1] == "apply" {
-				return fmt.Errorf("%s hook %s %v: applies no %s limit", list.name, h.Path, h.Args, hookarg.Flag)
+	order, byPhase, err := hookPhases(hooks)
+	if err != nil {
+		return err
+	}
+	for _, phase := range order {
+		for _, h := range byPhase[phase] {
+			if err := checkHook(phase, h); err != nil {
+				return err
 			}
 		}
+	}
+	return nil
+}
+
+// checkHook is checkHookArgs for one hook of phase.
+func checkHook(phase string, h specs.Hook) error {
+	if filepath.Base(h.Path) != hookProgram && (len(h.Args) == 0 || filepath.Base(h.Args[0]) != hookProgram) {
+		return nil
+	}
+	limits := 0
+	for i := 1; i < len(h.Args); i++ {
+		value, ok := strings.CutPrefix(h.Args[i], hookarg.Flag+"=")
+		if !ok && h.Args[i] == hookarg.Flag {
+			if i+1 == len(h.Args) {
+				return fmt.Errorf("%s hook %s %v: %s without a value", phase, h.Path, h.Args, hookarg.Flag)
+			}
+			i++
+			value, ok = h.Args[i], true
+		}
+		if !ok {
+			continue
+		}
+		if _, err := hookarg.ParseLimit(value); err != nil {
+			return fmt.Errorf("%s hook %s %v: %w", phase, h.Path, h.Args, err)
+		}
+		limits++
+	}
+	if limits == 0 && len(h.Args) > 1 && h.Args[1] == "apply" {
+		return fmt.Errorf("%s hook %s %v: applies no %s limit", phase, h.Path, h.Args, hookarg.Flag)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@
 package kubeletstandin
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -148,11 +149,26 @@ func TestCheckHookArgs(t *testing.T) {
 		{hook(bin, "gpufrac-cdi-hook", "apply", "--gpu", "GPU-1=1:2", "--gpu"), "--gpu without a value"},
 		{hook(bin, "gpufrac-cdi-hook", "apply", "--driver-root", "/"), "applies no --gpu limit"},
 		{hook("/opt/hooks/other", "gpufrac-cdi-hook", "apply", "--gpu", "x"), "want UUID=SOFT:HARD"},
-		{&specs.Hooks{Prestart: []specs.Hook{{Path: bin, Args: []string{"gpufrac-cdi-hook", "apply", "--gpu", "GPU-1=2:1"}}}}, "prestart hook"},
+		{prestart(t, specs.Hook{Path: bin, Args: []string{"gpufrac-cdi-hook", "apply", "--gpu", "GPU-1=2:1"}}), "prestart hook"},
 	} {
 		err := checkHookArgs(tc.hooks)
 		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("checkHookArgs(%+v) = %v, want %q", tc.hooks, err, tc.want)
 		}
 	}
+}
+
+// prestart is hooks with h in the (deprecated) prestart phase, built from
+// the OCI wire form as a runtime would read it.
+func prestart(t *testing.T, h specs.Hook) *specs.Hooks {
+	t.Helper()
+	b, err := json.Marshal(map[string][]specs.Hook{"prestart": {h}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hooks specs.Hooks
+	if err := json.Unmarshal(b, &hooks); err != nil {
+		t.Fatal(err)
+	}
+	return &hooks
 }
