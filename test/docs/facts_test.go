@@ -114,22 +114,30 @@ func knownFlags(t *testing.T) map[string]map[string]bool {
 // TestDocsNameOnlyRealFlags: every flag a page attributes to a gpufrac
 // binary (the rule is docs.UndefinedFlags') is one the binary defines.
 func TestDocsNameOnlyRealFlags(t *testing.T) {
-	known := knownFlags(t)
+	// With nothing known every attributed flag is reported: a rule that
+	// stopped attributing would pass every page.
+	checkEveryDoc(t, docs.UndefinedFlags, knownFlags(t), nil, 30, "flag uses attributed to gpufrac binaries")
+}
+
+// checkEveryDoc reports, per page, what check finds against known, and
+// fails when check finds fewer than least uses against none (what knows
+// nothing, so every use is reported): a rule that stopped matching would
+// otherwise pass every page.
+func checkEveryDoc[K any](t *testing.T, check func(page string, known K) []docs.Finding, known, none K, least int, what string) {
+	t.Helper()
 	uses := 0
 	for _, file := range markdownFiles(t) {
 		text, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}
-		uses += len(docs.UndefinedFlags(string(text), nil))
-		for _, f := range docs.UndefinedFlags(string(text), known) {
+		uses += len(check(string(text), none))
+		for _, f := range check(string(text), known) {
 			t.Errorf("%s:%s", rel(file), f)
 		}
 	}
-	// With nothing known every attributed flag is reported: a rule that
-	// stopped attributing would pass every page.
-	if uses < 30 {
-		t.Errorf("only %d flag uses attributed to gpufrac binaries in the docs: the attribution rule no longer matches them", uses)
+	if uses < least {
+		t.Errorf("only %d %s found in the docs: the rule no longer matches them", uses, what)
 	}
 }
 
@@ -189,21 +197,7 @@ func knownMetrics(t *testing.T) map[string]bool {
 // TestDocsNameOnlyRealMetrics: every gpufrac_ metric a page names is
 // registered by the code.
 func TestDocsNameOnlyRealMetrics(t *testing.T) {
-	known := knownMetrics(t)
-	uses := 0
-	for _, file := range markdownFiles(t) {
-		text, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		uses += len(docs.UnknownMetrics(string(text), nil))
-		for _, f := range docs.UnknownMetrics(string(text), known) {
-			t.Errorf("%s:%s", rel(file), f)
-		}
-	}
-	if uses < 10 {
-		t.Errorf("only %d metric names found in the docs: the pattern no longer matches them", uses)
-	}
+	checkEveryDoc(t, docs.UnknownMetrics, knownMetrics(t), nil, 10, "metric names")
 }
 
 func TestUnknownMetricsFindsPlantedOnes(t *testing.T) {
@@ -246,21 +240,7 @@ func TestDocsNameOnlyRealChartValues(t *testing.T) {
 	}
 	// With the real top-level keys but nothing below them, every path the
 	// rule finds is reported, which counts them.
-	empty := c.TopLevelOnly()
-	uses := 0
-	for _, file := range markdownFiles(t) {
-		text, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		uses += len(docs.UnknownValues(string(text), empty))
-		for _, f := range docs.UnknownValues(string(text), c) {
-			t.Errorf("%s:%s", rel(file), f)
-		}
-	}
-	if uses < 10 {
-		t.Errorf("only %d chart value paths found in the docs: the rule no longer matches them", uses)
-	}
+	checkEveryDoc(t, docs.UnknownValues, c, c.TopLevelOnly(), 10, "chart value paths")
 }
 
 func TestUnknownValuesFindsPlantedOnes(t *testing.T) {
