@@ -27,9 +27,7 @@ import (
 // included, at the path the binary asks for it (what distroless's glibc
 // gives the published image).
 func TestChartImageHasTheDockerfilesPaths(t *testing.T) {
-	if _, err := exec.LookPath("ldd"); err != nil {
-		t.Skip("needs ldd")
-	}
+	needLDD(t)
 	root, err := kubebuild.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
