@@ -158,6 +158,7 @@ func TestUndefinedFlagsFindsPlantedOnes(t *testing.T) {
 		{"```sh\nhelm install x --set a=b --wait\nkubelet --root-dir /var\n```\n", ""},
 		{"```sh\nkubectl gpufrac why llm --kubeconfig k --verbose\n```\n", "--verbose"},
 		{"<!-- BEGIN GENERATED x -->\n`gpufrac-controller --nope`\n<!-- END GENERATED x -->\n", ""},
+		{"gpufrac-controller takes no `--` alone, nor `---`.\n", ""},
 	} {
 		var got []string
 		for _, f := range docs.UndefinedFlags(tc.page, known) {

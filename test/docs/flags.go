@@ -105,8 +105,11 @@ func flagUses(l string, inCode bool, headingBins []string) []flagUse {
 		if len(lineBins) == 0 || !strings.HasPrefix(span, "--") {
 			continue
 		}
-		name := strings.TrimPrefix(flagToken.FindStringSubmatch(span)[1], "--")
-		out = append(out, flagUse{flag: name, bins: lineBins})
+		m := flagToken.FindStringSubmatch(span)
+		if m == nil {
+			continue // "--" alone, "---": no flag name
+		}
+		out = append(out, flagUse{flag: strings.TrimPrefix(m[1], "--"), bins: lineBins})
 	}
 	return out
 }

@@ -51,7 +51,7 @@ func UnknownMetrics(page string, known map[string]bool) []Finding {
 	return sortFindings(out)
 }
 
-// Values is the chart's values.yaml, with its schema, to look paths up in.
+// ChartValues is the chart's values.yaml, with its schema, to look paths up in.
 type ChartValues struct {
 	values map[string]any
 	schema map[string]any

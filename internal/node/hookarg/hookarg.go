@@ -36,21 +36,21 @@ func ParseLimit(s string) (Limit, error) {
 	uuid, rest, ok := strings.Cut(s, "=")
 	softStr, hardStr, ok2 := strings.Cut(rest, ":")
 	if !ok || !ok2 || uuid == "" {
-		return Limit{}, fmt.Errorf("--gpu %q: want UUID=SOFT:HARD in bytes", s)
+		return Limit{}, fmt.Errorf(Flag+" %q: want UUID=SOFT:HARD in bytes", s)
 	}
 	soft, err := strconv.ParseUint(softStr, 10, 64)
 	if err != nil {
-		return Limit{}, fmt.Errorf("--gpu %q: soft limit %q is not a number of bytes", s, softStr)
+		return Limit{}, fmt.Errorf(Flag+" %q: soft limit %q is not a number of bytes", s, softStr)
 	}
 	hard, err := strconv.ParseUint(hardStr, 10, 64)
 	if err != nil {
-		return Limit{}, fmt.Errorf("--gpu %q: hard limit %q is not a number of bytes", s, hardStr)
+		return Limit{}, fmt.Errorf(Flag+" %q: hard limit %q is not a number of bytes", s, hardStr)
 	}
 	if hard == 0 {
-		return Limit{}, fmt.Errorf("--gpu %q: hard limit 0 would leave the container no GPU memory at all", s)
+		return Limit{}, fmt.Errorf(Flag+" %q: hard limit 0 would leave the container no GPU memory at all", s)
 	}
 	if soft > hard {
-		return Limit{}, fmt.Errorf("--gpu %q: soft limit %d is above hard limit %d", s, soft, hard)
+		return Limit{}, fmt.Errorf(Flag+" %q: soft limit %d is above hard limit %d", s, soft, hard)
 	}
 	return Limit{UUID: uuid, Soft: soft, Hard: hard}, nil
 }
