@@ -116,7 +116,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", envOr("CDI_HOOK_PATH", "/var/lib/gpufrac/bin/gpufrac-cdi-hook"),
 		"host path of gpufrac-cdi-hook, which CDI specs run when a container is created")
 	fs.StringVar(&f.driverRoot, "driver-root", envOr("NVIDIA_DRIVER_ROOT", "/"),
-		"host path of the NVIDIA driver installation (the chart's nvidiaDriverRoot: / for a driver on the host, /run/nvidia/driver with the GPU Operator); gpufrac-cdi-hook loads NVML under it (env NVIDIA_DRIVER_ROOT)")
+		"host path of the NVIDIA driver installation (the chart's nvidiaDriverRoot: / for a driver on the host, /run/nvidia/driver with the GPU Operator); gpufrac-cdi-hook loads NVML under it and every claim's CDI spec mounts the driver's libraries and binaries from it (env NVIDIA_DRIVER_ROOT)")
 	fs.StringVar(&f.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "mount point of the cgroup hierarchy (dmem enforcement needs cgroup v2)")
 	fs.StringVar(&f.metricsAddress, "metrics-address", envOr("METRICS_ADDRESS", ":8080"), "address for /metrics and /healthz; empty disables")
 	fs.StringVar(&f.simulateGPUs, "simulate-gpus", envOr("SIMULATE_GPUS", ""),
@@ -129,7 +129,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.mpsDaemonImage, "mps-daemon-image", envOr("MPS_DAEMON_IMAGE", ""),
 		"this plugin's own image, which the MPS control daemon Pods run: its gpufrac-mps-launcher runs the node's nvidia-cuda-mps-control under --driver-root (the chart sets it; env MPS_DAEMON_IMAGE); empty turns MPS off on this node")
 	fs.StringVar(&f.driverRootMount, "driver-root-mount", "",
-		"where this process sees --driver-root (the chart mounts it at /driver-root); nvidia-cuda-mps-control is looked up under it; default --driver-root")
+		"where this process sees --driver-root (the chart mounts it at /driver-root); nvidia-cuda-mps-control and the driver's files are looked up under it; default --driver-root")
 	fs.StringVar(&f.devRoot, "dev-root", envOr("NVIDIA_DEV_ROOT", ""),
 		"host path of the root the NVIDIA device nodes are under (env NVIDIA_DEV_ROOT); default --driver-root where it has a dev folder (the GPU Operator's), else /")
 	fs.StringVar(&f.mpsTemplate, "mps-template", envOr("MPS_TEMPLATE", ""), "file with the MPS daemon Pod template; empty uses the built-in internal/node/mps/mps-control-daemon.yaml")
