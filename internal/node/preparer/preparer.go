@@ -264,7 +264,7 @@ func (p *Preparer) rollback(ctx context.Context, pl *plan.Claim, clearStatus boo
 	forget := func() error { return p.cfg.Checkpoint.Delete(pl.UID) }
 	if clearStatus {
 		forget = func() error {
-			return p.cfg.Checkpoint.DeleteClearingStatus(checkpoint.ClaimRef{Namespace: pl.Namespace, Name: pl.Name, UID: pl.UID})
+			return p.cfg.Checkpoint.DeleteClearingStatus(checkpoint.ClaimRef{Namespace: pl.Namespace, Name: pl.Name, UID: pl.UID, Pool: p.pool()})
 		}
 	}
 	if err := forget(); err != nil {
@@ -274,7 +274,10 @@ func (p *Preparer) rollback(ctx context.Context, pl *plan.Claim, clearStatus boo
 }
 
 // Unprepare undoes Prepare. A claim this node never prepared (or already
-// unprepared) succeeds.
+// unprepared) succeeds. The claim's status is cleared under the namespace
+// and name the checkpoint recorded, never those of the call: the kubelet
+// socket's caller names the claim by UID, and a name it adds must not
+// steer a clear to another claim.
 func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedObject) error {
 	// The UID arrives as the caller sent it: no claim was read to vouch
 	// for it.
@@ -285,34 +288,59 @@ func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedOb
 
 	entry, ok := p.cfg.Checkpoint.Get(ref.UID)
 	if !ok {
-		// Nothing recorded; a spec file may still be an orphan of a crash
-		// before the first checkpoint write of an older version, or of an
-		// entry this version could not understand (quarantined), which the
-		// kubelet now says is done with.
-		if err := p.cfg.CDI.Remove(ref.UID); err != nil {
-			return err
-		}
-		if err := p.cfg.Checkpoint.Delete(ref.UID); err != nil {
-			return fmt.Errorf("forgetting the quarantined entry of claim %s/%s: %w", ref.Namespace, ref.Name, err)
-		}
-		// A process killed after forgetting the claim but before its status
-		// write was queued left Ready entries in the claim; this retry by
-		// the kubelet is the only chance to clear them. (For a claim whose
-		// status never had entries the write is a no-op.)
-		p.cfg.Status.Unprepared(ref.Namespace, ref.Name, ref.UID)
-		return nil
+		return p.unprepareUnknown(ctx, ref)
 	}
 	if err := p.failpoint("unprepare-before-rollback"); err != nil {
 		return err
 	}
 	if err := p.rollback(ctx, &entry.Plan, true); err != nil {
-		return fmt.Errorf("unpreparing claim %s/%s: %w", ref.Namespace, ref.Name, err)
+		return fmt.Errorf("unpreparing claim %s/%s: %w", entry.Plan.Namespace, entry.Plan.Name, err)
 	}
 	if err := p.failpoint("unprepare-after-rollback"); err != nil {
 		return err
 	}
-	p.cfg.Status.Unprepared(ref.Namespace, ref.Name, ref.UID)
+	p.cfg.Status.Unprepared(entry.Plan.Namespace, entry.Plan.Name, entry.Plan.UID)
 	return nil
+}
+
+// unprepareUnknown answers an Unprepare of a claim with no checkpoint
+// entry. A spec file may still be an orphan of a crash before the first
+// checkpoint write of an older version, or of an entry this version could
+// not understand (quarantined), which the kubelet now says is done with.
+// Its status is cleared only where a pending-clear record names it (an
+// earlier Unprepare of this node whose clearing write was not done yet),
+// as that record names it: a claim this node has no record of is another
+// node's, or none, and nothing of it is touched.
+func (p *Preparer) unprepareUnknown(ctx context.Context, ref kubeletplugin.NamespacedObject) error {
+	if err := p.cfg.CDI.Remove(ref.UID); err != nil {
+		return err
+	}
+	if err := p.cfg.Checkpoint.Delete(ref.UID); err != nil {
+		return fmt.Errorf("forgetting the quarantined entry of claim %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	if rec, ok := p.cfg.Checkpoint.PendingStatusClear(ref.UID); ok && p.ownPool(ctx, rec) {
+		p.cfg.Status.Unprepared(rec.Namespace, rec.Name, rec.UID)
+		return nil
+	}
+	klog.FromContext(ctx).Info("Unprepare of a claim this node holds no record of; no status cleared",
+		"claim", klog.KRef(safetext.Cap(ref.Namespace, 64), safetext.Cap(ref.Name, 256)), "claimUID", ref.UID)
+	return nil
+}
+
+// pool is this node's pool, the only one whose status entries it writes.
+func (p *Preparer) pool() string { return p.cfg.PlanOptions.NodeName }
+
+// ownPool tells whether a pending-clear record is this node's to carry
+// out: records of format v1 name no pool and are this node's; one naming
+// another pool was not written by this node's plugin and is dropped.
+func (p *Preparer) ownPool(ctx context.Context, rec checkpoint.ClaimRef) bool {
+	if rec.Pool == "" || rec.Pool == p.pool() {
+		return true
+	}
+	klog.FromContext(ctx).Error(nil, "Pending status clear names another node's pool; dropped (a node clears only its own entries)",
+		"claim", klog.KRef(rec.Namespace, rec.Name), "claimUID", rec.UID, "pool", safetext.Cap(rec.Pool, 256), "ownPool", p.pool())
+	p.cfg.Checkpoint.StatusCleared(rec.UID)
+	return false
 }
 
 // Recover makes the node consistent after a restart: claims whose Prepare
@@ -356,6 +384,9 @@ func (p *Preparer) Recover(ctx context.Context) error {
 	// Rolled back above, or unprepared by an earlier process that stopped
 	// before its clearing write.
 	for _, ref := range p.cfg.Checkpoint.PendingStatusClears() {
+		if !p.ownPool(ctx, ref) {
+			continue
+		}
 		logger.V(2).Info("Clearing the status of a claim no longer prepared here", "claim", klog.KRef(ref.Namespace, ref.Name), "claimUID", ref.UID)
 		p.cfg.Status.Unprepared(ref.Namespace, ref.Name, ref.UID)
 	}
