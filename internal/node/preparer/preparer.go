@@ -54,8 +54,9 @@ type Status interface {
 type Events interface {
 	PrepareFailed(claim *resourceapi.ResourceClaim, err error)
 	// CDISpecRestored: the CDI spec of a prepared claim was missing at
-	// start and was written again from the checkpoint.
-	CDISpecRestored(c *plan.Claim, path string)
+	// start, or did not parse (why says which), and was written again
+	// from the checkpoint.
+	CDISpecRestored(c *plan.Claim, path, why string)
 }
 
 // Config holds the preparer's collaborators.
@@ -232,7 +233,8 @@ func (p *Preparer) stageStarted(pl *plan.Claim) (persist func() error, err error
 }
 
 // resume answers a repeated Prepare of a completed claim. Only a CDI spec
-// lost since (the CDI root is often a tmpfs) is written again.
+// lost since (the CDI root is often a tmpfs), or no longer parsing, is
+// written again.
 func (p *Preparer) resume(ctx context.Context, pl *plan.Claim) ([]kubeletplugin.Device, error) {
 	if _, err := p.rewriteMissingSpec(ctx, pl); err != nil {
 		return nil, err
@@ -357,6 +359,8 @@ func (p *Preparer) ownPool(ctx context.Context, rec checkpoint.ClaimRef) bool {
 // their pods end.
 func (p *Preparer) Recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	p.quarantineOutOfBounds(ctx)
+	p.cfg.CDI.RemoveLeftovers(logger)
 	known := map[types.UID]bool{}
 	for _, q := range p.cfg.Checkpoint.Quarantined() {
 		known[q.UID] = true
@@ -366,12 +370,12 @@ func (p *Preparer) Recover(ctx context.Context) error {
 	for _, e := range p.cfg.Checkpoint.Entries() {
 		if e.State == checkpoint.Completed {
 			known[e.Plan.UID] = true
-			written, err := p.rewriteMissingSpec(ctx, &e.Plan)
+			why, err := p.rewriteMissingSpec(ctx, &e.Plan)
 			if err != nil {
 				errs = append(errs, err)
 			}
-			if written && p.cfg.Events != nil {
-				p.cfg.Events.CDISpecRestored(&e.Plan, p.cfg.CDI.Path(e.Plan.UID))
+			if why != "" && p.cfg.Events != nil {
+				p.cfg.Events.CDISpecRestored(&e.Plan, p.cfg.CDI.Path(e.Plan.UID), why)
 			}
 			p.cfg.Status.Restored(&e.Plan)
 			continue
@@ -414,20 +418,68 @@ func (p *Preparer) Recover(ctx context.Context) error {
 }
 
 // rewriteMissingSpec writes the CDI spec of a prepared claim again if it
-// is missing (the CDI root is often a tmpfs), and says whether it did.
-func (p *Preparer) rewriteMissingSpec(ctx context.Context, pl *plan.Claim) (bool, error) {
-	exists, err := p.cfg.CDI.Exists(pl.UID)
-	if err != nil {
-		return false, fmt.Errorf("checking the CDI spec of claim %s/%s: %w", pl.Namespace, pl.Name, err)
-	}
-	if exists {
-		return false, nil
+// is missing (the CDI root is often a tmpfs) or does not parse as a CDI
+// spec (torn, edited), and says why it did ("" when it did not).
+func (p *Preparer) rewriteMissingSpec(ctx context.Context, pl *plan.Claim) (string, error) {
+	state, err := p.cfg.CDI.Check(pl.UID)
+	var why string
+	switch {
+	case state == cdispec.SpecMissing:
+		why = "was missing"
+	case state == cdispec.SpecUnreadable:
+		why = "did not parse as a CDI spec (" + err.Error() + ")"
+	case err != nil:
+		return "", fmt.Errorf("checking the CDI spec of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	default:
+		return "", nil
 	}
 	if _, err := p.cfg.CDI.Write(pl); err != nil {
-		return false, fmt.Errorf("writing the missing CDI spec of claim %s/%s again: %w", pl.Namespace, pl.Name, err)
+		return "", fmt.Errorf("writing the CDI spec of claim %s/%s again: %w", pl.Namespace, pl.Name, err)
 	}
-	klog.FromContext(ctx).Info("CDI spec of a prepared claim was missing; written again from the checkpoint", "claim", klog.KRef(pl.Namespace, pl.Name), "claimUID", pl.UID, "path", p.cfg.CDI.Path(pl.UID))
-	return true, nil
+	klog.FromContext(ctx).Info("CDI spec of a prepared claim written again from the checkpoint", "claim", klog.KRef(pl.Namespace, pl.Name), "claimUID", pl.UID, "path", p.cfg.CDI.Path(pl.UID), "reason", why)
+	return why, nil
+}
+
+// quarantineOutOfBounds sets aside, as entries this release cannot
+// understand are, every checkpoint entry that fails the bounds of a fresh
+// Prepare (plan.CheckRecorded), or whose shares would fill one of its GPUs
+// beyond what it offers together with the entries before it (UID order):
+// a checksum shows a file is whole, not that what it holds is sane.
+func (p *Preparer) quarantineOutOfBounds(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	used := map[string]int64{}
+	for _, e := range p.cfg.Checkpoint.Entries() {
+		err := plan.CheckRecorded(&e.Plan, p.cfg.Inventory, p.cfg.PlanOptions)
+		if err == nil {
+			err = p.fits(&e.Plan, used)
+		}
+		if err == nil {
+			for _, d := range e.Plan.Devices {
+				used[d.GPU.UUID] += d.SoftLimitBytes
+			}
+			continue
+		}
+		reason := safetext.Cap("outside the bounds of a fresh Prepare: "+err.Error(), 2048)
+		logger.Error(err, "Checkpoint entry outside the bounds of a fresh Prepare; quarantined: kept as it is, its CDI spec and MPS daemon are not removed", "claimUID", e.Plan.UID)
+		p.cfg.Checkpoint.Quarantine(e.Plan.UID, reason)
+	}
+}
+
+// fits tells whether pl's shares fit, per GPU, in what the GPU offers
+// beside used (the entries accepted so far).
+func (p *Preparer) fits(pl *plan.Claim, used map[string]int64) error {
+	mine := map[string]int64{}
+	for _, d := range pl.Devices {
+		mine[d.GPU.UUID] += d.SoftLimitBytes
+	}
+	for uuid, n := range mine {
+		gpu, _ := p.cfg.Inventory.GPUByUUID(uuid)
+		offered := domain.PublishedMemory(gpu.MemoryBytes)
+		if used[uuid]+n > offered.Value() {
+			return fmt.Errorf("with the claims recorded before it, GPU %s would guarantee %d bytes, more than the %d it offers", uuid, used[uuid]+n, offered.Value())
+		}
+	}
+	return nil
 }
 
 // Uncertain says why the preparer cannot name every claim this node
