@@ -41,7 +41,12 @@ func gpuSlice(node, product, memory string, n int) *resourceapi.ResourceSlice {
 	return s
 }
 
-func sizesOf(ctx context.Context, t *testing.T, slices ...*resourceapi.ResourceSlice) []string {
+// reports records what a SizeReporter is told.
+type reports []admission.IgnoredSize
+
+func (r *reports) IgnoredSize(i admission.IgnoredSize) { *r = append(*r, i) }
+
+func sizesOf(ctx context.Context, t *testing.T, r admission.SizeReporter, slices ...*resourceapi.ResourceSlice) []string {
 	t.Helper()
 	client := fake.NewClientset()
 	for _, s := range slices {
@@ -52,6 +57,7 @@ func sizesOf(ctx context.Context, t *testing.T, slices ...*resourceapi.ResourceS
 	ctx, cancel := context.WithCancel(ctx)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	cluster := admission.NewInformerCluster(factory)
+	cluster.SetSizeReporter(r)
 	factory.Start(ctx.Done())
 	// Shutdown waits for the informers, which end with ctx.
 	defer factory.Shutdown()
@@ -77,24 +83,35 @@ func TestHostileSliceSizes(t *testing.T) {
 		name   string
 		slices []*resourceapi.ResourceSlice
 		want   []string
+		// ignored: the devices reported, as slice/device.
+		ignored int
 	}{
 		{"one node publishes 1e30 for a model two others publish as 141Gi",
 			[]*resourceapi.ResourceSlice{gpuSlice("n1", h200, "141Gi", 8), gpuSlice("n2", h200, "141Gi", 8), gpuSlice("evil", h200, "1e30", 1)},
-			[]string{"141Gi"}},
+			[]string{"141Gi"}, 1},
 		{"one node publishes 1Ti for a model another publishes as 141Gi, eight GPUs each",
 			[]*resourceapi.ResourceSlice{gpuSlice("n1", h200, "141Gi", 8), gpuSlice("evil", h200, "1Ti", 8)},
-			[]string{"141Gi"}},
+			[]string{"141Gi"}, 8},
 		{"two models, each consistent, both count",
 			[]*resourceapi.ResourceSlice{gpuSlice("n1", h200, "141Gi", 8), gpuSlice("n2", "NVIDIA A100-SXM4-80GB", "80Gi", 8)},
-			[]string{"141Gi", "80Gi"}},
+			[]string{"141Gi", "80Gi"}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ctx := ktesting.NewTestContext(t)
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			got := sizesOf(ctx, t, tc.slices...)
+			var r reports
+			got := sizesOf(ctx, t, &r, tc.slices...)
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 				t.Errorf("GPU sizes %v, want %v", got, tc.want)
+			}
+			if len(r) != tc.ignored {
+				t.Errorf("%d devices reported ignored, want %d: %v", len(r), tc.ignored, r)
+			}
+			for _, i := range r {
+				if *i.Slice.Spec.NodeName != "evil" || i.Agreed.String() != "141Gi" {
+					t.Errorf("reported %s/%s (%s, agreed %s), want evil's devices against 141Gi", i.Slice.Name, i.Device, i.Size.String(), i.Agreed.String())
+				}
 			}
 		})
 	}
