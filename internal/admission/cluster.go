@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -26,6 +27,63 @@ type InformerCluster struct {
 	templates resourcelisters.ResourceClaimTemplateLister
 	claims    resourcelisters.ResourceClaimLister
 	synced    []cache.InformerSynced
+
+	// sizes caches ConsistentGPUSizes until a slice changes.
+	sizes sizeCache
+}
+
+// SizeReporter learns of each device whose memory is ignored for
+// disagreeing with its model's other slices, once per device and size.
+type SizeReporter interface {
+	IgnoredSize(IgnoredSize)
+}
+
+type sizeCache struct {
+	mu       sync.Mutex
+	stale    bool
+	sizes    []resource.Quantity
+	ignored  []IgnoredSize
+	reported map[string]bool
+	reporter SizeReporter
+}
+
+// SetSizeReporter installs r; call it before serving.
+func (c *InformerCluster) SetSizeReporter(r SizeReporter) {
+	c.sizes.mu.Lock()
+	defer c.sizes.mu.Unlock()
+	c.sizes.reporter = r
+}
+
+// refreshSizes recomputes the sizes after a slice changed, and reports
+// devices newly ignored. Returned slices are not to be modified.
+func (c *InformerCluster) refreshSizes() ([]resource.Quantity, []IgnoredSize) {
+	c.sizes.mu.Lock()
+	defer c.sizes.mu.Unlock()
+	if !c.sizes.stale && c.sizes.reported != nil {
+		return c.sizes.sizes, c.sizes.ignored
+	}
+	all, err := c.slices.List(labels.Everything())
+	if err != nil {
+		return nil, nil
+	}
+	c.sizes.sizes, c.sizes.ignored = ConsistentGPUSizes(all)
+	c.sizes.stale = false
+	reported := make(map[string]bool, len(c.sizes.ignored))
+	for _, i := range c.sizes.ignored {
+		reported[i.key()] = true
+		if !c.sizes.reported[i.key()] && c.sizes.reporter != nil {
+			c.sizes.reporter.IgnoredSize(i)
+		}
+	}
+	c.sizes.reported = reported
+	return c.sizes.sizes, c.sizes.ignored
+}
+
+// IgnoredSizes is the number of devices whose memory is ignored now
+// (gpufrac_resourceslice_ignored_sizes).
+func (c *InformerCluster) IgnoredSizes() int {
+	_, ignored := c.refreshSizes()
+	return len(ignored)
 }
 
 // NewInformerCluster registers the informers it needs with factory; start
@@ -37,10 +95,19 @@ func NewInformerCluster(factory informers.SharedInformerFactory) *InformerCluste
 	// webhook strips NVIDIA's memory variables from its containers.
 	t := factory.Resource().V1().ResourceClaimTemplates()
 	rc := factory.Resource().V1().ResourceClaims()
-	return &InformerCluster{
+	ic := &InformerCluster{
 		slices: s.Lister(), classes: c.Lister(), templates: t.Lister(), claims: rc.Lister(),
 		synced: []cache.InformerSynced{s.Informer().HasSynced, c.Informer().HasSynced, t.Informer().HasSynced, rc.Informer().HasSynced},
 	}
+	stale := func(any) {
+		ic.sizes.mu.Lock()
+		ic.sizes.stale = true
+		ic.sizes.mu.Unlock()
+	}
+	_, _ = s.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: stale, UpdateFunc: func(_, obj any) { stale(obj) }, DeleteFunc: stale,
+	})
+	return ic
 }
 
 // WaitForSync blocks until the caches are filled; a webhook that answered
@@ -52,26 +119,12 @@ func (c *InformerCluster) WaitForSync(ctx context.Context) error {
 	return nil
 }
 
-// GPUMemorySizes implements Cluster.
+// GPUMemorySizes implements Cluster: the sizes the slices of each GPU
+// model agree on (ConsistentGPUSizes); a device publishing another is
+// ignored and reported.
 func (c *InformerCluster) GPUMemorySizes() []resource.Quantity {
-	all, err := c.slices.List(labels.Everything())
-	if err != nil {
-		return nil
-	}
-	var sizes []resource.Quantity
-	for _, s := range all {
-		if s.Spec.Driver != v1alpha1.DriverName {
-			continue
-		}
-		for _, d := range s.Spec.Devices {
-			capacity, ok := d.Capacity["memory"]
-			if !ok || slices.ContainsFunc(sizes, func(q resource.Quantity) bool { return q.Cmp(capacity.Value) == 0 }) {
-				continue
-			}
-			sizes = append(sizes, capacity.Value)
-		}
-	}
-	return sizes
+	sizes, _ := c.refreshSizes()
+	return slices.Clone(sizes)
 }
 
 // DeviceClasses implements Cluster.

@@ -205,12 +205,11 @@ func NewWriter(dir string, opts Options) (*Writer, error) {
 }
 
 // Write renders and writes the spec of c, replacing any earlier one, and
-// returns the CDI device IDs in the order of c.Devices. The CDI library
-// validates the spec before it writes it, and renames it into place.
+// returns the CDI device IDs in the order of c.Devices.
 //
-// The write is atomic and not durable: the library (v1.1.2, pkg/cdi
-// spec.go write) writes a temp file in the spec directory and renames it
-// over the spec (renameat2), with no fsync. That is what this file needs: a
+// The write is atomic and not durable (write.go): a temp file in the spec
+// directory, validated by the CDI library, renamed over the spec, with no
+// fsync. That is what this file needs: a
 // container runtime never reads a torn spec, and after a power loss every
 // container that used it is gone and Recover removes specs the (void)
 // checkpoint does not account for (docs/reliability.md).
@@ -219,7 +218,7 @@ func (w *Writer) Write(c *plan.Claim) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := w.cache.WriteSpec(spec, SpecName(c.UID)); err != nil {
+	if err := w.writeSpec(spec, c.UID); err != nil {
 		return nil, fmt.Errorf("writing CDI spec for claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	w.opts.Counter.AddWrite()

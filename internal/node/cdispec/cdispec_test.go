@@ -12,6 +12,8 @@ import (
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
@@ -239,5 +241,47 @@ func TestHostDeviceNode(t *testing.T) {
 	}
 	if _, err := cdispec.HostDeviceNode("/dev/nvidia-does-not-exist"); err == nil || !strings.Contains(err.Error(), "is the NVIDIA driver loaded?") {
 		t.Errorf("got %v, want an error that suggests the driver", err)
+	}
+}
+
+// TestFailedWriteLeavesNoTempFile: a spec write that fails (here the
+// rename, onto a directory in the spec's place) removes its temp file at
+// once; RemoveLeftovers removes gpufrac's leftovers of a crash, of this
+// release's writer and of the CDI library's, and keeps another producer's.
+func TestFailedWriteLeavesNoTempFile(t *testing.T) {
+	dir := t.TempDir()
+	w, err := cdispec.NewWriter(dir, opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &plan.Claim{UID: "uid-1", Namespace: "ns", Name: "c", Devices: []plan.Device{device("gpu-0", 0, "s1", 40*gib, 40*gib)}}
+	if err := os.MkdirAll(filepath.Join(w.Path(c.UID), "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(c); err == nil {
+		t.Fatal("a write onto a directory succeeded")
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("the CDI directory holds %d entries after the failed write, want the obstacle alone: %v", len(entries), entries)
+	}
+	files := map[string]string{
+		cdispec.SpecName("uid-2") + ".tmp-123": `{"cdiVersion":"0.6.0","kind":"k8s.gpufrac.dev/fraction"`,
+		"spec.1.tmp":                           `{"cdiVersion":"0.6.0","kind":"k8s.gpufrac.dev/fraction","dev`,
+		"spec.2.tmp":                           `{"cdiVersion":"0.6.0","kind":"nvidia.com/gpu"`,
+		"spec.3.tmp":                           ``,
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	w.RemoveLeftovers(klog.FromContext(ctx))
+	for name := range files {
+		_, err := os.Stat(filepath.Join(dir, name))
+		if gone := err != nil; gone != (name == cdispec.SpecName("uid-2")+".tmp-123" || name == "spec.1.tmp") {
+			t.Errorf("%s: removed %v", name, gone)
+		}
 	}
 }

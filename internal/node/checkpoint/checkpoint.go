@@ -168,7 +168,7 @@ func Open(ctx context.Context, path, bootID string, opts ...Option) (*Checkpoint
 // readBootMarker returns the boot the checkpoint file was last written in,
 // as the marker says, or "" when there is no marker (a release before it).
 func (c *Checkpoint) readBootMarker() (string, error) {
-	raw, err := os.ReadFile(c.path + BootMarkerSuffix)
+	raw, err := readBounded(c.path+BootMarkerSuffix, maxBootMarkerBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "", nil
@@ -181,14 +181,18 @@ func (c *Checkpoint) readBootMarker() (string, error) {
 func (c *Checkpoint) load(ctx context.Context, markedBoot string) error {
 	logger := klog.FromContext(ctx)
 	path, bootID := c.path, c.bootID
-	raw, err := os.ReadFile(path)
+	raw, err := readBounded(path, maxCheckpointBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
-	case err != nil:
+	case err != nil && !errors.Is(err, errTooLarge):
 		return fmt.Errorf("reading checkpoint %s: %w", path, err)
 	}
-	d, err := Decode(raw)
+	var d *Data
+	if err == nil {
+		// Far too large to be ours is as unreadable as torn.
+		d, err = Decode(raw)
+	}
 	if err != nil {
 		aside := fmt.Sprintf("%s.corrupt-%d", path, time.Now().Unix())
 		if renameErr := os.Rename(path, aside); renameErr != nil {
@@ -387,6 +391,20 @@ func (c *Checkpoint) Quarantined() []Quarantined {
 	}
 	slices.SortFunc(out, func(a, b Quarantined) int { return strings.Compare(string(a.UID), string(b.UID)) })
 	return out
+}
+
+// Quarantine sets an entry aside as if this release could not understand
+// it (the preparer's bounds refused what it holds, see plan.CheckRecorded):
+// it stays in the file as it is, nothing it might own is removed because
+// of it, and Quarantined reports it with reason. Nothing is written.
+func (c *Checkpoint) Quarantine(uid types.UID, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, ok := c.slots[uid]
+	if !ok || s.quarantined != nil {
+		return
+	}
+	c.slots[uid] = slot{quarantined: &Quarantined{UID: uid, Reason: reason, Raw: s.enc}, enc: s.enc}
 }
 
 // Put records e for its claim (replacing a quarantined entry of the same

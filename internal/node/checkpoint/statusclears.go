@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -48,6 +49,13 @@ import (
 // which happens once it holds twice as many lines as records pending:
 // Unprepare costs one small append, amortised, however many claims are
 // pending. A line torn by a crash is reported and skipped.
+//
+// Each record names the pool (the node) whose entries are to be cleared
+// (format v2); a node clears only its own pool's entries, so a record
+// naming another pool is reported and dropped. Records of format v1 name
+// none and are read as this node's (the writer clears its own pool's
+// entries alone either way). The log is opened without following a link:
+// a link planted in its place is not written through, only replaced.
 
 // StatusClearsSuffix names the file of pending status clears beside the
 // checkpoint file.
@@ -63,14 +71,22 @@ const MaxStatusClears = 4096
 const maxStatusClearsFile = 4 << 20
 
 // statusClearsHeader is the log's first line; another version of the
-// format would change it.
-const statusClearsHeader = "gpufrac status clears v1"
+// format changes it. statusClearsHeaderV1 is still read (records without
+// a pool). A release that reads v1 alone ignores a v2 log, losing only
+// hints.
+const (
+	statusClearsHeader   = "gpufrac status clears v2"
+	statusClearsHeaderV1 = "gpufrac status clears v1"
+)
 
-// ClaimRef names a claim whose status still has to be cleared.
+// ClaimRef names a claim whose status still has to be cleared, and the
+// pool whose entries are to go.
 type ClaimRef struct {
 	Namespace string    `json:"namespace"`
 	Name      string    `json:"name"`
 	UID       types.UID `json:"uid"`
+	// Pool is empty in records of format v1 (read as this node's).
+	Pool string `json:"pool,omitempty"`
 }
 
 // DeleteClearingStatus forgets a claim like Delete and, in the same commit,
@@ -116,6 +132,16 @@ func (c *Checkpoint) PendingStatusClears() []ClaimRef {
 	}
 	sortRefs(out)
 	return out
+}
+
+// PendingStatusClear returns the record of uid's pending clear, if any:
+// an Unprepare of a claim no longer in the checkpoint clears what the
+// record names, never what the call names.
+func (c *Checkpoint) PendingStatusClear(uid types.UID) (ClaimRef, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ref, ok := c.clears[uid]
+	return ref, ok
 }
 
 func sortRefs(refs []ClaimRef) {
@@ -182,7 +208,9 @@ func (c *Checkpoint) writeClearsFile(refs []ClaimRef, rewrite bool) error {
 		c.clearsLines = len(refs) + 1
 		return nil
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+	// No O_CREATE: the log exists (clearsLines > 0); O_NOFOLLOW: never
+	// through a link planted since.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("appending pending status clears: %w", err)
 	}
@@ -233,7 +261,9 @@ func (c *Checkpoint) loadClears(ctx context.Context) {
 // not name a claim; it returns the records, the number of lines, and what
 // was wrong.
 func readClears(path string) ([]ClaimRef, int, error) {
-	f, err := os.Open(path)
+	// A link in the log's place is not followed (ELOOP): the log is then
+	// rewritten at the next record, replacing the link itself.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -246,8 +276,8 @@ func readClears(path string) ([]ClaimRef, int, error) {
 		return nil, 0, fmt.Errorf("pending status clears: file larger than %d bytes", maxStatusClearsFile)
 	}
 	lines := strings.Split(string(raw), "\n")
-	if lines[0] != statusClearsHeader {
-		return nil, 0, fmt.Errorf("pending status clears: first line %q is not %q", safetext.Cap(lines[0], 64), statusClearsHeader)
+	if lines[0] != statusClearsHeader && lines[0] != statusClearsHeaderV1 {
+		return nil, 0, fmt.Errorf("pending status clears: first line %q is neither %q nor %q", safetext.Cap(lines[0], 64), statusClearsHeader, statusClearsHeaderV1)
 	}
 	if last := len(lines) - 1; lines[last] == "" {
 		lines = lines[:last] // the newline ending the last record
@@ -263,6 +293,10 @@ func readClears(path string) ([]ClaimRef, int, error) {
 		if !plan.ValidUID(string(ref.UID)) || len(validation.IsDNS1123Label(ref.Namespace)) > 0 || len(validation.IsDNS1123Subdomain(ref.Name)) > 0 {
 			bad = append(bad, fmt.Sprintf("line %d: %q/%q (uid %q) does not name a claim",
 				i+2, safetext.Cap(ref.Namespace, 64), safetext.Cap(ref.Name, 256), safetext.Cap(string(ref.UID), 64)))
+			continue
+		}
+		if ref.Pool != "" && len(validation.IsDNS1123Subdomain(ref.Pool)) > 0 {
+			bad = append(bad, fmt.Sprintf("line %d: pool %q is not a node's pool", i+2, safetext.Cap(ref.Pool, 256)))
 			continue
 		}
 		out = append(out, ref)

@@ -165,7 +165,9 @@ func TestStatusClearsFileIsUntrusted(t *testing.T) {
 		want          []string
 	}{
 		{"garbage", "{not json", nil},
-		{"another version", "gpufrac status clears v2\n" + `{"namespace":"ns","name":"c","uid":"a"}` + "\n", nil},
+		{"another version", "gpufrac status clears v3\n" + `{"namespace":"ns","name":"c","uid":"a"}` + "\n", nil},
+		{"v2, naming the pool", "gpufrac status clears v2\n" + `{"namespace":"ns","name":"c","uid":"a","pool":"node-a"}` + "\n", []string{"a"}},
+		{"v2, a pool that is no node's name", "gpufrac status clears v2\n" + `{"namespace":"ns","name":"c","uid":"a","pool":"../x"}` + "\n", nil},
 		{"a line torn by a crash", header + `{"namespace":"ns","name":"c","uid":"a"}` + "\n" + `{"namespace":"ns","na`, []string{"a"}},
 		{"a uid that climbs out", header + `{"namespace":"ns","name":"c","uid":"../../etc"}` + "\n" + `{"namespace":"ns","name":"c","uid":"ok"}` + "\n", []string{"ok"}},
 		{"a namespace with a slash", header + `{"namespace":"ns/x","name":"c","uid":"a"}` + "\n", nil},

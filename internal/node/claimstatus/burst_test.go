@@ -34,7 +34,7 @@ func burstEnv(t *testing.T, n int, quiet, maxWait time.Duration) (*claimstatus.W
 		}
 		plans = append(plans, pl)
 	}
-	w := claimstatus.NewWriter(client, "gpufrac.dev/n")
+	w := claimstatus.NewWriter(client, "gpufrac.dev/n", "n")
 	w.SetBurst(quiet, maxWait)
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup

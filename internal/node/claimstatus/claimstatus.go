@@ -152,7 +152,12 @@ type desired struct {
 type Writer struct {
 	client       kubernetes.Interface
 	fieldManager string
-	queue        workqueue.TypedRateLimitingInterface[key]
+	// pool is this node's pool: the only entries this writer replaces or
+	// clears. A claim's other entries (another node's shares of it) were
+	// written by that node, and a clear or forged call here must not
+	// reach them.
+	pool  string
+	queue workqueue.TypedRateLimitingInterface[key]
 
 	mu      sync.Mutex
 	desired map[key]desired
@@ -190,11 +195,12 @@ func (w *Writer) SetFailpoint(f func(name string) error) {
 }
 
 // NewWriter writes as fieldManager (one per node, so nodes never fight over
-// each other's entries).
-func NewWriter(client kubernetes.Interface, fieldManager string) *Writer {
+// each other's entries) the entries of pool (the node's) alone.
+func NewWriter(client kubernetes.Interface, fieldManager, pool string) *Writer {
 	return &Writer{
 		client:       client,
 		fieldManager: fieldManager,
+		pool:         pool,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[key](),
 			workqueue.TypedRateLimitingQueueConfig[key]{Name: "gpufrac-claim-status"}),
@@ -390,7 +396,7 @@ func (w *Writer) done(k key, d desired) {
 }
 
 // Apply writes the status of one claim now: it replaces this driver's
-// entries and keeps every other driver's, read-modify-write with retries on
+// entries of this node's pool and keeps every other entry, read-modify-write with retries on
 // conflicts. A claim recreated under the same name (another UID) is not
 // ours to write.
 func (w *Writer) Apply(ctx context.Context, namespace, name string, uid types.UID, c *plan.Claim) error {
@@ -417,7 +423,7 @@ func (w *Writer) apply(ctx context.Context, namespace, name string, uid types.UI
 			return nil
 		}
 		ours := slices.DeleteFunc(slices.Clone(claim.Status.Devices), func(d resourceapi.AllocatedDeviceStatus) bool {
-			return d.Driver != v1alpha1.DriverName
+			return !w.owns(d)
 		})
 		if d.ifMissing && (len(ours) > 0 || claim.Status.Allocation == nil) {
 			// Written already (kept as it is), or deallocated since: the
@@ -435,9 +441,7 @@ func (w *Writer) apply(ctx context.Context, namespace, name string, uid types.UI
 			}
 			return nil
 		}
-		devices := slices.DeleteFunc(slices.Clone(claim.Status.Devices), func(d resourceapi.AllocatedDeviceStatus) bool {
-			return d.Driver == v1alpha1.DriverName
-		})
+		devices := slices.DeleteFunc(slices.Clone(claim.Status.Devices), w.owns)
 		devices = append(devices, want...)
 		claim.Status.Devices = devices
 		updated, err := claims.UpdateStatus(ctx, claim, metav1.UpdateOptions{FieldManager: w.fieldManager})
@@ -453,6 +457,12 @@ func (w *Writer) apply(ctx context.Context, namespace, name string, uid types.UI
 		return fmt.Errorf("writing status of claim %s/%s: %w", namespace, name, err)
 	}
 	return nil
+}
+
+// owns tells whether d is this writer's to replace or clear: this
+// driver's entry in this node's pool.
+func (w *Writer) owns(d resourceapi.AllocatedDeviceStatus) bool {
+	return d.Driver == v1alpha1.DriverName && d.Pool == w.pool
 }
 
 // Pending is the number of claims whose status is not written yet.

@@ -79,7 +79,7 @@ func TestApplyKeepsOtherDriversAndChecksTheUID(t *testing.T) {
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid-1"},
 		Status: resourceapi.ResourceClaimStatus{Devices: []resourceapi.AllocatedDeviceStatus{other}}}
 	client := fake.NewClientset(claim)
-	w := claimstatus.NewWriter(client, "gpufrac.dev/n")
+	w := claimstatus.NewWriter(client, "gpufrac.dev/n", "n")
 	get := func() []resourceapi.AllocatedDeviceStatus {
 		c, err := client.ResourceV1().ResourceClaims("ns").Get(ctx, "c", metav1.GetOptions{})
 		if err != nil {
@@ -120,7 +120,7 @@ func TestWriterRetriesUntilApplied(t *testing.T) {
 		}
 		return false, nil, nil
 	})
-	w := claimstatus.NewWriter(client, "gpufrac.dev/n")
+	w := claimstatus.NewWriter(client, "gpufrac.dev/n", "n")
 	go w.Run(ctx, 1)
 	w.Prepared(smPlan())
 	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -153,7 +153,7 @@ func TestMPSServerCondition(t *testing.T) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset(&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid-1"}})
-	w := claimstatus.NewWriter(client, "gpufrac.dev/n")
+	w := claimstatus.NewWriter(client, "gpufrac.dev/n", "n")
 	go w.Run(ctx, 1)
 	condition := func(want metav1.ConditionStatus) metav1.Condition {
 		t.Helper()

@@ -33,7 +33,7 @@ func newWriterEnv(t *testing.T, delay time.Duration) *writerEnv {
 	pl := smPlan()
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: pl.Namespace, Name: pl.Name, UID: pl.UID}}
 	e := &writerEnv{t: t, ctx: ctx, client: fake.NewClientset(claim)}
-	e.w = claimstatus.NewWriter(e.client, "gpufrac.dev/n")
+	e.w = claimstatus.NewWriter(e.client, "gpufrac.dev/n", "n")
 	e.w.SetClearDelay(delay)
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup

@@ -25,7 +25,7 @@ import (
 // reporting cleared claims into the returned function's result.
 func runWriter(t *testing.T, client *fake.Clientset, clearDelay time.Duration) (w *claimstatus.Writer, cleared func() []types.UID, stop func()) {
 	_, ctx := ktesting.NewTestContext(t)
-	w = claimstatus.NewWriter(client, "gpufrac.dev/n")
+	w = claimstatus.NewWriter(client, "gpufrac.dev/n", "n")
 	w.SetClearDelay(clearDelay)
 	var mu sync.Mutex
 	var uids []types.UID

@@ -36,7 +36,7 @@ func TestStatusWriteReusesTheClaimItSaw(t *testing.T) {
 	pl := smPlan()
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: pl.Namespace, Name: pl.Name, UID: pl.UID}}
 	client := fake.NewClientset(claim)
-	w := claimstatus.NewWriter(client, "gpufrac.dev/n")
+	w := claimstatus.NewWriter(client, "gpufrac.dev/n", "n")
 	read, err := client.ResourceV1().ResourceClaims(pl.Namespace).Get(ctx, pl.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +92,7 @@ func TestForgetSeen(t *testing.T) {
 	pl := smPlan()
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: pl.Namespace, Name: pl.Name, UID: pl.UID}}
 	client := fake.NewClientset(claim)
-	w := claimstatus.NewWriter(client, "gpufrac.dev/n")
+	w := claimstatus.NewWriter(client, "gpufrac.dev/n", "n")
 	w.Seen(claim)
 	w.ForgetSeen(pl.Namespace, pl.Name, pl.UID)
 	from := len(client.Actions())

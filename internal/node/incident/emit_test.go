@@ -41,7 +41,7 @@ func TestEmitter(t *testing.T) {
 	broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	broadcaster.StartRecordingToSink(ctx.Done())
 	defer broadcaster.Shutdown()
-	writer := claimstatus.NewWriter(client, "gpufrac-n1")
+	writer := claimstatus.NewWriter(client, "gpufrac-n1", "n1")
 	counter := incident.NewCounter()
 	e := &incident.Emitter{Recorder: broadcaster.NewRecorder(scheme.Scheme, "gpufrac-kubelet-plugin/n1"), Conditions: writer, Counter: counter}
 
@@ -149,7 +149,7 @@ func TestEmitterKinds(t *testing.T) {
 			broadcaster := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 			broadcaster.StartRecordingToSink(ctx.Done())
 			defer broadcaster.Shutdown()
-			writer := claimstatus.NewWriter(client, "gpufrac-n1")
+			writer := claimstatus.NewWriter(client, "gpufrac-n1", "n1")
 			pc := &plan.Claim{UID: "uid-llm", Namespace: "team", Name: "llm", Devices: []plan.Device{{Request: "gpu", Pool: "n1", Device: "gpu-0",
 				GPU: domain.GPU{UUID: "GPU-0"}, SoftLimitBytes: 40 << 30, HardLimitBytes: 60 << 30, ComputeMode: "TimeSlicing", Enforcement: "dmem"}}}
 			sid := types.UID("s1")

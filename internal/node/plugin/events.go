@@ -73,11 +73,11 @@ func (r *eventReporter) PrepareFailed(claim *resourceapi.ResourceClaim, err erro
 
 // CDISpecRestored tells the claim's users that its CDI spec was missing at
 // the plugin's start (the CDI root is often a tmpfs, or someone removed
-// it) and was written again from the checkpoint: containers of the claim
-// that (re)started while it was missing failed to be created.
-func (r *eventReporter) CDISpecRestored(c *plan.Claim, path string) {
+// it), or did not parse, and was written again from the checkpoint:
+// containers of the claim that (re)started meanwhile failed to be created.
+func (r *eventReporter) CDISpecRestored(c *plan.Claim, path, why string) {
 	r.recorder.Eventf(claimRef(c), nil, v1.EventTypeNormal, "CDISpecRestored", "Recover",
-		"the CDI spec %s of this claim was missing at the kubelet plugin's start; written again from its checkpoint", path)
+		"the CDI spec %s of this claim %s at the kubelet plugin's start; written again from its checkpoint", path, safetext.Cap(why, 512))
 }
 
 // UnprepareFailed matters as much as a failed Prepare: until the kubelet's

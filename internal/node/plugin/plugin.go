@@ -140,6 +140,26 @@ type MPSConfig struct {
 	DefaultNamespaceLimits mps.NamespaceLimits
 }
 
+// dataDirMode is the plugin data directory's mode, set at every start.
+const dataDirMode = 0o700
+
+// makeDirs creates the plugin's directories. The data directory holds the
+// DRA socket, the checkpoint and the MPS pipes: the plugin's (root's)
+// alone, whatever mode it was found with (an existing directory keeps its
+// mode through MkdirAll). Everything else reaches what it needs through
+// bind mounts made by root.
+func makeDirs(cfg Config) error {
+	for _, dir := range []string{cfg.PluginDataDir, cfg.RegistrarDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return fmt.Errorf("creating directory %s: %w", dir, err)
+		}
+	}
+	if err := os.Chmod(cfg.PluginDataDir, dataDirMode); err != nil {
+		return fmt.Errorf("setting the mode of the plugin data directory %s to %#o: %w", cfg.PluginDataDir, dataDirMode, err)
+	}
+	return nil
+}
+
 // CheckpointFile is the checkpoint's name under the plugin data directory.
 const CheckpointFile = "checkpoint.json"
 
@@ -177,10 +197,8 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, dir := range []string{cfg.PluginDataDir, cfg.RegistrarDir} {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
-			return nil, fmt.Errorf("creating directory %s: %w", dir, err)
-		}
+	if err := makeDirs(cfg); err != nil {
+		return nil, err
 	}
 	bgCtx, cancel := context.WithCancel(ctx)
 	p := &Plugin{cfg: cfg, inventory: inv, cancel: cancel, health: health.NewMonitor(), ready: make(chan struct{})}

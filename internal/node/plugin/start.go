@@ -29,7 +29,7 @@ import (
 // startStatus starts the writer of the claims' status.devices and the
 // event reporter that shares its claims.
 func (p *Plugin) startStatus(bgCtx context.Context, cfg Config, ckpt *checkpoint.Checkpoint) {
-	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName)
+	status := claimstatus.NewWriter(cfg.KubeClient, v1alpha1.DriverName+"/"+cfg.NodeName, cfg.NodeName)
 	status.SetFailpoint(cfg.Failpoint)
 	status.SetClearDelay(cfg.StatusClearDelay)
 	status.SetBurst(cfg.StatusBurstQuiet, claimstatus.DefaultBurstMax)

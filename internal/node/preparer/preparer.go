@@ -54,8 +54,9 @@ type Status interface {
 type Events interface {
 	PrepareFailed(claim *resourceapi.ResourceClaim, err error)
 	// CDISpecRestored: the CDI spec of a prepared claim was missing at
-	// start and was written again from the checkpoint.
-	CDISpecRestored(c *plan.Claim, path string)
+	// start, or did not parse (why says which), and was written again
+	// from the checkpoint.
+	CDISpecRestored(c *plan.Claim, path, why string)
 }
 
 // Config holds the preparer's collaborators.
@@ -232,7 +233,8 @@ func (p *Preparer) stageStarted(pl *plan.Claim) (persist func() error, err error
 }
 
 // resume answers a repeated Prepare of a completed claim. Only a CDI spec
-// lost since (the CDI root is often a tmpfs) is written again.
+// lost since (the CDI root is often a tmpfs), or no longer parsing, is
+// written again.
 func (p *Preparer) resume(ctx context.Context, pl *plan.Claim) ([]kubeletplugin.Device, error) {
 	if _, err := p.rewriteMissingSpec(ctx, pl); err != nil {
 		return nil, err
@@ -264,7 +266,7 @@ func (p *Preparer) rollback(ctx context.Context, pl *plan.Claim, clearStatus boo
 	forget := func() error { return p.cfg.Checkpoint.Delete(pl.UID) }
 	if clearStatus {
 		forget = func() error {
-			return p.cfg.Checkpoint.DeleteClearingStatus(checkpoint.ClaimRef{Namespace: pl.Namespace, Name: pl.Name, UID: pl.UID})
+			return p.cfg.Checkpoint.DeleteClearingStatus(checkpoint.ClaimRef{Namespace: pl.Namespace, Name: pl.Name, UID: pl.UID, Pool: p.pool()})
 		}
 	}
 	if err := forget(); err != nil {
@@ -274,7 +276,10 @@ func (p *Preparer) rollback(ctx context.Context, pl *plan.Claim, clearStatus boo
 }
 
 // Unprepare undoes Prepare. A claim this node never prepared (or already
-// unprepared) succeeds.
+// unprepared) succeeds. The claim's status is cleared under the namespace
+// and name the checkpoint recorded, never those of the call: the kubelet
+// socket's caller names the claim by UID, and a name it adds must not
+// steer a clear to another claim.
 func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedObject) error {
 	// The UID arrives as the caller sent it: no claim was read to vouch
 	// for it.
@@ -285,34 +290,59 @@ func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedOb
 
 	entry, ok := p.cfg.Checkpoint.Get(ref.UID)
 	if !ok {
-		// Nothing recorded; a spec file may still be an orphan of a crash
-		// before the first checkpoint write of an older version, or of an
-		// entry this version could not understand (quarantined), which the
-		// kubelet now says is done with.
-		if err := p.cfg.CDI.Remove(ref.UID); err != nil {
-			return err
-		}
-		if err := p.cfg.Checkpoint.Delete(ref.UID); err != nil {
-			return fmt.Errorf("forgetting the quarantined entry of claim %s/%s: %w", ref.Namespace, ref.Name, err)
-		}
-		// A process killed after forgetting the claim but before its status
-		// write was queued left Ready entries in the claim; this retry by
-		// the kubelet is the only chance to clear them. (For a claim whose
-		// status never had entries the write is a no-op.)
-		p.cfg.Status.Unprepared(ref.Namespace, ref.Name, ref.UID)
-		return nil
+		return p.unprepareUnknown(ctx, ref)
 	}
 	if err := p.failpoint("unprepare-before-rollback"); err != nil {
 		return err
 	}
 	if err := p.rollback(ctx, &entry.Plan, true); err != nil {
-		return fmt.Errorf("unpreparing claim %s/%s: %w", ref.Namespace, ref.Name, err)
+		return fmt.Errorf("unpreparing claim %s/%s: %w", entry.Plan.Namespace, entry.Plan.Name, err)
 	}
 	if err := p.failpoint("unprepare-after-rollback"); err != nil {
 		return err
 	}
-	p.cfg.Status.Unprepared(ref.Namespace, ref.Name, ref.UID)
+	p.cfg.Status.Unprepared(entry.Plan.Namespace, entry.Plan.Name, entry.Plan.UID)
 	return nil
+}
+
+// unprepareUnknown answers an Unprepare of a claim with no checkpoint
+// entry. A spec file may still be an orphan of a crash before the first
+// checkpoint write of an older version, or of an entry this version could
+// not understand (quarantined), which the kubelet now says is done with.
+// Its status is cleared only where a pending-clear record names it (an
+// earlier Unprepare of this node whose clearing write was not done yet),
+// as that record names it: a claim this node has no record of is another
+// node's, or none, and nothing of it is touched.
+func (p *Preparer) unprepareUnknown(ctx context.Context, ref kubeletplugin.NamespacedObject) error {
+	if err := p.cfg.CDI.Remove(ref.UID); err != nil {
+		return err
+	}
+	if err := p.cfg.Checkpoint.Delete(ref.UID); err != nil {
+		return fmt.Errorf("forgetting the quarantined entry of claim %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	if rec, ok := p.cfg.Checkpoint.PendingStatusClear(ref.UID); ok && p.ownPool(ctx, rec) {
+		p.cfg.Status.Unprepared(rec.Namespace, rec.Name, rec.UID)
+		return nil
+	}
+	klog.FromContext(ctx).Info("Unprepare of a claim this node holds no record of; no status cleared",
+		"claim", klog.KRef(safetext.Cap(ref.Namespace, 64), safetext.Cap(ref.Name, 256)), "claimUID", ref.UID)
+	return nil
+}
+
+// pool is this node's pool, the only one whose status entries it writes.
+func (p *Preparer) pool() string { return p.cfg.PlanOptions.NodeName }
+
+// ownPool tells whether a pending-clear record is this node's to carry
+// out: records of format v1 name no pool and are this node's; one naming
+// another pool was not written by this node's plugin and is dropped.
+func (p *Preparer) ownPool(ctx context.Context, rec checkpoint.ClaimRef) bool {
+	if rec.Pool == "" || rec.Pool == p.pool() {
+		return true
+	}
+	klog.FromContext(ctx).Error(nil, "Pending status clear names another node's pool; dropped (a node clears only its own entries)",
+		"claim", klog.KRef(rec.Namespace, rec.Name), "claimUID", rec.UID, "pool", safetext.Cap(rec.Pool, 256), "ownPool", p.pool())
+	p.cfg.Checkpoint.StatusCleared(rec.UID)
+	return false
 }
 
 // Recover makes the node consistent after a restart: claims whose Prepare
@@ -329,6 +359,8 @@ func (p *Preparer) Unprepare(ctx context.Context, ref kubeletplugin.NamespacedOb
 // their pods end.
 func (p *Preparer) Recover(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	p.quarantineOutOfBounds(ctx)
+	p.cfg.CDI.RemoveLeftovers(logger)
 	known := map[types.UID]bool{}
 	for _, q := range p.cfg.Checkpoint.Quarantined() {
 		known[q.UID] = true
@@ -338,12 +370,12 @@ func (p *Preparer) Recover(ctx context.Context) error {
 	for _, e := range p.cfg.Checkpoint.Entries() {
 		if e.State == checkpoint.Completed {
 			known[e.Plan.UID] = true
-			written, err := p.rewriteMissingSpec(ctx, &e.Plan)
+			why, err := p.rewriteMissingSpec(ctx, &e.Plan)
 			if err != nil {
 				errs = append(errs, err)
 			}
-			if written && p.cfg.Events != nil {
-				p.cfg.Events.CDISpecRestored(&e.Plan, p.cfg.CDI.Path(e.Plan.UID))
+			if why != "" && p.cfg.Events != nil {
+				p.cfg.Events.CDISpecRestored(&e.Plan, p.cfg.CDI.Path(e.Plan.UID), why)
 			}
 			p.cfg.Status.Restored(&e.Plan)
 			continue
@@ -356,6 +388,9 @@ func (p *Preparer) Recover(ctx context.Context) error {
 	// Rolled back above, or unprepared by an earlier process that stopped
 	// before its clearing write.
 	for _, ref := range p.cfg.Checkpoint.PendingStatusClears() {
+		if !p.ownPool(ctx, ref) {
+			continue
+		}
 		logger.V(2).Info("Clearing the status of a claim no longer prepared here", "claim", klog.KRef(ref.Namespace, ref.Name), "claimUID", ref.UID)
 		p.cfg.Status.Unprepared(ref.Namespace, ref.Name, ref.UID)
 	}
@@ -383,20 +418,68 @@ func (p *Preparer) Recover(ctx context.Context) error {
 }
 
 // rewriteMissingSpec writes the CDI spec of a prepared claim again if it
-// is missing (the CDI root is often a tmpfs), and says whether it did.
-func (p *Preparer) rewriteMissingSpec(ctx context.Context, pl *plan.Claim) (bool, error) {
-	exists, err := p.cfg.CDI.Exists(pl.UID)
-	if err != nil {
-		return false, fmt.Errorf("checking the CDI spec of claim %s/%s: %w", pl.Namespace, pl.Name, err)
-	}
-	if exists {
-		return false, nil
+// is missing (the CDI root is often a tmpfs) or does not parse as a CDI
+// spec (torn, edited), and says why it did ("" when it did not).
+func (p *Preparer) rewriteMissingSpec(ctx context.Context, pl *plan.Claim) (string, error) {
+	state, err := p.cfg.CDI.Check(pl.UID)
+	var why string
+	switch {
+	case state == cdispec.SpecMissing:
+		why = "was missing"
+	case state == cdispec.SpecUnreadable:
+		why = "did not parse as a CDI spec (" + err.Error() + ")"
+	case err != nil:
+		return "", fmt.Errorf("checking the CDI spec of claim %s/%s: %w", pl.Namespace, pl.Name, err)
+	default:
+		return "", nil
 	}
 	if _, err := p.cfg.CDI.Write(pl); err != nil {
-		return false, fmt.Errorf("writing the missing CDI spec of claim %s/%s again: %w", pl.Namespace, pl.Name, err)
+		return "", fmt.Errorf("writing the CDI spec of claim %s/%s again: %w", pl.Namespace, pl.Name, err)
 	}
-	klog.FromContext(ctx).Info("CDI spec of a prepared claim was missing; written again from the checkpoint", "claim", klog.KRef(pl.Namespace, pl.Name), "claimUID", pl.UID, "path", p.cfg.CDI.Path(pl.UID))
-	return true, nil
+	klog.FromContext(ctx).Info("CDI spec of a prepared claim written again from the checkpoint", "claim", klog.KRef(pl.Namespace, pl.Name), "claimUID", pl.UID, "path", p.cfg.CDI.Path(pl.UID), "reason", why)
+	return why, nil
+}
+
+// quarantineOutOfBounds sets aside, as entries this release cannot
+// understand are, every checkpoint entry that fails the bounds of a fresh
+// Prepare (plan.CheckRecorded), or whose shares would fill one of its GPUs
+// beyond what it offers together with the entries before it (UID order):
+// a checksum shows a file is whole, not that what it holds is sane.
+func (p *Preparer) quarantineOutOfBounds(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	used := map[string]int64{}
+	for _, e := range p.cfg.Checkpoint.Entries() {
+		err := plan.CheckRecorded(&e.Plan, p.cfg.Inventory, p.cfg.PlanOptions)
+		if err == nil {
+			err = p.fits(&e.Plan, used)
+		}
+		if err == nil {
+			for _, d := range e.Plan.Devices {
+				used[d.GPU.UUID] += d.SoftLimitBytes
+			}
+			continue
+		}
+		reason := safetext.Cap("outside the bounds of a fresh Prepare: "+err.Error(), 2048)
+		logger.Error(err, "Checkpoint entry outside the bounds of a fresh Prepare; quarantined: kept as it is, its CDI spec and MPS daemon are not removed", "claimUID", e.Plan.UID)
+		p.cfg.Checkpoint.Quarantine(e.Plan.UID, reason)
+	}
+}
+
+// fits tells whether pl's shares fit, per GPU, in what the GPU offers
+// beside used (the entries accepted so far).
+func (p *Preparer) fits(pl *plan.Claim, used map[string]int64) error {
+	mine := map[string]int64{}
+	for _, d := range pl.Devices {
+		mine[d.GPU.UUID] += d.SoftLimitBytes
+	}
+	for uuid, n := range mine {
+		gpu, _ := p.cfg.Inventory.GPUByUUID(uuid)
+		offered := domain.PublishedMemory(gpu.MemoryBytes)
+		if used[uuid]+n > offered.Value() {
+			return fmt.Errorf("with the claims recorded before it, GPU %s would guarantee %d bytes, more than the %d it offers", uuid, used[uuid]+n, offered.Value())
+		}
+	}
+	return nil
 }
 
 // Uncertain says why the preparer cannot name every claim this node

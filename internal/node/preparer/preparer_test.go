@@ -83,7 +83,7 @@ func (e *eventLog) PrepareFailed(claim *resourceapi.ResourceClaim, err error) {
 	e.events = append(e.events, claim.Name+": "+err.Error())
 }
 
-func (e *eventLog) CDISpecRestored(c *plan.Claim, path string) {
+func (e *eventLog) CDISpecRestored(c *plan.Claim, path, _ string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.events = append(e.events, c.Name+": CDISpecRestored "+path)
