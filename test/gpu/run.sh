@@ -403,6 +403,7 @@ dmem_check() {
 	echo "dmem: limits read back: $got_limits"
 	if echo "$got_limits" | grep -q "$((soft >> 20))" && echo "$got_limits" | grep -q "$((hard >> 20))"; then
 		pass "hook without cgo: the driver's NVML holds soft $((soft >> 20)) MiB and hard $((hard >> 20)) MiB for $cg"
+		echo "FACT: the hook without cgo ran on host glibc $(getconf GNU_LIBC_VERSION 2>/dev/null || echo unknown) (floor: 2.17)"
 	else
 		fail "hook without cgo: the limits read back are not what it set (see above)"
 	fi
