@@ -102,7 +102,7 @@ func TestRefusalsComeBackAsNVMLReturns(t *testing.T) {
 	if ret := l.Init(); ret != SUCCESS {
 		t.Fatal(ret)
 	}
-	defer l.Shutdown()
+	defer func() { _ = l.Shutdown() }()
 	if _, ret := l.DeviceGetHandleByUUID("GPU-00000000-0000-0000-0000-000000000000"); ret != ERROR_NOT_FOUND {
 		t.Errorf("unknown UUID: %v, want ERROR_NOT_FOUND", ret)
 	}
@@ -164,7 +164,7 @@ func TestDriverBeforeR615(t *testing.T) {
 	if ret := l.Init(); ret != SUCCESS {
 		t.Fatal(ret)
 	}
-	defer l.Shutdown()
+	defer func() { _ = l.Shutdown() }()
 	if err := l.Extensions().LookupSymbol(setMemoryLimitsSymbol); err == nil {
 		t.Errorf("LookupSymbol(%s) found it in a driver without it", setMemoryLimitsSymbol)
 	}

@@ -14,8 +14,9 @@ package purenvml
 
 import "fmt"
 
-// Return is nvmlReturn_t.
-type Return int32
+// Return is nvmlReturn_t. It keeps go-nvml's name (not ReturnError) so the
+// hook's code reads the same against either.
+type Return int32 //nolint:errname // go-nvml's nvml.Return, which cdihook's code is written against
 
 // The nvmlReturn_t values, as nvml.h numbers them.
 const (
