@@ -15,8 +15,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
+	"github.com/gpufrac/gpufrac/internal/node/gonvml"
 	"github.com/gpufrac/gpufrac/internal/node/purenvml"
-	"github.com/gpufrac/gpufrac/internal/node/purenvml/gonvml"
 )
 
 // procTree fakes /proc/<pid>/cgroup.

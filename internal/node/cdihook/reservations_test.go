@@ -15,7 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
-	"github.com/gpufrac/gpufrac/internal/node/purenvml/gonvml"
+	"github.com/gpufrac/gpufrac/internal/node/gonvml"
 )
 
 // Rebalance sets each ancestor to the live sum, nearest first, keeps an
