@@ -14,13 +14,25 @@ LOGCHECK      := sigs.k8s.io/logtools/logcheck@v0.11.0
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
 
-.PHONY: all build build-cli test test-unit test-helm lint docs demo clean fuzz bench bench-realsched bench-prepcompare soak kube-binaries e2e
+.PHONY: all build build-host build-cli test test-unit test-helm lint docs demo clean fuzz bench bench-realsched bench-prepcompare soak kube-binaries e2e
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ ./cmd/...
+	$(MAKE) --no-print-directory build-host
+
+# The binaries that run in the host's namespace, with the host's glibc
+# (gpufrac-cdi-hook: the runtime runs it from the host, where the chart's
+# init container installed it), built without cgo so they run on glibc
+# 2.17 and later: NVML is loaded with dlopen (internal/node/purenvml).
+# TestHookRunsOnOldGlibc (test/hostbin) builds them with this target and
+# reads what they need of the C library.
+HOST_BINARIES := gpufrac-cdi-hook
+build-host:
+	@mkdir -p $(BIN)
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(HOST_BINARIES))
 
 # kubectl-gpufrac without cgo for every platform krew ships it to, into
 # bin/kubectl-gpufrac-GOOS-GOARCH: it links neither NVML nor a C library

@@ -10,13 +10,13 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/spf13/cobra"
 
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
 	"github.com/gpufrac/gpufrac/internal/node/hookarg"
+	"github.com/gpufrac/gpufrac/internal/node/purenvml"
 	"github.com/gpufrac/gpufrac/internal/safetext"
-	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
+	"github.com/gpufrac/gpufrac/internal/sim/simdriver"
 )
 
 // maxErrorBytes bounds the hook's error message.
@@ -47,11 +47,13 @@ func newCommand() *cobra.Command {
 				}
 				opts.Limits = append(opts.Limits, l)
 			}
-			// The library is found under --driver-root on every node; a
-			// simulated node's driver root holds its simulated driver.
-			opts.Open = func(path string) (nvml.Interface, error) { return nvml.New(nvml.WithLibraryPath(path)), nil }
+			// The library is found under --driver-root on every node and
+			// loaded with dlopen, without cgo (this binary runs on the
+			// host, whatever its glibc); a simulated node's driver root
+			// holds its simulated driver.
+			opts.Open = func(path string) (purenvml.Interface, error) { return purenvml.New(path), nil }
 			if simulateRecord != "" {
-				opts.Open = func(path string) (nvml.Interface, error) { return gpusim.OpenDriver(path, simulateRecord) }
+				opts.Open = func(path string) (purenvml.Interface, error) { return simdriver.Open(path, simulateRecord) }
 			}
 			return cdihook.Run(cmd.InOrStdin(), opts)
 		},

@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	"github.com/gpufrac/gpufrac/internal/buildinfo"
+	"github.com/gpufrac/gpufrac/test/hostbin"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 	"github.com/gpufrac/gpufrac/test/ociimage"
 )
@@ -29,8 +30,9 @@ import (
 // (the shared libraries ldd names for each binary, the dynamic loader
 // included) and writes distroless's /etc/passwd and /etc/group entries. The
 // image is therefore only as portable as this host's glibc: published images
-// come from the Dockerfile, whose glibc floor (2.36) hosts still need for
-// gpufrac-cdi-hook.
+// come from the Dockerfile. gpufrac-cdi-hook, which runs on the host, is
+// built without cgo in both and needs glibc 2.17 or later there
+// (test/hostbin).
 
 // ChartImageRepository is the chart's image.repository.
 const ChartImageRepository = "ghcr.io/gpufrac/gpufrac"
@@ -155,6 +157,19 @@ func BuildChartImage(ctx context.Context, p *kubebuild.Progress, repoRoot, dir, 
 	if err := p.Run(ctx, "Building ./cmd/... for the chart's image "+tag, repoRoot, env,
 		"go", "build", "-ldflags", "-s -w "+buildinfo.LDFlag(tag), "-o", binDir+"/", "./cmd/..."); err != nil {
 		return "", "", err
+	}
+	// The host binaries again, without cgo, as the Dockerfile builds them
+	// (the Makefile's HOST_BINARIES): the hook the chart installs on hosts
+	// is the cgo-free one. A checkout from before the list has none.
+	if hostBins, err := hostbin.HostBinaries(repoRoot); err == nil {
+		hostEnv := append([]string{"CGO_ENABLED=0"}, env[1:]...)
+		args := []string{"build", "-ldflags", "-s -w " + buildinfo.LDFlag(tag), "-o", binDir + "/"}
+		for _, b := range hostBins {
+			args = append(args, "./cmd/"+b)
+		}
+		if err := p.Run(ctx, "Building the host binaries without cgo for the chart's image "+tag, repoRoot, hostEnv, "go", args...); err != nil {
+			return "", "", err
+		}
 	}
 	df, err := ParseDockerfile(filepath.Join(repoRoot, "deployments", "container", "Dockerfile"))
 	if err != nil {

@@ -36,6 +36,8 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/gpufrac/gpufrac/test/hostbin"
 )
 
 // KubeVersion is the Kubernetes release the harness runs; it must match the
@@ -377,7 +379,11 @@ func BuildPluginTags(ctx context.Context, p *Progress, repoRoot, dir string, tag
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
 	pkgs := []string{"./cmd/gpufrac-kubelet-plugin"}
-	if _, err := os.Stat(filepath.Join(repoRoot, "cmd", "gpufrac-cdi-hook")); err == nil {
+	// The host binaries (the Makefile's HOST_BINARIES: the hook) are built
+	// without cgo, as released; a checkout from before the list builds its
+	// hook with cgo, as it was released then.
+	hostBins, hostErr := hostbin.HostBinaries(repoRoot)
+	if _, err := os.Stat(filepath.Join(repoRoot, "cmd", "gpufrac-cdi-hook")); err == nil && hostErr != nil {
 		pkgs = append(pkgs, "./cmd/gpufrac-cdi-hook")
 	}
 	env := []string{"CGO_ENABLED=1", "GOWORK=off"}
@@ -397,7 +403,15 @@ func BuildPluginTags(ctx context.Context, p *Progress, repoRoot, dir string, tag
 		args = append(args, "-tags", strings.Join(tags, ","))
 		what += " with tags " + strings.Join(tags, ",")
 	}
-	return p.Run(ctx, what, repoRoot, env, "go", append(args, pkgs...)...)
+	if err := p.Run(ctx, what, repoRoot, env, "go", append(args, pkgs...)...); err != nil || hostErr != nil {
+		return err
+	}
+	hostEnv := append([]string{"CGO_ENABLED=0"}, env[1:]...)
+	hostPkgs := make([]string, 0, len(hostBins))
+	for _, b := range hostBins {
+		hostPkgs = append(hostPkgs, "./cmd/"+b)
+	}
+	return p.Run(ctx, "Building "+strings.Join(hostPkgs, ", ")+" without cgo from this checkout", repoRoot, hostEnv, "go", append(args, hostPkgs...)...)
 }
 
 // LDFlags are the version flags every Kubernetes binary of the harness is

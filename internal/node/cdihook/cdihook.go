@@ -21,8 +21,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	oci "github.com/opencontainers/runtime-spec/specs-go"
+
+	nvml "github.com/gpufrac/gpufrac/internal/node/purenvml"
 
 	"github.com/gpufrac/gpufrac/internal/node/hookarg"
 )
@@ -125,7 +126,7 @@ const setMemoryLimitsSymbol = "nvmlDeviceSetMemoryLimits_v1"
 // node and a simulated one, whose NVML refuses what the real one refuses.
 func Apply(lib nvml.Interface, cg Cgroup, limits []Limit) error {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return fmt.Errorf("NVML is not available (is the NVIDIA driver installed on this node?): %w", ret)
+		return fmt.Errorf("NVML is not available (is the NVIDIA driver installed on this node?): %w: %s", ret, lib.ErrorString(ret))
 	}
 	defer func() { _ = lib.Shutdown() }()
 	if ext := lib.Extensions(); ext != nil {
@@ -161,7 +162,7 @@ type Options struct {
 	// path, so a GPU Operator node (/run/nvidia/driver) works.
 	DriverRoot string
 	// Open loads the NVML library found under DriverRoot: on a real node
-	// go-nvml with that path, on a simulated node the simulated driver
+	// internal/node/purenvml with that path (dlopen, no cgo), on a simulated node the simulated driver
 	// installed at that path (internal/sim/gpusim), through the same lookup.
 	Open func(libraryPath string) (nvml.Interface, error)
 	// ClaimUID and RecordDir, when set, make the hook record the container

@@ -15,6 +15,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
+	"github.com/gpufrac/gpufrac/internal/node/gonvml"
+	"github.com/gpufrac/gpufrac/internal/node/purenvml"
 )
 
 // procTree fakes /proc/<pid>/cgroup.
@@ -95,8 +97,8 @@ func writeLib(t *testing.T, dir, name string) string {
 }
 
 // opener loads srv whatever library path the hook found.
-func opener(srv nvml.Interface) func(string) (nvml.Interface, error) {
-	return func(string) (nvml.Interface, error) { return srv, nil }
+func opener(srv nvml.Interface) func(string) (purenvml.Interface, error) {
+	return func(string) (purenvml.Interface, error) { return gonvml.Wrap(srv), nil }
 }
 
 const state = `{"ociVersion":"1.2.0","id":"abc","status":"created","pid":42,"bundle":"/run/b"}`
@@ -109,7 +111,7 @@ func TestRunAppliesEveryLimitThroughNVML(t *testing.T) {
 	err := cdihook.Run(strings.NewReader(state), cdihook.Options{
 		Limits:   []cdihook.Limit{{UUID: u0, Soft: 40 << 30, Hard: 60 << 30}, {UUID: u5, Soft: 1 << 30, Hard: 1 << 30}},
 		ProcRoot: procTree(t, "42", v2Cgroup), CgroupRoot: "/sys/fs/cgroup", DriverRoot: root,
-		Open: func(path string) (nvml.Interface, error) { loaded = path; return srv, nil },
+		Open: func(path string) (purenvml.Interface, error) { loaded = path; return gonvml.Wrap(srv), nil },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	nvml "github.com/gpufrac/gpufrac/internal/node/purenvml"
 )
 
 // NVMLLibrary is the file name the driver installs NVML under, the name

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	nvml "github.com/gpufrac/gpufrac/internal/node/purenvml"
 )
 
 // Leaked reservations. With the dmem backend, setting a container's soft

@@ -15,6 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
+	"github.com/gpufrac/gpufrac/internal/node/gonvml"
 )
 
 // Rebalance sets each ancestor to the live sum, nearest first, keeps an
@@ -49,7 +50,7 @@ func TestRebalanceWalk(t *testing.T) {
 		DeviceGetHandleByUUIDFunc: func(string) (nvml.Device, nvml.Return) { return dev, nvml.SUCCESS },
 	}
 	live := cdihook.Live{"GPU-a": {pod: 5, root + "/kubepods/burstable": 5, root + "/kubepods": 8}}
-	err := cdihook.Rebalance(lib, cdihook.Cgroup{Path: pod + "/c1", Root: root, V2: true}, []cdihook.Limit{{UUID: "GPU-a", Soft: 5, Hard: 5}}, live)
+	err := cdihook.Rebalance(gonvml.Wrap(lib), cdihook.Cgroup{Path: pod + "/c1", Root: root, V2: true}, []cdihook.Limit{{UUID: "GPU-a", Soft: 5, Hard: 5}}, live)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
+	"github.com/gpufrac/gpufrac/internal/node/purenvml"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -90,7 +91,7 @@ func TestSimulatedNodesAreAsStrictAsRealOnes(t *testing.T) {
 			err = cdihook.Run(strings.NewReader(state), cdihook.Options{
 				Limits:   []cdihook.Limit{{UUID: uuid, Soft: tc.soft, Hard: tc.hard}},
 				ProcRoot: procTree(t, "42", tc.proc), CgroupRoot: cgroupRoot, DriverRoot: hookRoot,
-				Open: func(path string) (nvml.Interface, error) { return gpusim.OpenDriver(path, rec) },
+				Open: func(path string) (purenvml.Interface, error) { return gpusim.OpenDriver(path, rec) },
 			})
 			records, rerr := gpusim.ReadRecords(rec)
 			if rerr != nil {
@@ -163,7 +164,7 @@ func TestAncestorReservationsFollowTheLiveContainers(t *testing.T) {
 				err := cdihook.Run(strings.NewReader(st), cdihook.Options{
 					Limits:   []cdihook.Limit{{UUID: uuid, Soft: soft, Hard: 2 * soft}},
 					ProcRoot: procTree(t, "42", "0::/"+rel+"\n"), CgroupRoot: cgroupRoot, DriverRoot: driverRoot,
-					Open:     func(path string) (nvml.Interface, error) { return gpusim.OpenDriver(path, rec) },
+					Open:     func(path string) (purenvml.Interface, error) { return gpusim.OpenDriver(path, rec) },
 					ClaimUID: fmt.Sprintf("claim-%d", pod), RecordDir: recordDir,
 				})
 				if err != nil {

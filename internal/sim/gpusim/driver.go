@@ -4,50 +4,30 @@
 package gpusim
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
-	"github.com/gpufrac/gpufrac/pkg/domain"
+	"github.com/gpufrac/gpufrac/internal/node/purenvml"
+	"github.com/gpufrac/gpufrac/internal/sim/simdriver"
 )
 
-// Driver is a simulated node's NVIDIA driver as installed on disk. The
-// plugin of a simulated node writes it, in place of libnvidia-ml.so.1,
-// under the node's driver root; gpufrac-cdi-hook finds it there by the
-// same lookup that finds the real library (cdihook.FindNVML) and loads it
-// with OpenDriver. A node whose driver root holds no such file has no NVML
-// for the hook, as a GPU Operator node seen from the host's library path.
-type Driver struct {
-	// Marker tells a simulated driver from a real library file.
-	Marker        string `json:"gpufracSimulatedDriver"`
-	DriverVersion string `json:"driverVersion"`
-	// CgroupV2 is the simulated node's cgroup hierarchy; NVIDIA's
-	// per-cgroup limits need v2.
-	CgroupV2 bool        `json:"cgroupV2"`
-	GPUs     []DriverGPU `json:"gpus"`
-}
+// The simulated driver the hook loads lives in internal/sim/simdriver,
+// which links no cgo (the hook is built with CGO_ENABLED=0); these names
+// keep gpusim's callers as they were.
+type (
+	// Driver is simdriver.Driver.
+	Driver = simdriver.Driver
+	// DriverGPU is simdriver.DriverGPU.
+	DriverGPU = simdriver.DriverGPU
+	// LimitRecord is simdriver.LimitRecord.
+	LimitRecord = simdriver.LimitRecord
+)
 
-// DriverGPU is one GPU the simulated driver knows.
-type DriverGPU struct {
-	UUID        string `json:"uuid"`
-	MemoryBytes uint64 `json:"memoryBytes"`
-}
-
-const driverMarker = "v1"
-
-// SetMemoryLimitsSymbol is NVML's per-cgroup limit entry point, present
-// from driver r615 (CUDA 13.4) on.
-const SetMemoryLimitsSymbol = "nvmlDeviceSetMemoryLimits_v1"
+// SetMemoryLimitsSymbol is simdriver.SetMemoryLimitsSymbol.
+const SetMemoryLimitsSymbol = simdriver.SetMemoryLimitsSymbol
 
 // DriverFor describes the driver of a simulated NVML server.
 func DriverFor(srv *server.Server, cgroupV2 bool) Driver {
-	d := Driver{Marker: driverMarker, DriverVersion: srv.DriverVersion, CgroupV2: cgroupV2}
+	d := Driver{Marker: simdriver.Marker, DriverVersion: srv.DriverVersion, CgroupV2: cgroupV2}
 	for _, dev := range srv.Devices {
 		sd := dev.(*server.Device)
 		d.GPUs = append(d.GPUs, DriverGPU{UUID: sd.UUID, MemoryBytes: sd.MemoryInfo.Total})
@@ -55,219 +35,20 @@ func DriverFor(srv *server.Server, cgroupV2 bool) Driver {
 	return d
 }
 
-// HasSetMemoryLimits tells whether the driver exports the symbol.
-func (d Driver) HasSetMemoryLimits() bool {
-	major, err := domain.DriverMajor(d.DriverVersion)
-	return err == nil && major >= 615
-}
-
-// InstallDriver writes d as libnvidia-ml.so.1 into libDir (relative to
-// driverRoot, e.g. usr/lib64 as in the GPU Operator's driver container)
-// and returns its path.
+// InstallDriver is simdriver.Install.
 func InstallDriver(driverRoot, libDir string, d Driver) (string, error) {
-	raw, err := json.Marshal(d)
-	if err != nil {
-		return "", err
-	}
-	dir := filepath.Join(driverRoot, libDir)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("installing the simulated driver: %w", err)
-	}
-	path := filepath.Join(dir, "libnvidia-ml.so.1")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, raw, 0o644); err != nil {
-		return "", fmt.Errorf("installing the simulated driver: %w", err)
-	}
-	return path, os.Rename(tmp, path)
+	return simdriver.Install(driverRoot, libDir, d)
 }
 
-// OpenDriver loads the simulated driver at libPath, found under the
-// node's driver root. Its NVML answers as the real one does for the calls
-// the hook makes: no nvmlDeviceSetMemoryLimits_v1 before r615, unknown
-// GPUs not found, a limit above the GPU's memory or a soft limit above the
-// hard one INVALID_ARGUMENT, a cgroup that does not exist (any more)
-// OPERATING_SYSTEM, a cgroup v1 node NOT_SUPPORTED. Only a call that
-// succeeds on the real driver is recorded, to recordPath, with the
-// ancestors' reservations it raises (see Reservations).
-func OpenDriver(libPath, recordPath string) (nvml.Interface, error) {
-	raw, err := os.ReadFile(libPath)
-	if err != nil {
-		return nil, err
-	}
-	var d Driver
-	if err := json.Unmarshal(raw, &d); err != nil || d.Marker != driverMarker {
-		return nil, fmt.Errorf("%s is not a simulated NVIDIA driver (a simulated node's hook cannot load a real library)", libPath)
-	}
-	return newDriverNVML(d, recordPath), nil
+// OpenDriver is simdriver.Open.
+func OpenDriver(libPath, recordPath string) (purenvml.Interface, error) {
+	return simdriver.Open(libPath, recordPath)
 }
 
-// driverNVML is a simulated driver's NVML.
-type driverNVML struct {
-	*mock.Interface
-	cgroupV2 bool
-}
+// ReadRecords is simdriver.ReadRecords.
+func ReadRecords(path string) ([]LimitRecord, error) { return simdriver.ReadRecords(path) }
 
-// SimulatesCgroupV2 implements cdihook.SimulatedCgroupV2.
-func (l *driverNVML) SimulatesCgroupV2() bool { return l.cgroupV2 }
-
-func newDriverNVML(d Driver, recordPath string) *driverNVML {
-	lib := &mock.Interface{
-		InitFunc:     func() nvml.Return { return nvml.SUCCESS },
-		ShutdownFunc: func() nvml.Return { return nvml.SUCCESS },
-	}
-	hasSymbol := d.HasSetMemoryLimits()
-	ext := &mock.ExtendedInterface{LookupSymbolFunc: func(symbol string) error {
-		if symbol == SetMemoryLimitsSymbol && !hasSymbol {
-			return fmt.Errorf("undefined symbol: %s (simulated driver %s)", symbol, d.DriverVersion)
-		}
-		return nil
-	}}
-	lib.ExtensionsFunc = func() nvml.ExtendedInterface { return ext }
-	gpus := map[string]uint64{}
-	for _, g := range d.GPUs {
-		gpus[g.UUID] = g.MemoryBytes
-	}
-	lib.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
-		total, ok := gpus[uuid]
-		if !ok {
-			return nil, nvml.ERROR_NOT_FOUND
-		}
-		return &mock.Device{GetMemoryLimits_v1Func: func(cgroup string) (nvml.MemoryLimits_v1, nvml.Return) {
-			return getMemoryLimits(recordPath, uuid, cgroup, hasSymbol, d.CgroupV2)
-		}, SetMemoryLimits_v1Func: func(cgroup string, soft, hard uint64) nvml.Return {
-			if !hasSymbol {
-				// go-nvml's answer when the library lacks the symbol.
-				return nvml.ERROR_FUNCTION_NOT_FOUND
-			}
-			if ret := checkSetMemoryLimits(cgroup, soft, hard, total, d.CgroupV2); ret != nvml.SUCCESS {
-				return ret
-			}
-			if err := appendRecord(recordPath, LimitRecord{UUID: uuid, Cgroup: cgroup, Soft: soft, Hard: hard}); err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				return nvml.ERROR_UNKNOWN
-			}
-			return nvml.SUCCESS
-		}}, nvml.SUCCESS
-	}
-	return &driverNVML{Interface: lib, cgroupV2: d.CgroupV2}
-}
-
-// checkSetMemoryLimits is what NVML documents for
-// nvmlDeviceSetMemoryLimits_v1 (docs/design/nvidia-contract.md): INVALID_ARGUMENT
-// for soft > hard or a limit above the device's memory (hard may be
-// DEVICE_MEMORY_LIMIT_MAX, no limit), OPERATING_SYSTEM when the cgroup path
-// cannot be opened, NOT_SUPPORTED where there are no per-cgroup limits.
-func checkSetMemoryLimits(cgroup string, soft, hard, total uint64, cgroupV2 bool) nvml.Return {
-	if soft > hard || soft > total || (hard > total && hard != nvml.DEVICE_MEMORY_LIMIT_MAX) {
-		return nvml.ERROR_INVALID_ARGUMENT
-	}
-	fi, err := os.Stat(cgroup)
-	if err != nil || !fi.IsDir() || !filepath.IsAbs(cgroup) {
-		return nvml.ERROR_OPERATING_SYSTEM
-	}
-	if !cgroupV2 {
-		return nvml.ERROR_NOT_SUPPORTED
-	}
-	return nvml.SUCCESS
-}
-
-// getMemoryLimits answers nvmlDeviceGetMemoryLimits_v1 from the accepted
-// calls: a cgroup whose limits were set reads back its reservation and
-// hard limit; one that exists but was never set is NOT_FOUND (as a real
-// r615 node answers, docs/design/nvidia-contract.md); a cgroup v1 node has no
-// per-cgroup limits at all.
-func getMemoryLimits(recordPath, uuid, cgroup string, hasSymbol, cgroupV2 bool) (nvml.MemoryLimits_v1, nvml.Return) {
-	if !hasSymbol {
-		return nvml.MemoryLimits_v1{}, nvml.ERROR_FUNCTION_NOT_FOUND
-	}
-	if !cgroupV2 {
-		return nvml.MemoryLimits_v1{}, nvml.ERROR_NOT_SUPPORTED
-	}
-	if fi, err := os.Stat(cgroup); err != nil || !fi.IsDir() {
-		return nvml.MemoryLimits_v1{}, nvml.ERROR_OPERATING_SYSTEM
-	}
-	records, err := ReadRecords(recordPath)
-	if err != nil {
-		return nvml.MemoryLimits_v1{}, nvml.ERROR_UNKNOWN
-	}
-	reserved, hard := replay(records, "/")
-	h, set := hard[uuid][cgroup]
-	if !set {
-		return nvml.MemoryLimits_v1{}, nvml.ERROR_NOT_FOUND
-	}
-	return nvml.MemoryLimits_v1{NameSpace: cgroup, SoftLimit: reserved[uuid][cgroup], HardLimit: h}, nvml.SUCCESS
-}
-
-// ReadRecords reads the calls a simulated node's NVML recorded, in order.
-func ReadRecords(path string) ([]LimitRecord, error) {
-	raw, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []LimitRecord
-	for _, line := range splitLines(raw) {
-		var r LimitRecord
-		if err := json.Unmarshal(line, &r); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
-func splitLines(raw []byte) [][]byte {
-	var out [][]byte
-	start := 0
-	for i, b := range raw {
-		if b == '\n' {
-			if i > start {
-				out = append(out, raw[start:i])
-			}
-			start = i + 1
-		}
-	}
-	if start < len(raw) {
-		out = append(out, raw[start:])
-	}
-	return out
-}
-
-// Reservations replays recorded limit calls as the dmem backend applies
-// them (NVIDIA, mpsv3-memory-partitioning, "Ancestor reservation
-// propagation"): setting a cgroup's soft limit sets its own reservation
-// and raises every ancestor's, up to but not including root (the
-// hierarchy's mount point), by the change. Deleting a cgroup changes no
-// ancestor: what it contributed stays reserved, which is the leak NVIDIA
-// warns of. The result maps GPU UUID to cgroup path to reserved bytes.
-// That setting an ancestor directly moves its reservation to the value
-// set, with the same propagation above it, is inferred.
+// Reservations is simdriver.Reservations.
 func Reservations(records []LimitRecord, root string) map[string]map[string]uint64 {
-	reserved, _ := replay(records, root)
-	return reserved
-}
-
-// replay returns the reservations and, for cgroups set directly, their
-// hard limits.
-func replay(records []LimitRecord, root string) (reserved, hard map[string]map[string]uint64) {
-	root = filepath.Clean(root)
-	out := map[string]map[string]uint64{}
-	hard = map[string]map[string]uint64{}
-	for _, r := range records {
-		m := out[r.UUID]
-		if m == nil {
-			m = map[string]uint64{}
-			out[r.UUID] = m
-			hard[r.UUID] = map[string]uint64{}
-		}
-		hard[r.UUID][r.Cgroup] = r.Hard
-		delta := int64(r.Soft) - int64(m[r.Cgroup])
-		m[r.Cgroup] = r.Soft
-		for a := filepath.Dir(r.Cgroup); len(a) > len(root) && a != filepath.Dir(a); a = filepath.Dir(a) {
-			m[a] = uint64(int64(m[a]) + delta)
-		}
-	}
-	return out, hard
+	return simdriver.Reservations(records, root)
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
+	"github.com/gpufrac/gpufrac/internal/node/purenvml"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -125,7 +126,7 @@ func TestAnswerRecordedLimits(t *testing.T) {
 	cg := t.TempDir()
 	dev, _ := hook.DeviceGetHandleByUUID(uuid)
 	for _, hard := range []uint64{60 << 30, 50 << 30} {
-		if ret := dev.SetMemoryLimits_v1(cg, 40<<30, hard); ret != nvml.SUCCESS {
+		if ret := dev.SetMemoryLimits_v1(cg, 40<<30, hard); ret != purenvml.SUCCESS {
 			t.Fatal(ret)
 		}
 	}

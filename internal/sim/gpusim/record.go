@@ -6,7 +6,6 @@ package gpusim
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"os"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -20,32 +19,6 @@ const RecordFile = "simulated-memory-limits.jsonl"
 // HealthFile, under the plugin data directory of a simulated node, makes
 // GPUs unhealthy: a JSON object of GPU UUID to reason (see health.WatchFile).
 const HealthFile = "simulated-health.json"
-
-// LimitRecord is one SetMemoryLimits_v1 call that a simulated node's NVML
-// accepted (see OpenDriver).
-type LimitRecord struct {
-	UUID   string `json:"uuid"`
-	Cgroup string `json:"cgroup"`
-	Soft   uint64 `json:"soft"`
-	Hard   uint64 `json:"hard"`
-}
-
-func appendRecord(path string, r LimitRecord) error {
-	line, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("recording simulated memory limits: %w", err)
-	}
-	// One write per record: appends of a short line do not interleave.
-	if _, err := f.Write(append(line, '\n')); err != nil {
-		_ = f.Close()
-		return fmt.Errorf("recording simulated memory limits: %w", err)
-	}
-	return f.Close()
-}
 
 // AnswerRecordedLimits makes srv's GPUs answer GetMemoryLimits_v1 with the
 // limits the simulated hook recorded in path for that cgroup (the latest
