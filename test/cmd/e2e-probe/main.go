@@ -6,7 +6,8 @@
 // what the container sees (its environment, its /dev, its mounts, the files
 // of its MPS pipe directory) as "KIND value" lines between PROBE BEGIN and
 // PROBE END, then waits for a signal, so the pod stays Running while the
-// test reads the log. Static, so it runs in an image without a libc.
+// test reads the log; "/probe tenant" is a hostile tenant instead
+// (tenant.go). Static, so it runs in an image without a libc.
 package main
 
 import (
@@ -25,7 +26,11 @@ import (
 func main() {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	if filepath.Base(os.Args[0]) != "pause" {
+	switch {
+	case filepath.Base(os.Args[0]) == "pause":
+	case len(os.Args) > 1 && os.Args[1] == "tenant":
+		tenant(os.Args[2:])
+	default:
 		probe()
 	}
 	<-stop
