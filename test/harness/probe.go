@@ -18,6 +18,9 @@ type ProbeReport struct {
 	Devices map[string]string // path → "c major:minor"
 	Mounts  []string
 	MPSPipe []string // files in CUDA_MPS_PIPE_DIRECTORY
+	// Shm is the mount the container sees on /dev/shm: device, file
+	// system type, source, mount options, super options.
+	Shm []string
 }
 
 // Probe reads the report of a container running /probe from its log;
@@ -50,6 +53,8 @@ func ParseProbe(out string) *ProbeReport {
 			r.Mounts = append(r.Mounts, rest)
 		case "MPSPIPE":
 			r.MPSPipe = append(r.MPSPipe, rest)
+		case "SHMMOUNT":
+			r.Shm = strings.Fields(rest)
 		}
 	}
 	return r

@@ -60,6 +60,7 @@ func probe() {
 		}
 		_ = f.Close()
 	}
+	shmMount()
 	if dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY"); dir != "" {
 		files, err := os.ReadDir(dir)
 		if err != nil {
