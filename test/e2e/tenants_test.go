@@ -4,10 +4,10 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -23,6 +23,7 @@ type tenantReport struct {
 	pod      string
 	shmWrite string   // "ok" or the error
 	shmMount []string // major:minor, fstype, source, mount options, super options
+	shmSize  string   // its size in bytes (statfs)
 	shm      []string // files in its /dev/shm
 	socks    []string // unix sockets anywhere in its file system
 	logs     []string // files named like the MPS daemon's logs
@@ -57,6 +58,8 @@ func (e *env) tenant(pod *v1.Pod) tenantReport {
 			_, r.shmWrite, _ = strings.Cut(rest, " ")
 		case "SHMMOUNT":
 			r.shmMount = strings.Fields(rest)
+		case "SHMSIZE":
+			r.shmSize = rest
 		case "SHM":
 			r.shm = append(r.shm, rest)
 		case "SOCK":
@@ -74,27 +77,31 @@ func (e *env) tenant(pod *v1.Pod) tenantReport {
 }
 
 // wantShmOfItsOwn checks that the tenant's /dev/shm is a capped tmpfs
-// with nosuid and nodev that it can write and holds its mark alone.
+// with nosuid, nodev and noexec that it can write and holds its mark
+// alone.
 func (e *env) wantShmOfItsOwn(r tenantReport, mark string) {
 	e.t.Helper()
 	// The plugin runs with the default --shm-size: half of the node's
-	// memory, which the kernel rounds up to whole pages and shows in KiB.
+	// memory, which the kernel rounds up to whole pages.
 	size, err := cdispec.ShmSize("", "/proc/meminfo")
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	page := int64(os.Getpagesize())
-	wantSize := fmt.Sprintf("size=%dk", (size+page-1)/page*page>>10)
+	if want := strconv.FormatInt((size+page-1)/page*page, 10); r.shmSize != want {
+		e.t.Errorf("tenant %s's /dev/shm holds %s bytes, want the cap %s", r.pod, r.shmSize, want)
+	}
 	if r.shmWrite != "ok" {
 		e.t.Errorf("tenant %s cannot write its own /dev/shm: %s", r.pod, r.shmWrite)
 	}
 	if len(r.shmMount) != 5 || r.shmMount[1] != "tmpfs" || r.shmMount[2] != cdispec.ShmSource {
-		e.t.Fatalf("tenant %s's /dev/shm is %v, want a tmpfs from %s", r.pod, r.shmMount, cdispec.ShmSource)
-	}
-	opts := strings.Split(r.shmMount[3]+","+r.shmMount[4], ",")
-	for _, want := range []string{"nosuid", "nodev", "noexec", wantSize} {
-		if !slices.Contains(opts, want) {
-			e.t.Errorf("tenant %s's /dev/shm options %v lack %s", r.pod, opts, want)
+		e.t.Errorf("tenant %s's /dev/shm is %v, want a tmpfs from %s", r.pod, r.shmMount, cdispec.ShmSource)
+	} else {
+		opts := strings.Split(r.shmMount[3], ",")
+		for _, want := range []string{"nosuid", "nodev", "noexec"} {
+			if !slices.Contains(opts, want) {
+				e.t.Errorf("tenant %s's /dev/shm options %v lack %s", r.pod, opts, want)
+			}
 		}
 	}
 	if !slices.Equal(r.shm, []string{mark}) {
@@ -198,8 +205,9 @@ func TestTenantsCannotReadEachOthersShm(t *testing.T) {
 // lands in the daemon's log.
 func TestTenantsCannotWriteTheDaemonLog(t *testing.T) {
 	e := newEnv(t)
-	e.createTemplate("sm", e.classFor(1), "10Gi", "computeMode: SMSharing\n")
-	e.createTemplate("ts", e.classFor(4), "10Gi", "memoryLimit: 20Gi\ncomputeMode: TimeSlicing\n")
+	class := e.classFor(1)
+	e.createTemplate("sm", class, "10Gi", "computeMode: SMSharing\n")
+	e.createTemplate("ts", class, "10Gi", "memoryLimit: 20Gi\ncomputeMode: TimeSlicing\n")
 	forge := []string{"append:/var/log/nvidia-mps/control.log", "read:/var/log/nvidia-mps/control.log"}
 	pods := []*v1.Pod{
 		e.waitRunning(e.createPod(tenantPod("sm", "sm", "sm", forge...)).Name),

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // tenant is a hostile container of one claim (/probe tenant <mark>
@@ -22,6 +24,7 @@ import (
 //	ENV <name>=<value>
 //	SHMWRITE <mark> ok|<error>
 //	SHMMOUNT <major:minor> <fstype> <source> <mount options> <super options>
+//	SHMSIZE <bytes>   the file system's size (statfs), its cap for a tmpfs
 //	SHM <file in /dev/shm>
 //	SOCK <path>   every unix socket in its file system (not /proc, /sys)
 //	LOG <path>    every file named like the MPS daemon's logs
@@ -40,6 +43,12 @@ func tenant(args []string) {
 	}
 	fmt.Println("SHMWRITE", mark, result(os.WriteFile(filepath.Join("/dev/shm", mark), []byte(mark), 0o644)))
 	shmMount()
+	// The kernel shows no size option for a tmpfs of its default size
+	// (half of the memory), so the cap is read from statfs.
+	var st unix.Statfs_t
+	if err := unix.Statfs("/dev/shm", &st); err == nil {
+		fmt.Println("SHMSIZE", int64(st.Blocks)*st.Bsize)
+	}
 	if entries, err := os.ReadDir("/dev/shm"); err == nil {
 		for _, e := range entries {
 			fmt.Println("SHM", e.Name())
