@@ -76,6 +76,7 @@ type flags struct {
 	ignoredXIDs         []uint
 	podUID              string
 	hardLimitBand       string
+	shmSize             string
 	logging             *logsapi.LoggingConfiguration
 }
 
@@ -150,6 +151,8 @@ func newCommand() *cobra.Command {
 		"this pod's UID (env POD_UID, from the downward API): lets a new plugin pod register beside the old one during a DaemonSet rolling update and take over when it exits (kubelet 1.33 or later); empty turns rolling updates off")
 	fs.StringVar(&f.hardLimitBand, "hard-limit-band", envOr("HARD_LIMIT_BAND", incident.DefaultBand.String()),
 		"how close to its GPU-memory hard limit a container counts as at it (GPUMemoryAtHardLimit): <quantity>,<percent>%, whichever is more; at least the allocation your workloads make at the wall (docs/incidents.md)")
+	fs.StringVar(&f.shmSize, "shm-size", envOr("SHM_SIZE", ""),
+		"size of the tmpfs each fraction container gets on /dev/shm, its own (a quantity such as 8Gi; env SHM_SIZE); empty: half of the node's memory, as NVIDIA's DRA driver sizes its per-claim MPS shm; it replaces any /dev/shm volume of the pod")
 	fs.BoolVar(&f.printSlices, "print-slices", false, "print the ResourceSlices this node would publish as YAML and exit; needs no API server")
 	logsapi.AddFlags(f.logging, fs)
 	addFailpointFlags(cmd)
@@ -214,6 +217,10 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 	if err != nil {
 		return plugin.Config{}, fmt.Errorf("--hard-limit-band: %w", err)
 	}
+	shmSize, err := cdispec.ShmSize(f.shmSize, "/proc/meminfo")
+	if err != nil {
+		return plugin.Config{}, err
+	}
 	cfg := plugin.Config{
 		HardLimitBand: band,
 		NodeName:      f.nodeName,
@@ -228,7 +235,7 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 			Namespace: f.namespace, Image: f.mpsDaemonImage,
 			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: mps.DaemonTemplate, ReadyTimeout: f.mpsReadyTimeout,
 		},
-		CDI:              cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode},
+		CDI:              cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode, ShmSizeBytes: shmSize},
 		Failpoint:        failpointHook(),
 		StatusClearDelay: f.statusClearDelay,
 		StatusBurstQuiet: f.statusBurstQuiet,

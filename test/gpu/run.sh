@@ -21,6 +21,10 @@
 #    MPSClientTerminated incidents read (inferred formats); a client that
 #    raises a fatal GPU exception (test/gpu/fault.c) must end its GPU's
 #    other clients (NVIDIA's error containment).
+#    Both clients run as gpufrac runs a fraction container's MPS client
+#    (tenant.sh, issue 33): a /dev/shm of its own, the daemon's log
+#    directory out of sight and, on the main socket, the shared server's
+#    subtree covered (docs/nvidia-contract.md T1-T3, inferred).
 # 2. dmem (driver r615+, cgroup v2): puts a shell in a fresh cgroup, runs
 #    gpufrac-cdi-hook on it as a createRuntime hook would, and runs memalloc
 #    there: allocation must stop at the hard limit; then, with memalloc
@@ -73,6 +77,27 @@ fact() { echo "FACT: $*"; }
 ceiling_mib=4096
 limit_slack=512 # the context and allocator granularity
 
+# tenant.sh PIPE CMD...: CMD as gpufrac runs a fraction container's MPS
+# client (internal/node/cdispec/mounts.go), in a private mount namespace: a
+# tmpfs of its own on /dev/shm, not the daemon's; the daemon's log
+# directory ($work/log) covered and CUDA_MPS_LOG_DIRECTORY unset; for the
+# main socket (PIPE = $work/pipe, the TimeSlicing route) the shared
+# server's subtree covered. Exit 97: the namespace could not be set up.
+cat >"$work/tenant.sh" <<'TENANT'
+#!/bin/sh
+PIPE=$1 MAIN=$2 LOG=$3; shift 3
+export PIPE MAIN LOG
+exec unshare -m --propagation private sh -c '
+mount -t tmpfs -o nosuid,nodev,noexec,mode=1777,size=64m gpufrac-shm /dev/shm || exit 97
+mount -t tmpfs -o ro,size=4k gpufrac-hidden "$LOG" || exit 97
+if [ "$PIPE" = "$MAIN" ] && [ -d "$PIPE/gpufrac" ]; then
+	mount -t tmpfs -o ro,size=4k gpufrac-hidden "$PIPE/gpufrac" || exit 97
+fi
+exec env -u CUDA_MPS_LOG_DIRECTORY CUDA_MPS_PIPE_DIRECTORY="$PIPE" "$@"' sh "$@"
+TENANT
+chmod +x "$work/tenant.sh"
+tenant() { "$work/tenant.sh" "$1" "$work/pipe" "$work/log" "${@:2}"; }
+
 # mps_check VERSION: the daemon container's script and init command,
 # rendered by internal/node/mps as the plugin renders them (test/gpu/render), run on
 # the host; memalloc, an MPS client, must stop at the claim's limit.
@@ -114,6 +139,25 @@ mps_check() {
 		got=$(echo "$out" | awk '{print $2}')
 		[ -n "$got" ] && [ "$got" -le "$ceiling_mib" ] && pass "MPS v3 namespace limit holds without the client variable ($got MiB)" ||
 			fail "MPS v3 namespace limit not enforced without the client variable ($out)"
+		# As gpufrac runs the clients (issue 33, T1-T3): an SMSharing client
+		# with its namespace's directory, a /dev/shm of its own and no log
+		# directory connects and is held to its namespace's limit; a
+		# TimeSlicing client on the main socket with the shared server's
+		# subtree covered connects and gets a per-UID server.
+		out=$(tenant "$client_pipe" "$work/memalloc" 2>&1)
+		got=$(echo "$out" | awk '/^allocated /{print $2}')
+		[ -n "$got" ] && [ "$got" -le "$ceiling_mib" ] && [ "$got" -ge $((ceiling_mib - limit_slack)) ] &&
+			pass "MPS v3: an SMSharing client with a private /dev/shm and no log directory connects and is held to its namespace ($got MiB) (T1, T2)" ||
+			fail "MPS v3: an SMSharing client with a private /dev/shm and no log directory: $out (T1, T2: clients may need the daemon's /dev/shm or log)"
+		tenant "$work/pipe" "$work/memalloc" 1024 3 >"$work/ts.out" 2>&1 &
+		tsc=$!
+		sleep 2
+		tsservers=$(CUDA_MPS_PIPE_DIRECTORY=$work/pipe nvidia-cuda-mps-control -p 3 server list --format=csv,noheader </dev/null)
+		wait $tsc
+		out=$(cat "$work/ts.out")
+		echo "$out" | grep -q '^allocated 1024 MiB' && echo "$tsservers" | grep -q '^uid_' &&
+			pass "MPS v3: a TimeSlicing client with the shared server's subtree covered and a private /dev/shm connects through the main socket to a per-UID server (T1, T3)" ||
+			fail "MPS v3: a TimeSlicing client with the shared server's subtree covered: $out; servers: $tsservers (T3: the main-socket route may need <pipe>/gpufrac)"
 		# TimeSlicing beside the server: a plain CUDA process in DEFAULT mode.
 		out=$(env -u CUDA_MPS_PIPE_DIRECTORY "$work/memalloc" 2>&1 | head -n1)
 		echo "$out" | grep -q '^allocated ' && pass "a non-MPS process runs beside the MPS v3 server" ||
@@ -189,16 +233,18 @@ eviction_check() {
 	a=/sys/fs/cgroup/gpufrac-gpu-evict-a-$$; b=/sys/fs/cgroup/gpufrac-gpu-evict-b-$$
 	limit "$a" 4096 $((total - 8192)) || { fail "eviction: hook for A failed"; }
 	limit "$b" 16384 16384 || { fail "eviction: hook for B failed"; }
-	sh -c "echo \$\$ > $a/cgroup.procs; CUDA_MPS_PIPE_DIRECTORY=$work/pipe exec $work/memalloc $((total - 12288)) 60" >"$work/a.out" 2>&1 &
+	# Each as gpufrac runs a fraction's client (tenant.sh): a /dev/shm of
+	# its own, no log directory, the shared server's subtree covered.
+	sh -c "echo \$\$ > $a/cgroup.procs; exec $work/tenant.sh $work/pipe $work/pipe $work/log $work/memalloc $((total - 12288)) 60" >"$work/a.out" 2>&1 &
 	pa=$!
 	sleep 5
-	outb=$(sh -c "echo \$\$ > $b/cgroup.procs; CUDA_MPS_PIPE_DIRECTORY=$work/pipe exec $work/memalloc 16384")
+	outb=$(sh -c "echo \$\$ > $b/cgroup.procs; exec $work/tenant.sh $work/pipe $work/pipe $work/log $work/memalloc 16384")
 	wait $pa; rca=$?
 	echo "eviction: A: $(tr '\n' ' ' <"$work/a.out") (exit $rca); B: $outb"
 	if echo "$outb" | grep -q '^allocated 16384 MiB' && grep -q 'MPS_CLIENT_TERMINATED' "$work/a.out"; then
-		pass "eviction: B within its soft limit got its 16 GiB after A, over its soft limit, was terminated"
+		pass "eviction: B within its soft limit got its 16 GiB after A, over its soft limit, was terminated (each client with a /dev/shm of its own and no log directory: T1, T2)"
 	else
-		fail "eviction did not uphold B's soft limit (see above)"
+		fail "eviction did not uphold B's soft limit (see above; both clients had a private /dev/shm, no log directory and the shared server's subtree covered, T1-T3: exit 97 means tenant.sh could not set that up)"
 	fi
 	grep -i evict "$work/log/control.log" "$work/log"/*/server.log 2>/dev/null | tail -n 5 | sed 's/^/FACT: daemon log: /'
 	# The MPSClientEvicted incident (internal/node/mps/evictions.go) reads a line

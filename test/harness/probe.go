@@ -26,6 +26,9 @@ type ProbeReport struct {
 	DriverLibs map[string]DriverLib
 	// Bins are the driver's binaries found on PATH (name → path).
 	Bins map[string]string
+	// Shm is the mount the container sees on /dev/shm: device, file
+	// system type, source, mount options, super options.
+	Shm []string
 }
 
 // DriverLib is one driver library resolved through the container's
@@ -79,6 +82,8 @@ func ParseProbe(out string) *ProbeReport {
 		case "BIN":
 			name, path, _ := strings.Cut(rest, " ")
 			r.Bins[name] = path
+		case "SHMMOUNT":
+			r.Shm = strings.Fields(rest)
 		}
 	}
 	return r

@@ -7,14 +7,16 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
 
 func TestParseProbe(t *testing.T) {
-	r := ParseProbe("PROBE BEGIN\nENV NVIDIA_VISIBLE_DEVICES=GPU-1\nENV A=b=c\nDEV /dev/nvidia3 c 195:3\nMOUNT /tmp/nvidia-mps\nMPSPIPE control.sock\nPROBE END\n")
+	r := ParseProbe("PROBE BEGIN\nENV NVIDIA_VISIBLE_DEVICES=GPU-1\nENV A=b=c\nDEV /dev/nvidia3 c 195:3\nMOUNT /tmp/nvidia-mps\nMPSPIPE control.sock\nSHMMOUNT 0:61 tmpfs gpufrac-shm rw,nosuid rw,size=65536k\nPROBE END\n")
 	if r.Env["NVIDIA_VISIBLE_DEVICES"] != "GPU-1" || r.Env["A"] != "b=c" || r.Devices["/dev/nvidia3"] != "c 195:3" ||
-		len(r.Mounts) != 1 || r.Mounts[0] != "/tmp/nvidia-mps" || len(r.MPSPipe) != 1 {
+		len(r.Mounts) != 1 || r.Mounts[0] != "/tmp/nvidia-mps" || len(r.MPSPipe) != 1 ||
+		!slices.Equal(r.Shm, []string{"0:61", "tmpfs", "gpufrac-shm", "rw,nosuid", "rw,size=65536k"}) {
 		t.Errorf("parsed %+v", r)
 	}
 }

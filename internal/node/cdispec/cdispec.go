@@ -5,9 +5,9 @@
 // runtime reads to wire a container to its GPU share, and writes and removes
 // those files through the CDI library (validated, atomic). The spec carries
 // everything a container needs: device nodes, the NVIDIA environment
-// contract, MPS wiring for SMSharing and, only where the node enforces
-// per-cgroup limits, the gpufrac-cdi-hook that applies the memory limits to
-// the container's cgroup.
+// contract, a /dev/shm of its own, the MPS wiring of its route and, only
+// where the node enforces per-cgroup limits, the gpufrac-cdi-hook that
+// applies the memory limits to the container's cgroup.
 package cdispec
 
 import (
@@ -34,12 +34,11 @@ const (
 	Kind   = Vendor + "/" + Class
 )
 
-// Paths inside the container for SMSharing clients. The pipe directory is
-// where MPS clients look by default, so CUDA programs that ignore
-// CUDA_MPS_PIPE_DIRECTORY still find the server.
+// Paths inside the container. The pipe directory is where MPS clients look
+// by default, so CUDA programs that ignore CUDA_MPS_PIPE_DIRECTORY still
+// find the server. No client gets the daemon's log directory (mounts.go).
 const (
 	ContainerMPSPipeDir = "/tmp/nvidia-mps"
-	ContainerMPSLogDir  = "/var/log/nvidia-mps"
 	ContainerShmDir     = "/dev/shm"
 )
 
@@ -73,6 +72,10 @@ type Options struct {
 	// driver root and the hook that adds them to the linker cache, so the
 	// spec needs no NVIDIA runtime.
 	Driver *cdispec.ContainerEdits
+	// ShmSizeBytes caps the tmpfs each fraction container gets on
+	// /dev/shm (the plugin's --shm-size); 0 leaves the kernel's tmpfs
+	// default, half of the node's memory.
+	ShmSizeBytes int64
 }
 
 // SpecName is the transient spec file name of a claim: one file per claim,
@@ -107,13 +110,7 @@ func Build(c *plan.Claim, opts Options) (*cdispec.Spec, error) {
 		}
 		claimEdits.DeviceNodes = append(claimEdits.DeviceNodes, &node)
 	}
-	if mps := c.MPS(); mps != nil {
-		claimEdits.Mounts = []*cdispec.Mount{
-			bind(mps.ClientPipeDir(), ContainerMPSPipeDir),
-			bind(mps.LogDir, ContainerMPSLogDir),
-			bind(mps.ShmDir, ContainerShmDir),
-		}
-	}
+	claimEdits.Mounts = mounts(c, opts)
 	if h := hook(c, opts); h != nil {
 		claimEdits.Hooks = []*cdispec.Hook{h}
 	}
@@ -140,10 +137,6 @@ func Build(c *plan.Claim, opts Options) (*cdispec.Spec, error) {
 	}
 	spec.Version = version
 	return spec, nil
-}
-
-func bind(host, container string) *cdispec.Mount {
-	return &cdispec.Mount{HostPath: host, ContainerPath: container, Options: []string{"rbind", "rw"}}
 }
 
 // MiB renders bytes in the unit of NVIDIA's memory environment contract,
@@ -175,7 +168,6 @@ func env(c *plan.Claim) []string {
 		}
 		out = append(out,
 			"CUDA_MPS_PIPE_DIRECTORY="+ContainerMPSPipeDir,
-			"CUDA_MPS_LOG_DIRECTORY="+ContainerMPSLogDir,
 			// A client can only lower what the daemon set, never raise it.
 			fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s=%dM", mps.GPUUUID, MiB(hard)))
 		if atp != nil {

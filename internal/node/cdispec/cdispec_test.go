@@ -4,9 +4,12 @@
 package cdispec_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -39,6 +42,8 @@ func opts() cdispec.Options {
 		HookPath:   "/var/lib/gpufrac/bin/gpufrac-cdi-hook",
 		HookArgs:   []string{"--simulate-record=/tmp/rec.jsonl"},
 		DeviceNode: gpusim.DeviceNode,
+		// 2Gi, written in bytes as the kernel takes it.
+		ShmSizeBytes: 2 * gib,
 	}
 }
 
@@ -107,6 +112,7 @@ func TestInjectTimeSlicingClaim(t *testing.T) {
 	if _, ok := env["CUDA_MPS_PIPE_DIRECTORY"]; ok {
 		t.Error("a TimeSlicing container must not join an MPS server")
 	}
+	checkMounts(t, spec, []oci.Mount{shm(opts().ShmSizeBytes)})
 
 	var nodes []string
 	for _, d := range spec.Linux.Devices {
@@ -174,7 +180,6 @@ func TestInjectSMSharingClaim(t *testing.T) {
 			env := envOf(spec)
 			for k, want := range map[string]string{
 				"CUDA_MPS_PIPE_DIRECTORY":           "/tmp/nvidia-mps",
-				"CUDA_MPS_LOG_DIRECTORY":            "/var/log/nvidia-mps",
 				"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  "GPU-gpu-1=24576M",
 				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
 			} {
@@ -182,13 +187,102 @@ func TestInjectSMSharingClaim(t *testing.T) {
 					t.Errorf("env %s=%q, want %q", k, env[k], want)
 				}
 			}
-			mounts := map[string]string{}
-			for _, m := range spec.Mounts {
-				mounts[m.Destination] = m.Source
+			if v, ok := env["CUDA_MPS_LOG_DIRECTORY"]; ok {
+				t.Errorf("env CUDA_MPS_LOG_DIRECTORY=%q: a client is not given the daemon's log", v)
 			}
-			for dst, src := range map[string]string{"/tmp/nvidia-mps": tc.pipe, "/var/log/nvidia-mps": root + "/log", "/dev/shm": root + "/shm"} {
-				if mounts[dst] != src {
-					t.Errorf("mount %s from %q, want %q", dst, mounts[dst], src)
+			checkMounts(t, spec, []oci.Mount{
+				shm(opts().ShmSizeBytes),
+				{Destination: "/tmp/nvidia-mps", Source: tc.pipe, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}},
+			})
+		})
+	}
+}
+
+// shm is the /dev/shm every fraction container gets: a tmpfs of its own.
+func shm(size int64) oci.Mount {
+	opts := []string{"nosuid", "nodev", "noexec", "mode=1777"}
+	if size > 0 {
+		opts = append(opts, "size="+strconv.FormatInt(size, 10))
+	}
+	return oci.Mount{Destination: "/dev/shm", Type: "tmpfs", Source: "gpufrac-shm", Options: opts}
+}
+
+// checkMounts pins every mount the spec adds to a container (the OCI spec
+// starts with none), in the runtime's order.
+func checkMounts(t *testing.T, spec *oci.Spec, want []oci.Mount) {
+	t.Helper()
+	if !reflect.DeepEqual(spec.Mounts, want) {
+		t.Errorf("mounts:\n%s\nwant:\n%s", mountList(spec.Mounts), mountList(want))
+	}
+}
+
+func mountList(ms []oci.Mount) string {
+	var b strings.Builder
+	for _, m := range ms {
+		fmt.Fprintf(&b, "  %s %s from %s %v\n", m.Destination, m.Type, m.Source, m.Options)
+	}
+	return b.String()
+}
+
+// TestTenantMounts pins what each kind of fraction container sees of the
+// node's files: its own /dev/shm (capped), the MPS pipe directory of its
+// route alone, and never the daemon's log or shm directory, which every
+// client of a GPU shared before (issue 33).
+func TestTenantMounts(t *testing.T) {
+	const root = "/var/lib/kubelet/plugins/gpufrac.dev/mps"
+	binding := domain.MPSBindingFor(root, "GPU-gpu-2")
+	hidden := oci.Mount{Destination: "/tmp/nvidia-mps/gpufrac", Type: "tmpfs", Source: "gpufrac-hidden",
+		Options: []string{"ro", "nosuid", "nodev", "noexec", "size=4k", "mode=0555"}}
+	pipe := func(src string) oci.Mount {
+		return oci.Mount{Destination: "/tmp/nvidia-mps", Source: src, Options: []string{"rbind", "rw", "nosuid", "nodev", "noexec"}}
+	}
+	for _, tc := range []struct {
+		name      string
+		mode      v1alpha1.ComputeMode
+		version   string
+		namespace string
+		noMPS     bool
+		shmSize   int64
+		want      []oci.Mount
+	}{{
+		name: "TimeSlicing, not an MPS client", mode: v1alpha1.TimeSlicing, noMPS: true, shmSize: 8 * gib,
+		want: []oci.Mount{shm(8 * gib)},
+	}, {
+		name: "TimeSlicing on MPS v3: the main socket, the shared server's subtree covered", mode: v1alpha1.TimeSlicing,
+		version: domain.MPSVersionV3, shmSize: 64 << 20,
+		want: []oci.Mount{shm(64 << 20), pipe(binding.PipeDir), hidden},
+	}, {
+		name: "SMSharing on MPS v3: its namespace alone", mode: v1alpha1.SMSharing,
+		version: domain.MPSVersionV3, namespace: "c0123456789abcdef",
+		want: []oci.Mount{shm(0), pipe(binding.PipeDir + "/gpufrac/c0123456789abcdef")},
+	}, {
+		name: "SMSharing on legacy MPS: the daemon's pipe directory", mode: v1alpha1.SMSharing, shmSize: gib,
+		want: []oci.Mount{shm(gib), pipe(binding.PipeDir)},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			o := opts()
+			o.ShmSizeBytes = tc.shmSize
+			w, err := cdispec.NewWriter(dir, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := device("gpu-2", 2, "s1", 16*gib, 24*gib)
+			d.ComputeMode = tc.mode
+			if !tc.noMPS {
+				b := *binding
+				b.Version, b.Namespace = tc.version, tc.namespace
+				d.MPS = &b
+			}
+			ids, err := w.Write(&plan.Claim{UID: "uid-3", Namespace: "ns", Name: "t", Devices: []plan.Device{d}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := inject(t, dir, ids)
+			checkMounts(t, spec, tc.want)
+			for _, m := range spec.Mounts {
+				if strings.HasPrefix(m.Source, binding.LogDir) || strings.HasPrefix(m.Source, binding.ShmDir) {
+					t.Errorf("the container gets %s from %s: the daemon's own", m.Destination, m.Source)
 				}
 			}
 		})
@@ -282,6 +376,36 @@ func TestFailedWriteLeavesNoTempFile(t *testing.T) {
 		_, err := os.Stat(filepath.Join(dir, name))
 		if gone := err != nil; gone != (name == cdispec.SpecName("uid-2")+".tmp-123" || name == "spec.1.tmp") {
 			t.Errorf("%s: removed %v", name, gone)
+		}
+	}
+}
+
+func TestShmSize(t *testing.T) {
+	dir := t.TempDir()
+	meminfo := filepath.Join(dir, "meminfo")
+	if err := os.WriteFile(meminfo, []byte("MemFree:  1000 kB\nMemTotal:       263842468 kB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		value, meminfo string
+		want           int64
+		err            string
+	}{
+		{value: "8Gi", want: 8 * gib},
+		{value: "", meminfo: meminfo, want: 263842468 << 10 / 2},
+		{value: "512Ki", err: "at least 1Mi"},
+		{value: "lots", err: `--shm-size "lots"`},
+		{value: "", meminfo: filepath.Join(dir, "none"), err: "reading the node's memory"},
+	} {
+		got, err := cdispec.ShmSize(tc.value, tc.meminfo)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ShmSize(%q) = %d, %v; want an error with %q", tc.value, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("ShmSize(%q) = %d, %v; want %d", tc.value, got, err, tc.want)
 		}
 	}
 }

@@ -234,7 +234,7 @@ func (m *Manager) ensure(ctx context.Context, b domain.MPSBinding, file, content
 }
 
 func (m *Manager) create(ctx context.Context, b domain.MPSBinding, file, content string) (*corev1.Pod, error) {
-	for _, dir := range []string{b.PipeDir, b.LogDir, b.ShmDir} {
+	for _, dir := range []string{b.PipeDir, b.LogDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("creating MPS directory %s: %w", dir, err)
 		}
@@ -407,7 +407,8 @@ func (m *Manager) stop(ctx context.Context, b domain.MPSBinding) error {
 	}
 	klog.FromContext(ctx).Info("Stopped MPS control daemon: no claims use it", "gpu", b.GPUUUID, "pod", klog.KRef(m.cfg.Namespace, name))
 	// Orphaned pipe and shm directories are a known cause of a new daemon
-	// failing to start; the log stays for inspection.
+	// failing to start; the log stays for inspection. (The shm directory
+	// is only an older plugin's: daemons now get an emptyDir.)
 	for _, dir := range []string{b.PipeDir, b.ShmDir, ConfigDir(b)} {
 		if err := os.RemoveAll(dir); err != nil {
 			return fmt.Errorf("removing MPS directory %s: %w", dir, err)

@@ -52,8 +52,8 @@ var DefaultBindEnv = []string{"CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY
 
 // hostTrees are bound recursively at the same path inside the root: MPS
 // finds its clients by PID (/proc, with the Pod's hostPID), opens the
-// GPU's device nodes and /dev/shm (/dev: the Pod's, with the GPU's shm
-// directory mounted on /dev/shm), and NVML reads /sys. A GPU Operator
+// GPU's device nodes and /dev/shm (/dev: the Pod's, with the daemon's own
+// in-memory emptyDir mounted on /dev/shm), and NVML reads /sys. A GPU Operator
 // driver root is a container's root file system without them.
 var hostTrees = []string{"/proc", "/dev", "/sys"}
 

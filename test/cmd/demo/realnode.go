@@ -143,11 +143,14 @@ func (r *reporter) realContainers(w io.Writer) {
 			}
 			mps := report.Env["CUDA_MPS_PIPE_DIRECTORY"] != ""
 			for _, m := range report.Mounts {
-				// Every container has a /dev/shm; an MPS client's is the
-				// GPU's shared one.
-				if strings.Contains(m, "mps") || (mps && m == "/dev/shm") {
+				if strings.Contains(m, "mps") {
 					_, _ = fmt.Fprintf(w, "      mount  %s\n", m)
 				}
+			}
+			// Its own tmpfs, no other tenant's (issue 33): the device
+			// number tells file systems apart.
+			if s := report.Shm; len(s) == 5 {
+				_, _ = fmt.Fprintf(w, "      mount  /dev/shm: %s %q, device %s, %s,%s (a tmpfs of this container's own)\n", s[1], s[2], s[0], s[3], s[4])
 			}
 			if len(report.MPSPipe) > 0 {
 				_, _ = fmt.Fprintf(w, "      pipe   %s\n", strings.Join(report.MPSPipe, " "))

@@ -7,7 +7,8 @@
 // of its MPS pipe directory, its linker cache and the driver files it
 // resolves to) as "KIND value" lines between PROBE BEGIN and
 // PROBE END, then waits for a signal, so the pod stays Running while the
-// test reads the log. Static, so it runs in an image without a libc.
+// test reads the log; "/probe tenant" is a hostile tenant instead
+// (tenant.go). Static, so it runs in an image without a libc.
 package main
 
 import (
@@ -26,7 +27,11 @@ import (
 func main() {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	if filepath.Base(os.Args[0]) != "pause" {
+	switch {
+	case filepath.Base(os.Args[0]) == "pause":
+	case len(os.Args) > 1 && os.Args[1] == "tenant":
+		tenant(os.Args[2:])
+	default:
 		probe()
 	}
 	<-stop
@@ -56,6 +61,7 @@ func probe() {
 		}
 		_ = f.Close()
 	}
+	shmMount()
 	if dir := os.Getenv("CUDA_MPS_PIPE_DIRECTORY"); dir != "" {
 		files, err := os.ReadDir(dir)
 		if err != nil {
