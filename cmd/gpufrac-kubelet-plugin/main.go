@@ -73,6 +73,7 @@ type flags struct {
 	ignoredXIDs         []uint
 	podUID              string
 	hardLimitBand       string
+	nvidiaRuntimeConfig string
 	logging             *logsapi.LoggingConfiguration
 }
 
@@ -145,6 +146,8 @@ func newCommand() *cobra.Command {
 		"this pod's UID (env POD_UID, from the downward API): lets a new plugin pod register beside the old one during a DaemonSet rolling update and take over when it exits (kubelet 1.33 or later); empty turns rolling updates off")
 	fs.StringVar(&f.hardLimitBand, "hard-limit-band", envOr("HARD_LIMIT_BAND", incident.DefaultBand.String()),
 		"how close to its GPU-memory hard limit a container counts as at it (GPUMemoryAtHardLimit): <quantity>,<percent>%, whichever is more; at least the allocation your workloads make at the wall (docs/incidents.md)")
+	fs.StringVar(&f.nvidiaRuntimeConfig, "nvidia-runtime-config", envOr("NVIDIA_RUNTIME_CONFIG", ""),
+		"the host's NVIDIA container runtime config.toml (usually /etc/nvidia-container-runtime/config.toml, seen through a read-only mount); where it accepts NVIDIA_VISIBLE_DEVICES from unprivileged containers the slices say so and the Node gets a Warning Event; empty: not read")
 	fs.BoolVar(&f.printSlices, "print-slices", false, "print the ResourceSlices this node would publish as YAML and exit; needs no API server")
 	logsapi.AddFlags(f.logging, fs)
 	addFailpointFlags(cmd)
@@ -218,7 +221,8 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 		BootID:        bootID,
 		SMSharingGPUs: f.smSharingGPUs,
 		// The kubelet tells plugin instances apart by this pod UID.
-		RollingUpdateUID: types.UID(f.podUID),
+		RollingUpdateUID:    types.UID(f.podUID),
+		NVIDIARuntimeConfig: f.nvidiaRuntimeConfig,
 		MPS: plugin.MPSConfig{
 			Namespace: f.namespace, Image: f.mpsDaemonImage,
 			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: mps.DaemonTemplate, ReadyTimeout: f.mpsReadyTimeout,
