@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 )
@@ -119,16 +120,20 @@ func TestNVIDIAEnvPolicyRefusesUnprivilegedPodsThatNameGPUs(t *testing.T) {
 	t.Cleanup(func() {
 		_ = cp.Client.CoreV1().Pods(ns).Delete(context.WithoutCancel(ctx), target.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	})
+	// The pod's status changes meanwhile (the scheduler): a conflict is
+	// retried on the latest version, a refusal is not.
 	debug := func(name string, sc *v1.SecurityContext) error {
-		p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, target.Name, metav1.GetOptions{})
-		if err != nil {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p, err := cp.Client.CoreV1().Pods(ns).Get(ctx, target.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, v1.EphemeralContainer{EphemeralContainerCommon: v1.EphemeralContainerCommon{
+				Name: name, Image: "registry.k8s.io/pause:3.10", Env: env("NVIDIA_VISIBLE_DEVICES"), SecurityContext: sc,
+			}})
+			_, err = cp.Client.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, p.Name, p, metav1.UpdateOptions{})
 			return err
-		}
-		p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, v1.EphemeralContainer{EphemeralContainerCommon: v1.EphemeralContainerCommon{
-			Name: name, Image: "registry.k8s.io/pause:3.10", Env: env("NVIDIA_VISIBLE_DEVICES"), SecurityContext: sc,
-		}})
-		_, err = cp.Client.CoreV1().Pods(ns).UpdateEphemeralContainers(ctx, p.Name, p, metav1.UpdateOptions{})
-		return err
+		})
 	}
 	if err := debug("debugger", nil); err == nil || !strings.Contains(err.Error(), "unprivileged container(s) debugger set") {
 		t.Errorf("an unprivileged ephemeral container with NVIDIA_VISIBLE_DEVICES: %v, want refused", err)
