@@ -12,8 +12,11 @@
 // clients (test/fakecuda) allocate against its per-GPU memory ledger, and
 // memacct eviction works as NVIDIA documents it (clients.go). Every start,
 // command and eviction goes to CUDA_MPS_LOG_DIRECTORY/control.log, so tests
-// pin the exact command sequence. The wire protocol between the double's
-// pieces is its own: the real one is private to NVIDIA.
+// pin the exact command sequence. `client list` prints NVIDIA's documented
+// row; MPSDOUBLE_CLIENT_LIST=observed-615 makes it print the row KAI's
+// operator read from an r615 driver instead (v3.go, clientList). The wire
+// protocol between the double's pieces is its own: the real one is private
+// to NVIDIA.
 package main
 
 import (
