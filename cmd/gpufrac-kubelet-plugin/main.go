@@ -77,6 +77,7 @@ type flags struct {
 	podUID              string
 	hardLimitBand       string
 	shmSize             string
+	nvidiaRuntimeConfig string
 	logging             *logsapi.LoggingConfiguration
 }
 
@@ -153,6 +154,8 @@ func newCommand() *cobra.Command {
 		"how close to its GPU-memory hard limit a container counts as at it (GPUMemoryAtHardLimit): <quantity>,<percent>%, whichever is more; at least the allocation your workloads make at the wall (docs/incidents.md)")
 	fs.StringVar(&f.shmSize, "shm-size", envOr("SHM_SIZE", ""),
 		"size of the tmpfs each fraction container gets on /dev/shm, its own (a quantity such as 8Gi; env SHM_SIZE); empty: half of the node's memory, as NVIDIA's DRA driver sizes its per-claim MPS shm; it replaces any /dev/shm volume of the pod")
+	fs.StringVar(&f.nvidiaRuntimeConfig, "nvidia-runtime-config", envOr("NVIDIA_RUNTIME_CONFIG", ""),
+		"the host's NVIDIA container runtime config.toml (usually /etc/nvidia-container-runtime/config.toml, seen through a read-only mount); where it accepts NVIDIA_VISIBLE_DEVICES from unprivileged containers the slices say so and the Node gets a Warning Event; empty: not read")
 	fs.BoolVar(&f.printSlices, "print-slices", false, "print the ResourceSlices this node would publish as YAML and exit; needs no API server")
 	logsapi.AddFlags(f.logging, fs)
 	addFailpointFlags(cmd)
@@ -230,7 +233,8 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 		BootID:        bootID,
 		SMSharingGPUs: f.smSharingGPUs,
 		// The kubelet tells plugin instances apart by this pod UID.
-		RollingUpdateUID: types.UID(f.podUID),
+		RollingUpdateUID:    types.UID(f.podUID),
+		NVIDIARuntimeConfig: f.nvidiaRuntimeConfig,
 		MPS: plugin.MPSConfig{
 			Namespace: f.namespace, Image: f.mpsDaemonImage,
 			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: mps.DaemonTemplate, ReadyTimeout: f.mpsReadyTimeout,

@@ -92,7 +92,7 @@ func NewInformerCluster(factory informers.SharedInformerFactory) *InformerCluste
 	s := factory.Resource().V1().ResourceSlices()
 	c := factory.Resource().V1().DeviceClasses()
 	// Templates and claims: whether a pod's claim is a gpufrac one, so the
-	// webhook strips NVIDIA's memory variables from its containers.
+	// webhook strips NVIDIA's memory and device variables from its containers.
 	t := factory.Resource().V1().ResourceClaimTemplates()
 	rc := factory.Resource().V1().ResourceClaims()
 	ic := &InformerCluster{

@@ -57,7 +57,8 @@ func classIsGPUFrac(class *resourceapi.DeviceClass) bool {
 	return false
 }
 
-// stripGPUFracContainers removes the NVIDIA memory variables from every
+// stripGPUFracContainers removes the NVIDIA variables a pod may not set
+// (memory, visible devices, driver capabilities) from every
 // container of pod that uses one of its gpufrac claims (those of the
 // original spec; a translation's own claim container is handled by
 // internal/kai), returning the warnings.
@@ -72,7 +73,7 @@ func (s *Server) stripGPUFracContainers(original, pod *corev1.Pod) []string {
 		for i := range list {
 			for _, rc := range list[i].Resources.Claims {
 				if gpufrac[rc.Name] {
-					warnings = append(warnings, kai.StripMemoryEnv(&list[i])...)
+					warnings = append(warnings, kai.StripNVIDIAEnv(&list[i])...)
 					break
 				}
 			}

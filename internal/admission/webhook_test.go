@@ -6,6 +6,7 @@ package admission_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -227,11 +228,13 @@ func TestMutateRefusesWithKAIsReason(t *testing.T) {
 	}
 }
 
-// TestMutateStripsMemoryVariablesFromGPUFracContainers: a pod that uses a
-// gpufrac claim directly loses the NVIDIA memory variables it set itself on
-// the containers that use the claim, with a warning each; a container with
-// another driver's claim keeps them.
-func TestMutateStripsMemoryVariablesFromGPUFracContainers(t *testing.T) {
+// TestMutateStripsNVIDIAVariablesFromGPUFracContainers: a pod that uses a
+// gpufrac claim directly loses the NVIDIA variables it set itself (memory,
+// visible devices, driver capabilities) on the containers and init
+// containers that use the claim, with a warning each naming why; a
+// container with another driver's claim keeps them, and so does a
+// gpufrac container's unrelated variable.
+func TestMutateStripsNVIDIAVariablesFromGPUFracContainers(t *testing.T) {
 	exact := func(class string) *resourceapi.ResourceClaimSpec {
 		return &resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
 			Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}}}}}
@@ -245,20 +248,50 @@ func TestMutateStripsMemoryVariablesFromGPUFracContainers(t *testing.T) {
 	}
 	srv := httptest.NewServer((&admission.Server{Cluster: cluster}).Handler())
 	t.Cleanup(srv.Close)
-	env := []corev1.EnvVar{{Name: "NVIDIA_GPU_MEMORY_LIMIT", Value: "999999"}, {Name: "KEEP", Value: "1"}}
-	p := kaiPod(nil)
-	p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "a", ResourceClaimTemplateName: ptr.To("share")}, {Name: "b", ResourceClaimTemplateName: ptr.To("whole")}}
-	p.Spec.Containers = []corev1.Container{
-		{Name: "main", Env: env, Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "a"}}}},
-		{Name: "other", Env: env, Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "b"}}}},
-	}
-	resp := review(t, srv, admission.PathMutatePods, "Pod", admissionv1.Create, p)
-	ops := opsOf(t, resp)
-	if len(ops) != 1 || ops[0].Op != "remove" || ops[0].Path != "/spec/containers/0/env/0" {
-		t.Errorf("patch %s", resp.Patch)
-	}
-	if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "container main: removed NVIDIA_GPU_MEMORY_LIMIT") {
-		t.Errorf("warnings %v", resp.Warnings)
+	for _, tc := range []struct {
+		name, value, why string
+		init             bool
+		strip            bool
+	}{
+		{name: "NVIDIA_GPU_MEMORY_LIMIT", value: "999999", strip: true, why: "the GPU memory of a gpufrac claim is set by the driver"},
+		{name: "NVIDIA_GPU_MEMORY_REQUEST", value: "1", strip: true, why: "the GPU memory of a gpufrac claim is set by the driver"},
+		{name: "NVIDIA_VISIBLE_DEVICES", value: "all", strip: true, why: "come from its CDI spec, not from the pod"},
+		{name: "NVIDIA_VISIBLE_DEVICES", value: "GPU-0123", init: true, strip: true, why: "come from its CDI spec, not from the pod"},
+		{name: "NVIDIA_DRIVER_CAPABILITIES", value: "all", strip: true, why: "come from its CDI spec, not from the pod"},
+		{name: "NVIDIA_REQUIRE_CUDA", value: "cuda>=12.0", strip: false},
+		{name: "CUDA_VISIBLE_DEVICES", value: "0", strip: false},
+	} {
+		t.Run(fmt.Sprintf("%s=%s init=%t", tc.name, tc.value, tc.init), func(t *testing.T) {
+			env := []corev1.EnvVar{{Name: tc.name, Value: tc.value}, {Name: "KEEP", Value: "1"}}
+			p := kaiPod(nil)
+			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "a", ResourceClaimTemplateName: ptr.To("share")}, {Name: "b", ResourceClaimTemplateName: ptr.To("whole")}}
+			main := corev1.Container{Name: "main", Env: env, Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "a"}}}}
+			p.Spec.Containers = []corev1.Container{
+				main,
+				{Name: "other", Env: env, Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "b"}}}},
+			}
+			path := "/spec/containers/0/env/0"
+			if tc.init {
+				p.Spec.InitContainers = []corev1.Container{main}
+				p.Spec.Containers[0].Env = nil
+				path = "/spec/initContainers/0/env/0"
+			}
+			resp := review(t, srv, admission.PathMutatePods, "Pod", admissionv1.Create, p)
+			if !tc.strip {
+				if !resp.Allowed || len(resp.Patch) != 0 || len(resp.Warnings) != 0 {
+					t.Errorf("a variable gpufrac leaves alone was touched: allowed %t, patch %s, warnings %v", resp.Allowed, resp.Patch, resp.Warnings)
+				}
+				return
+			}
+			ops := opsOf(t, resp)
+			if len(ops) != 1 || ops[0].Op != "remove" || ops[0].Path != path {
+				t.Errorf("patch %s, want one remove of %s", resp.Patch, path)
+			}
+			if len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "container main: removed "+tc.name+": ") ||
+				!strings.Contains(resp.Warnings[0], tc.why) {
+				t.Errorf("warnings %v, want one naming %s and %q", resp.Warnings, tc.name, tc.why)
+			}
+		})
 	}
 }
 

@@ -56,7 +56,7 @@ spec:
 		// Side by side: what KAI would do, what gpufrac does, differences marked.
 		"# Pod/half: KAI-Scheduler vs gpufrac",
 		"#    memory request, 141Gi GPU | 72192Mi",
-		"# != SM cap, 141Gi GPU         | 50% (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, both modes) | none (TimeSlicing shares are not MPS clients)",
+		"# != SM cap, 141Gi GPU         | 50% (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, both modes) | none (TimeSlicing shares get no MPS thread percentage)",
 		"# != scheduler                 | kai-scheduler (reservation pod, binder annotations) | default-scheduler (DRA claim from template gpufrac-kai-",
 	} {
 		if !strings.Contains(got, want) {

@@ -127,7 +127,7 @@ func gpufracSides(spec resourceapi.ResourceClaimSpec, step int64, mode string) m
 			}
 		}
 		if mode == "time-slicing" {
-			s.sm = "none (TimeSlicing shares are not MPS clients)"
+			s.sm = "none (TimeSlicing shares get no MPS thread percentage)"
 		}
 		return s
 	}

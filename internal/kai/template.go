@@ -63,7 +63,7 @@ func build(pod *corev1.Pod, req *request, opts Options) (*resourceapi.ResourceCl
 		tmpl.Annotations = map[string]string{AnnotationRounding: strings.Join(rounding, "; ")}
 	}
 	if mode == "time-slicing" {
-		note := "KAI caps this container's SMs at its compute portion through its own MPS server; gpufrac's TimeSlicing shares run without MPS, so no daemon holds a cap: not enforced (use gpu-compute.mode: sm-sharing)"
+		note := "KAI caps this container's SMs at its compute portion through its own MPS server; gpufrac holds no SM cap for a TimeSlicing share: on dmem nodes with MPS v3 daemons it is an MPS client of the daemon's main socket, whose per-UID server gpufrac gives no thread percentage, and elsewhere it runs without MPS: not enforced (use gpu-compute.mode: sm-sharing)"
 		if tmpl.Annotations == nil {
 			tmpl.Annotations = map[string]string{}
 		}

@@ -175,7 +175,7 @@ func Translate(pod *corev1.Pod, opts Options) (*Result, error) {
 	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: claimName, ResourceClaimTemplateName: ptr.To(tmpl.Name)})
 	forContainer(p, req.container, func(c *corev1.Container) {
 		c.Resources.Claims = append(c.Resources.Claims, corev1.ResourceClaim{Name: claimName})
-		out.Warnings = append(out.Warnings, StripMemoryEnv(c)...)
+		out.Warnings = append(out.Warnings, StripNVIDIAEnv(c)...)
 	})
 	if slices.Contains(opts.KAISchedulerNames, p.Spec.SchedulerName) {
 		out.Warnings = append(out.Warnings, fmt.Sprintf("schedulerName %s replaced by %s: gpufrac's claim is placed by the Kubernetes scheduler, and KAI must not act on the pod too", p.Spec.SchedulerName, opts.SchedulerName))
@@ -330,16 +330,43 @@ func modeOf(pod *corev1.Pod, req *request) string {
 
 func lower(q resource.Quantity) string { return strings.ToLower(q.String()) }
 
-// StripMemoryEnv removes NVIDIA_GPU_MEMORY_REQUEST and NVIDIA_GPU_MEMORY_LIMIT
-// from a container that uses a gpufrac claim and says so, one warning per
-// variable: NVIDIA's toolkit hook reads them (NVIDIA-CONTRACT section 8,
-// row 6), so a value the pod sets itself could override the claim's limit.
-func StripMemoryEnv(c *corev1.Container) []string {
+// podSetNVIDIAEnv are the variables a pod may not set on a container that
+// uses a gpufrac claim, with why, in the order the warnings name them.
+//   - NVIDIA_GPU_MEMORY_REQUEST and _LIMIT: NVIDIA's toolkit hook reads
+//     them (docs/design/nvidia-contract.md, "The toolkit's hook and its
+//     variables"), so a value the pod sets itself could override the
+//     claim's limit.
+//   - NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES: a node whose
+//     NVIDIA runtime honours them from unprivileged containers (toolkit
+//     default, accept-nvidia-visible-devices-envvar-when-unprivileged)
+//     would hand the container GPUs and driver files the claim does not
+//     hold; the claim's CDI spec alone sets them (docs/install.md).
+var podSetNVIDIAEnv = []podSetVar{
+	{"NVIDIA_GPU_MEMORY_REQUEST", memoryWhy},
+	{"NVIDIA_GPU_MEMORY_LIMIT", memoryWhy},
+	{"NVIDIA_VISIBLE_DEVICES", devicesWhy},
+	{"NVIDIA_DRIVER_CAPABILITIES", devicesWhy},
+}
+
+type podSetVar struct{ name, why string }
+
+const (
+	memoryWhy  = "the GPU memory of a gpufrac claim is set by the driver, not by the pod"
+	devicesWhy = "the GPUs and driver capabilities of a gpufrac claim come from its CDI spec, not from the pod: a node's NVIDIA runtime that honours this variable would give the container GPUs its claim does not hold"
+)
+
+// StripNVIDIAEnv removes from a container that uses a gpufrac claim the
+// NVIDIA variables a pod may not set itself (podSetNVIDIAEnv) and says
+// so, one warning per variable. Variables an envFrom source or the image
+// sets are out of its sight: the node's runtime configuration is the
+// control for those (docs/install.md).
+func StripNVIDIAEnv(c *corev1.Container) []string {
 	var kept []corev1.EnvVar
 	var warnings []string
 	for _, e := range c.Env {
-		if e.Name == "NVIDIA_GPU_MEMORY_REQUEST" || e.Name == "NVIDIA_GPU_MEMORY_LIMIT" {
-			warnings = append(warnings, fmt.Sprintf("container %s: removed %s: the GPU memory of a gpufrac claim is set by the driver, not by the pod", c.Name, e.Name))
+		i := slices.IndexFunc(podSetNVIDIAEnv, func(v podSetVar) bool { return v.name == e.Name })
+		if i >= 0 {
+			warnings = append(warnings, fmt.Sprintf("container %s: removed %s: %s", c.Name, e.Name, podSetNVIDIAEnv[i].why))
 			continue
 		}
 		kept = append(kept, e)

@@ -185,7 +185,7 @@ func TestTranslate(t *testing.T) {
 func TestTranslateMovesThePodOffKAI(t *testing.T) {
 	p := pod(map[string]string{"gpu-memory": "1024"}, "main", "side")
 	p.Spec.SchedulerName = "kai-scheduler"
-	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "NVIDIA_GPU_MEMORY_LIMIT", Value: "999999"}, {Name: "NVIDIA_GPU_MEMORY_REQUEST", Value: "1"}}
+	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "A", Value: "1"}, {Name: "NVIDIA_GPU_MEMORY_LIMIT", Value: "999999"}, {Name: "NVIDIA_GPU_MEMORY_REQUEST", Value: "1"}, {Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
 	p.Spec.Containers[1].Env = []corev1.EnvVar{{Name: "NVIDIA_GPU_MEMORY_LIMIT", Value: "5"}}
 	res, err := kai.Translate(p, kai.Options{GPUMemorySizes: sizes})
 	if err != nil {
@@ -203,6 +203,7 @@ func TestTranslateMovesThePodOffKAI(t *testing.T) {
 	want := []string{
 		"container main: removed NVIDIA_GPU_MEMORY_LIMIT: the GPU memory of a gpufrac claim is set by the driver, not by the pod",
 		"container main: removed NVIDIA_GPU_MEMORY_REQUEST: the GPU memory of a gpufrac claim is set by the driver, not by the pod",
+		"container main: removed NVIDIA_VISIBLE_DEVICES: the GPUs and driver capabilities of a gpufrac claim come from its CDI spec, not from the pod: a node's NVIDIA runtime that honours this variable would give the container GPUs its claim does not hold",
 		"schedulerName kai-scheduler replaced by default-scheduler: gpufrac's claim is placed by the Kubernetes scheduler, and KAI must not act on the pod too",
 	}
 	if strings.Join(res.Warnings, "\n") != strings.Join(want, "\n") {

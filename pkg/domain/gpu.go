@@ -122,6 +122,9 @@ type Inventory struct {
 	CUDADriverVersion string // "13.4"
 	Enforcement       Enforcement
 	MPSVersion        string
+	// VisibleDevicesEnvvar is what the node's NVIDIA runtime does with a
+	// pod's own NVIDIA_VISIBLE_DEVICES; empty where nobody looked.
+	VisibleDevicesEnvvar VisibleDevicesEnvvar
 	// Skipped lists GPUs left out, with the reason, for status reporting.
 	Skipped []SkippedGPU
 }

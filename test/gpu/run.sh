@@ -133,6 +133,16 @@ mps_check() {
 	else
 		fail "MPS $version pinned limit $ceiling_mib MiB not enforced ($got MiB)"
 	fi
+	# An entry naming a GPU the client cannot see (ordinal 7: the daemon
+	# shows its clients one GPU) drops every pinned limit (dynamo, r615 v3);
+	# that legacy limits drop the same way is inferred (docs/enforcement.md).
+	out=$(CUDA_MPS_PIPE_DIRECTORY=$client_pipe CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="$uuid=${ceiling_mib}M,7=${ceiling_mib}M" "$work/memalloc" $((2 * ceiling_mib)))
+	got=$(echo "$out" | awk '{print $2}')
+	if [ -n "$got" ] && [ "$got" -gt "$ceiling_mib" ]; then
+		pass "MPS $version: an entry for an invisible GPU in CUDA_MPS_PINNED_DEVICE_MEM_LIMIT drops the pinned limit ($got MiB > $ceiling_mib MiB), as docs/enforcement.md warns"
+	else
+		fail "MPS $version: an entry for an invisible GPU did not drop the pinned limit ($out): docs/enforcement.md overstates the hazard"
+	fi
 	if [ "$version" = v3 ]; then
 		# The limit must come from the namespace, not the client's variable.
 		out=$(CUDA_MPS_PIPE_DIRECTORY=$client_pipe "$work/memalloc")
@@ -173,17 +183,42 @@ mps_check() {
 v3_facts() {
 	ctl() { CUDA_MPS_PIPE_DIRECTORY=$work/pipe nvidia-cuda-mps-control -p 3 "$@" </dev/null; }
 	# TimeSlicing route (items 17, 18): the main socket gives a per-UID
-	# server outside the shared server.
-	out=$(CUDA_MPS_PIPE_DIRECTORY=$work/pipe "$work/memalloc" 1024 3 2>&1) &
-	ts=$!
+	# server outside the shared server; two main-socket clients and one
+	# namespace client run at once.
+	CUDA_MPS_PIPE_DIRECTORY=$work/pipe "$work/memalloc" 1024 4 >/dev/null 2>&1 &
+	ts1=$!
+	CUDA_MPS_PIPE_DIRECTORY=$work/pipe "$work/memalloc" 1024 4 >/dev/null 2>&1 &
+	ts2=$!
+	CUDA_MPS_PIPE_DIRECTORY=$client_pipe "$work/memalloc" 1024 4 >/dev/null 2>&1 &
+	nsc=$!
 	sleep 2
 	servers=$(ctl server list --format=csv,noheader)
-	clients=$(ctl client list --format=csv,noheader)
-	wait $ts
-	fact "server list with a main-socket client: $(echo "$servers" | tr '\n' ';')"
+	clients=$(ctl client list --all --format=csv,noheader)
+	clients_ns=$(ctl client list --server=gpufrac --format=csv,noheader)
+	wait $ts1 $ts2 $nsc
+	fact "server list with two main-socket clients: $(echo "$servers" | tr '\n' ';')"
 	fact "client list row shape (item 11): $(echo "$clients" | tr '\n' ';')"
 	echo "$servers" | grep -q '^uid_' && pass "a main-socket (TimeSlicing) client gets a per-UID server of its own" ||
 		fail "no uid_<uid> server for a main-socket client: $servers"
+	# Item 11: the daemon script finds a namespace's clients by the 4th
+	# column, the bare name (NVIDIA's example) or "<server>/<ns> (<ctx>)"
+	# (KAI's r615 observation); the same match as the script's.
+	found=""
+	while IFS=, read -r pid srv dev route cmd; do
+		case "$route" in "$ns" | "gpufrac/$ns" | "gpufrac/$ns "*) [ "$pid" = "$nsc" ] && found=$route ;; esac
+	done <<ROWS
+$clients_ns
+ROWS
+	[ -n "$found" ] && pass "client list names the namespace client (pid $nsc) as the daemon script reads it: '$found'" ||
+		fail "client list --server=gpufrac has no row the daemon script matches for pid $nsc in $ns: $(echo "$clients_ns" | tr '\n' ';')"
+	# Item 17 (inferred from kai): with default_socket = "off" the two
+	# main-socket clients do not share a context: two context ids, read
+	# from client list's "(<ctx>)" where it prints one, else from server
+	# list's context-ids column of the uid_ server.
+	ctxs=$(echo "$clients" | grep '^[0-9]*,uid_' | sed -n 's/.*(\([0-9]*\)).*/\1/p' | sort -u | wc -l)
+	[ "$ctxs" -ge 2 ] || ctxs=$(echo "$servers" | grep '^uid_' | cut -d, -f7- | tr -c '0-9\n' '\n' | grep -c '^[0-9][0-9]*$')
+	[ "$ctxs" -ge 2 ] && pass "default_socket = off: two main-socket clients hold $ctxs contexts (no context sharing on the per-UID server)" ||
+		fail "default_socket = off: two main-socket clients show $ctxs context id(s) (clients: $(echo "$clients" | tr '\n' ';') servers: $(echo "$servers" | tr '\n' ';')); item 17's reading of kai is not confirmed"
 	# Value formatting of namespace list (item 9) and the CLI's failures (item 24).
 	fact "namespace list: $(ctl namespace list --server=gpufrac --format=csv,noheader | tr '\n' ';')"
 	out=$(ctl namespace create gpufrac cold_order 2>&1); rc=$?

@@ -53,7 +53,8 @@ func valueSets() []valueSet {
 			"image": map[string]any{"digest": "sha256:" + strings.Repeat("ab", 32)},
 			"kubeletPlugin": map[string]any{
 				"nvidiaDriverRoot": "/run/nvidia/driver", "smSharingGPUs": "6,7", "ignoredXIDs": []any{13, 43},
-				"rollingUpdate": false, "extraArgs": []any{"--logging-format=json"},
+				"nvidiaRuntimeConfigDir": "/usr/local/nvidia/toolkit/.config/nvidia-container-runtime",
+				"rollingUpdate":          false, "extraArgs": []any{"--logging-format=json"},
 				"nodeSelector": map[string]any{"node.kubernetes.io/instance-type": "p5.48xlarge"},
 			},
 			"mps":        map[string]any{"enabled": true, "template": mps.DaemonTemplate, "readyTimeout": "2m"},
@@ -64,8 +65,9 @@ func valueSets() []valueSet {
 					"expression": `device.driver == "gpufrac.dev" && device.attributes["gpufrac.dev"].memoryEnforcement == "dmem"`,
 				}}}},
 			}}},
-			"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
-			"kubernetesAPI":  map[string]any{"host": "10.20.30.40", "port": 6443},
+			"serviceMonitor":  map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
+			"kubernetesAPI":   map[string]any{"host": "10.20.30.40", "port": 6443},
+			"nvidiaEnvPolicy": map[string]any{"enabled": true, "validationActions": []any{"Warn", "Audit"}, "excludedNamespaces": []any{"gpu-operator"}},
 		}},
 		{name: "bare", release: "gpu", namespace: "kube-gpu", values: map[string]any{
 			"fullnameOverride": "gf",

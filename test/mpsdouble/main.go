@@ -12,8 +12,11 @@
 // clients (test/fakecuda) allocate against its per-GPU memory ledger, and
 // memacct eviction works as NVIDIA documents it (clients.go). Every start,
 // command and eviction goes to CUDA_MPS_LOG_DIRECTORY/control.log, so tests
-// pin the exact command sequence. The wire protocol between the double's
-// pieces is its own: the real one is private to NVIDIA.
+// pin the exact command sequence. `client list` prints NVIDIA's documented
+// row; MPSDOUBLE_CLIENT_LIST=observed-615 makes it print the row KAI's
+// operator read from an r615 driver instead (v3.go, clientList). The wire
+// protocol between the double's pieces is its own: the real one is private
+// to NVIDIA.
 package main
 
 import (
@@ -220,6 +223,13 @@ func daemon(inv *Invocation) int {
 		}
 		d.v3 = newV3State(pipe)
 		d.v3.ledger = led
+		switch shape := os.Getenv("MPSDOUBLE_CLIENT_LIST"); shape {
+		case "", "documented":
+		case clientListObserved615:
+			d.v3.clientListShape = shape
+		default:
+			return fail(fmt.Errorf("MPSDOUBLE_CLIENT_LIST=%q: want documented or %s", shape, clientListObserved615))
+		}
 		d.v3.listen = func(dir string) error {
 			rel, _ := filepath.Rel(pipe, dir)
 			parts := strings.Split(rel, string(filepath.Separator))
@@ -403,24 +413,23 @@ func (d *daemonProc) command(req request) response {
 	return response{Err: "unknown request " + req.Kind}
 }
 
-func (d *daemonProc) legacy(cmd string) response {
-	fields := strings.Fields(cmd)
-	switch {
-	case d.v3 != nil:
+func (d *daemonProc) legacy(line string) response {
+	if d.v3 != nil {
 		return response{Err: "the control daemon runs MPS protocol 3; legacy commands are not accepted"}
-	case cmd == "get_server_list":
-	case cmd == "get_default_active_thread_percentage":
+	}
+	cmd, err := parseLegacy(line)
+	if err != nil {
+		return response{Err: err.Error()}
+	}
+	switch cmd.name {
+	case "get_default_active_thread_percentage":
 		return response{Out: "100.0"}
-	case len(fields) == 2 && fields[0] == "get_default_device_pinned_mem_limit":
-		return response{Out: d.pinned[fields[1]]}
-	case len(fields) == 3 && fields[0] == "set_default_device_pinned_mem_limit":
-		d.pinned[fields[1]] = fields[2]
-	case cmd == "quit":
+	case "get_default_device_pinned_mem_limit":
+		return response{Out: d.pinned[cmd.args[0]]}
+	case "set_default_device_pinned_mem_limit":
+		d.pinned[cmd.args[0]] = cmd.args[1]
+	case "quit":
 		d.stop()
-	case strings.HasPrefix(cmd, "set_default_active_thread_percentage "),
-		strings.HasPrefix(cmd, "set_device_pinned_mem_limit "):
-	default:
-		return response{Err: "unknown command " + cmd}
 	}
 	return response{}
 }

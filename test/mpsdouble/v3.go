@@ -26,6 +26,9 @@ type v3State struct {
 	memacct, contextShare bool
 	defaultSocketShared   bool
 	audit                 bool
+	// clientListShape is MPSDOUBLE_CLIENT_LIST: "" prints NVIDIA's
+	// documented client list row, clientListObserved615 the observed one.
+	clientListShape string
 	// faulted: per device, the clients a fatal GPU exception ended; until
 	// they have all exited the server takes no new client there (fault).
 	faulted map[string][]int
@@ -315,6 +318,14 @@ func (s *v3State) namespaceList(inv *Invocation) reply {
 	return ok(format(inv.Options["format"], nsListColumns, rows))
 }
 
+// clientList prints NVIDIA's documented row (mpsv3-interface, "Client":
+// `51023,training,0,default,python train.py`): pid, server, the device's
+// ordinal, the bare namespace name, the command. With
+// MPSDOUBLE_CLIENT_LIST=observed-615 it prints instead the row KAI's
+// operator recorded from an r615 driver (`3167082,srv,GPU-cc97...,srv/default
+// (0),VLLM::EngineCore`): the device's UUID and `<server>/<namespace>
+// (<context>)`. Both are what a real daemon may print; gpufrac's daemon
+// script accepts either.
 func (s *v3State) clientList(inv *Invocation) reply {
 	var pids []int
 	for pid, c := range s.clients {
@@ -326,10 +337,17 @@ func (s *v3State) clientList(inv *Invocation) reply {
 	var rows [][]string
 	for _, pid := range pids {
 		c := s.clients[pid]
-		rows = append(rows, []string{strconv.Itoa(pid), c.server, c.device, fmt.Sprintf("%s/%s (%d)", c.server, c.namespace, c.context), c.cmd})
+		dev, ns := c.device, fmt.Sprintf("%s/%s (%d)", c.server, c.namespace, c.context)
+		if s.clientListShape != clientListObserved615 {
+			dev, ns = strconv.Itoa(slices.Index(strings.Split(s.servers[c.server].devices, ","), c.device)), c.namespace
+		}
+		rows = append(rows, []string{strconv.Itoa(pid), c.server, dev, ns, c.cmd})
 	}
 	return ok(format(inv.Options["format"], []string{"pid", "server", "device", "namespace", "cmd"}, rows))
 }
+
+// clientListObserved615 selects the client list row KAI observed on r615.
+const clientListObserved615 = "observed-615"
 
 // format renders rows as NVIDIA's table (the default) or csv, with or
 // without the header. The table's column widths are the double's own.

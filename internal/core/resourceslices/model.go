@@ -41,6 +41,9 @@ const (
 	AttrMemoryEnforcement     resourceapi.QualifiedName = "memoryEnforcement"
 	AttrMPSVersion            resourceapi.QualifiedName = "mpsVersion"
 	AttrComputeModes          resourceapi.QualifiedName = "computeModes"
+	// AttrNVIDIAVisibleDevicesEnvvar is domain.VisibleDevicesEnvvar:
+	// whether the node's NVIDIA runtime lets a pod name GPUs itself.
+	AttrNVIDIAVisibleDevicesEnvvar resourceapi.QualifiedName = "nvidiaVisibleDevicesEnvvar"
 )
 
 // MaxDevicesPerSlice is the API's limit for slices whose devices carry
@@ -79,6 +82,9 @@ func Device(gpu domain.GPU, inv *domain.Inventory) (resourceapi.Device, error) {
 		AttrMemoryEnforcement:     {StringValue: ptr.To(string(inv.Enforcement))},
 		AttrMPSVersion:            {StringValue: ptr.To(inv.MPSVersion)},
 		AttrComputeModes:          {StringValue: ptr.To(computeModes(gpu))},
+	}
+	if inv.VisibleDevicesEnvvar != "" {
+		attrs[AttrNVIDIAVisibleDevicesEnvvar] = resourceapi.DeviceAttribute{StringValue: ptr.To(string(inv.VisibleDevicesEnvvar))}
 	}
 	if gpu.PCIBusID != "" {
 		attrs[deviceattribute.StandardDeviceAttributePCIBusID] = resourceapi.DeviceAttribute{StringValue: ptr.To(gpu.PCIBusID)}

@@ -4,6 +4,7 @@
 package mps_test
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -100,7 +102,8 @@ type daemonRun struct {
 	exited chan error
 }
 
-func startDaemon(t testing.TB, version string, settings map[string]string) *daemonRun {
+// env is added to the daemon's environment (the double's switches).
+func startDaemon(t testing.TB, version string, settings map[string]string, env ...string) *daemonRun {
 	t.Helper()
 	launcher, driverRoot := buildDouble(t)
 	host := t.TempDir()
@@ -131,7 +134,7 @@ func startDaemon(t testing.TB, version string, settings map[string]string) *daem
 	}
 	daemon := pod.Spec.Containers[0]
 	// The double's memory ledger: the GPU's size.
-	env := append(containerEnv(daemon, dirs), "MPSDOUBLE_GPUS=GPU-a=81920")
+	env = append(append(containerEnv(daemon, dirs), "MPSDOUBLE_GPUS=GPU-a=81920"), env...)
 	r := &daemonRun{t: t, dirs: dirs, env: env, probe: argv(launcher, daemon.StartupProbe.Exec.Command...), exited: make(chan error, 1)}
 
 	// The init container, then the daemon, as the kubelet would run them.
@@ -287,5 +290,62 @@ func TestTemplateDrivesMPSv3Namespaces(t *testing.T) {
 	}
 	if got := commands(t, r.dirs["/mps/log"]); !slices.Equal(got, want) {
 		t.Errorf("MPS command sequence\n got: %q\nwant: %q", got, want)
+	}
+}
+
+// A claim's namespace that is no longer wanted loses its leftover clients
+// (client terminate) before it is deleted, whichever row shape the
+// daemon's client list prints: NVIDIA's documented one (bare namespace
+// name) or the one KAI's operator read from an r615 driver
+// ("<server>/<ns> (<ctx>)"). The neighbour's client, in another
+// namespace, is left alone.
+func TestLeftoverClientsAreTerminatedInEitherListShape(t *testing.T) {
+	fakecuda := filepath.Join(t.TempDir(), "fakecuda")
+	build := exec.Command("go", "build", "-o", fakecuda, "../../../test/fakecuda")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building fakecuda: %v\n%s", err, out)
+	}
+	for _, shape := range []string{"documented", "observed-615"} {
+		t.Run(shape, func(t *testing.T) {
+			toml, err := mps.DaemonTOML("615.23.01", "gpufrac", "GPU-a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := startDaemon(t, "v3", map[string]string{mps.NamespacesFile: "c_a 1024 100\nc_b 1024 100\n", mps.ConfigTOMLFile: toml},
+				"MPSDOUBLE_CLIENT_LIST="+shape)
+			r.applied(mps.NamespacesFile, "c_a 1024 100\nc_b 1024 100\n")
+			clients := map[string]*exec.Cmd{}
+			for _, n := range []string{"c_a", "c_b"} {
+				c := exec.Command(fakecuda, "-device", "GPU-a", "alloc", "512", "hold", "0")
+				c.Env = []string{"CUDA_MPS_PIPE_DIRECTORY=" + filepath.Join(r.dirs["/mps/pipe"], "gpufrac", n)}
+				out, err := c.StdoutPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+				line, _ := bufio.NewReader(out).ReadString('\n')
+				if !strings.Contains(line, "CUDA_SUCCESS") {
+					t.Fatalf("the client of %s did not connect: %q", n, line)
+				}
+				clients[n] = c
+			}
+			r.set(mps.NamespacesFile, "c_b 1024 100\n")
+			r.applied(mps.NamespacesFile, "c_b 1024 100\n")
+			got := commands(t, r.dirs["/mps/log"])
+			list := slices.Index(got, "command: -p 3 client list --server=gpufrac --format=csv,noheader")
+			term := slices.Index(got, "command: -p 3 client terminate "+strconv.Itoa(clients["c_a"].Process.Pid))
+			del := slices.Index(got, "command: -p 3 namespace delete c_a --server=gpufrac --force")
+			if list < 0 || term < list || del < term {
+				t.Errorf("want client list, then client terminate of c_a's client (pid %d), then namespace delete; got %q", clients["c_a"].Process.Pid, got)
+			}
+			if slices.Contains(got, "command: -p 3 client terminate "+strconv.Itoa(clients["c_b"].Process.Pid)) {
+				t.Errorf("the neighbour's client in c_b was terminated: %q", got)
+			}
+			r.stop()
+		})
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/preparer"
+	"github.com/gpufrac/gpufrac/internal/node/runtimeconfig"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -84,6 +85,11 @@ type Config struct {
 	// OnFatal is called for background errors that retrying cannot fix,
 	// such as slices the API server rejects; the caller should shut down.
 	OnFatal func(error)
+	// NVIDIARuntimeConfig is the host's NVIDIA container runtime
+	// configuration (config.toml) as this process sees it; empty: not
+	// read. Where it accepts NVIDIA_VISIBLE_DEVICES from unprivileged
+	// containers the slices say so and the Node gets a Warning Event.
+	NVIDIARuntimeConfig string
 	// RollingUpdateUID is this instance's pod UID. When set, the instance
 	// registers under its own socket names beside an old instance during a
 	// DaemonSet rolling update (kubeletplugin.RollingUpdate) and takes over
@@ -193,7 +199,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("configuring the kubelet plugin: %w", err)
 	}
-	inv, resources, err := describeNode(ctx, cfg)
+	inv, resources, runtimeReport, err := describeNode(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -231,6 +237,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 
 	p.startStatus(bgCtx, cfg, ckpt)
+	p.reportRuntimeConfig(runtimeReport)
 	mpsManager, err := p.newPreparer(ctx, bgCtx, cfg, ckpt, cdi)
 	if err != nil {
 		return nil, err
@@ -523,15 +530,17 @@ func (p *Plugin) watchHealth(ctx context.Context) {
 	}()
 }
 
-// describeNode discovers the node's GPUs, applies the compute-mode
-// reservation and builds the slices to publish.
-func describeNode(ctx context.Context, cfg Config) (*domain.Inventory, resourceslice.DriverResources, error) {
+// describeNode discovers the node's GPUs, reads the NVIDIA runtime's
+// configuration, applies the compute-mode reservation and builds the
+// slices to publish.
+func describeNode(ctx context.Context, cfg Config) (*domain.Inventory, resourceslice.DriverResources, runtimeconfig.Report, error) {
 	inv, err := nvmldiscovery.Discover(ctx, cfg.NVML, cfg.InventoryOptions)
 	if err != nil {
-		return nil, resourceslice.DriverResources{}, fmt.Errorf("discovering GPUs: %w", err)
+		return nil, resourceslice.DriverResources{}, runtimeconfig.Report{}, fmt.Errorf("discovering GPUs: %w", err)
 	}
+	runtimeReport := checkRuntimeConfig(ctx, cfg, inv)
 	if err := inv.AssignComputeModes(cfg.SMSharingGPUs); err != nil {
-		return nil, resourceslice.DriverResources{}, err
+		return nil, resourceslice.DriverResources{}, runtimeReport, err
 	}
 	if inv.MPSVersion != domain.MPSVersionNone && (cfg.MPS.Image == "" || cfg.MPS.Namespace == "") {
 		// MPS is off on the plugin: the slices and the plans say so (no
@@ -543,7 +552,7 @@ func describeNode(ctx context.Context, cfg Config) (*domain.Inventory, resources
 	}
 	resources, err := resourceslices.DriverResources(cfg.NodeName, inv)
 	if err != nil {
-		return nil, resourceslice.DriverResources{}, fmt.Errorf("building ResourceSlices: %w", err)
+		return nil, resourceslice.DriverResources{}, runtimeReport, fmt.Errorf("building ResourceSlices: %w", err)
 	}
-	return inv, resources, nil
+	return inv, resources, runtimeReport, nil
 }

@@ -19,7 +19,7 @@ import (
 // would publish, without registering or talking to the API server: what an
 // operator checks before rolling the plugin out to a node.
 func Slices(ctx context.Context, cfg Config) ([]*resourceapi.ResourceSlice, error) {
-	_, resources, err := describeNode(ctx, cfg)
+	_, resources, _, err := describeNode(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
