@@ -27,6 +27,9 @@ func TestReserveOneRule(t *testing.T) {
 		{"past 1Pi", 1<<30 + 1, "reservedMiB: 1073741825: must be from 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if err := kai.ValidateReservedMiB(tc.reserved); (err == nil) != (tc.want == "") || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("ValidateReservedMiB(%d) = %v, want %q", tc.reserved, err, tc.want)
+			}
 			p := pod(map[string]string{kai.AnnotationFraction: "0.5"}, "main")
 			res, err := kai.Translate(p, kai.Options{GPUMemorySizes: sizes, ReservedMiB: tc.reserved})
 			if tc.want != "" {
