@@ -77,3 +77,21 @@ func tree(t *testing.T, dir string) string {
 	})
 	return strings.Join(paths, " ")
 }
+
+// TestDanglingLinkMessage: a program that is a link to nothing inside the
+// driver root is named as such, with its target, not as "not found".
+func TestDanglingLinkMessage(t *testing.T) {
+	root := t.TempDir()
+	bin := filepath.Join(root, "usr", "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/opt/nvidia/nvidia-cuda-mps-control", filepath.Join(bin, "nvidia-cuda-mps-control")); err != nil {
+		t.Fatal(err)
+	}
+	err := explainMissing(root, "nvidia-cuda-mps-control")
+	want := "is a symbolic link to /opt/nvidia/nvidia-cuda-mps-control, which does not exist inside the driver root"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("got %v, want %q", err, want)
+	}
+}
