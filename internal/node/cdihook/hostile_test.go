@@ -233,10 +233,14 @@ func TestLiveReservationsIgnoresPlantedRecords(t *testing.T) {
 	if got := live["GPU-0"][filepath.Join(root, "kubepods")]; got != 1<<30 {
 		t.Errorf("reservation of kubepods %d, want only the real record's %d", got, 1<<30)
 	}
-	// Two records at uint64's edge saturate instead of wrapping to a
-	// small reservation.
-	write("edge1.json", record(math.MaxUint64-1))
-	write("edge2.json", record(math.MaxUint64-1))
+	// Two records at uint64's edge, of two other containers, saturate
+	// instead of wrapping to a small reservation.
+	recordOn := func(cgroup string, soft uint64) string {
+		mkdir(t, cgroup)
+		return strings.Replace(record(soft), cg, cgroup, 1)
+	}
+	write("edge1.json", recordOn(filepath.Join(root, "kubepods", "pod2", "ctr"), math.MaxUint64-1))
+	write("edge2.json", recordOn(filepath.Join(root, "kubepods", "pod3", "ctr"), math.MaxUint64-1))
 	live, err = cdihook.LiveReservations(dir, root)
 	if err != nil {
 		t.Fatal(err)
@@ -264,7 +268,8 @@ func TestHostileCgroupLinks(t *testing.T) {
 		{"a real cgroup", "0::/kubepods/pod1/ctr\n", ""},
 		{"a link to the root", "0::/kubepods/to-root\n", "which is not a cgroup below"},
 		{"a link out of the root", "0::/kubepods/to-outside\n", "which is not a cgroup below"},
-		{"a path through a link to the root", "0::/kubepods/to-root/kubepods/pod1/ctr\n", "which is not a cgroup below"},
+		{"a path through a link out of the root", "0::/kubepods/to-outside/ctr\n", "which is not a cgroup below"},
+		{"a path through a link back to a real cgroup", "0::/kubepods/to-root/kubepods/pod1/ctr\n", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := cdihook.FindCgroup(procTree(t, "42", tc.proc), root, 42)
