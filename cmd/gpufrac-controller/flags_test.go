@@ -30,6 +30,8 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{[]string{"--packing-parameter", "x/../y"}, `--packing-parameter "x/../y": must be a DNS subdomain`},
 		{[]string{"--time-slicing-class", "Bad Class"}, `--time-slicing-class "Bad Class": must be a DNS subdomain`},
 		{[]string{"--cert-dir", "certs"}, `--cert-dir "certs": must be an absolute path`},
+		{[]string{"--template-gc-grace", "-1m"}, "--template-gc-grace -1m0s: must be from 1m0s to 720h0m0s"},
+		{[]string{"--template-gc-grace", "1s"}, "--template-gc-grace 1s: must be from 1m0s to 720h0m0s"},
 		{[]string{"--client-ca-file", "ca.pem"}, `--client-ca-file "ca.pem": must be an absolute path`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

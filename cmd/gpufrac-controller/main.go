@@ -103,6 +103,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&cfg.KAI.TimeSlicingClass, "time-slicing-class", "gpufrac.dev", "DeviceClass for translated TimeSlicing claims")
 	fs.StringVar(&cfg.KAI.SMSharingClass, "sm-sharing-class", "sm-sharing.gpufrac.dev", "DeviceClass for translated SMSharing claims")
 	fs.Int64Var(&cfg.KAI.ReservedMiB, "kai-reserved-gpu-memory-mib", 0, fmt.Sprintf("MiB held back from each GPU before a KAI gpu-fraction becomes memory (KAI binder's reservedGpuMemoryMiB), from 0 to %d", int64(kai.MaxReservedMiB)))
+	fs.DurationVar(&cfg.TemplateGCGrace, "template-gc-grace", controller.DefaultTemplateGCGrace, "delete a claim template gpufrac made (for KAI-annotated pods) once no pod has referred to it for this long, from 1m to 720h; 0 keeps them all")
 	logsapi.AddFlags(logging, fs)
 	return cmd
 }
@@ -112,6 +113,10 @@ func newCommand() *cobra.Command {
 func checkFlags(cfg controller.Config, qps float32, burst int, packingParameter string) error {
 	c := cfg.Cert
 	renewErr := flagcheck.Duration("--cert-renew-before", c.RenewBefore, 0, max(c.Lifetime-time.Second, 0))
+	var gcErr error
+	if cfg.TemplateGCGrace != 0 {
+		gcErr = flagcheck.Duration("--template-gc-grace", cfg.TemplateGCGrace, time.Minute, 720*time.Hour)
+	}
 	reserveErr := kai.ValidateReservedMiB(cfg.KAI.ReservedMiB)
 	if reserveErr != nil {
 		reserveErr = fmt.Errorf("--kai-reserved-gpu-memory-mib %d: %w", cfg.KAI.ReservedMiB, reserveErr)
@@ -129,6 +134,6 @@ func checkFlags(cfg controller.Config, qps float32, burst int, packingParameter 
 		flagcheck.OptionalAbsPath("--cert-dir", cfg.CertDir),
 		flagcheck.OptionalAbsPath("--client-ca-file", cfg.ClientAuth.CAFile),
 		flagcheck.Lifetime("--cert-lifetime", c.Lifetime, webhookcert.MinLifetime, webhookcert.MaxLifetime, webhookcert.MinLifetimeReason),
-		renewErr, reserveErr,
+		renewErr, reserveErr, gcErr,
 	)
 }
