@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufrac/gpufrac/internal/flagcheck"
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
 	"github.com/gpufrac/gpufrac/internal/node/hookarg"
 	"github.com/gpufrac/gpufrac/internal/node/purenvml"
@@ -40,6 +41,12 @@ func newCommand() *cobra.Command {
 		Use:   "apply --gpu UUID=SOFT:HARD [--gpu ...] < OCI-state",
 		Short: "Apply per-container GPU memory limits (bytes) to the container's cgroup",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The runtime chooses the hook's working directory: a
+			// relative path would resolve against it.
+			if err := flagcheck.All(flagcheck.AbsPath("--driver-root", opts.DriverRoot), flagcheck.AbsPath("--proc-root", opts.ProcRoot),
+				flagcheck.AbsPath("--cgroup-root", opts.CgroupRoot), flagcheck.OptionalAbsPath("--simulate-record", simulateRecord)); err != nil {
+				return err
+			}
 			for _, g := range gpus {
 				l, err := hookarg.ParseLimit(g)
 				if err != nil {
@@ -70,6 +77,9 @@ func newCommand() *cobra.Command {
 		Use:   "install --dir DIR",
 		Short: "Copy this binary into DIR on the host (the Helm chart's init container), replacing an older one atomically",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := flagcheck.AbsPath("--dir", installDir); err != nil {
+				return err
+			}
 			self, err := os.Executable()
 			if err != nil {
 				return fmt.Errorf("finding this binary: %w", err)

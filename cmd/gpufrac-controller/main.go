@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -26,6 +27,8 @@ import (
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
 	"github.com/gpufrac/gpufrac/internal/buildinfo"
 	"github.com/gpufrac/gpufrac/internal/controller"
+	"github.com/gpufrac/gpufrac/internal/flagcheck"
+	"github.com/gpufrac/gpufrac/internal/kai"
 )
 
 func main() {
@@ -51,6 +54,9 @@ func newCommand() *cobra.Command {
 		Short:        "gpufrac's admission webhooks: KAI GPU-sharing annotations to claims, gpufrac config validation",
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkFlags(cfg, qps, burst, packingParameter); err != nil {
+				return err
+			}
 			if err := logsapi.ValidateAndApply(logging, nil); err != nil {
 				return err
 			}
@@ -86,8 +92,8 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&cfg.CertDir, "cert-dir", "", "directory with tls.crt and tls.key renewed by another tool (cert-manager), reloaded when they change; empty makes and renews a self-signed certificate")
 	fs.StringVar(&cfg.Cert.Namespace, "namespace", envOr("POD_NAMESPACE", "gpufrac-system"), "namespace of the webhook Service and certificate Secret")
 	fs.StringVar(&cfg.Cert.SecretName, "cert-secret", "gpufrac-webhook-tls", "Secret that keeps the self-signed certificate")
-	fs.DurationVar(&cfg.Cert.Lifetime, "cert-lifetime", webhookcert.DefaultLifetime, "lifetime of a self-signed certificate")
-	fs.DurationVar(&cfg.Cert.RenewBefore, "cert-renew-before", 0, "renew a self-signed certificate this long before it expires; 0 means a third of its lifetime")
+	fs.DurationVar(&cfg.Cert.Lifetime, "cert-lifetime", webhookcert.DefaultLifetime, fmt.Sprintf("lifetime of a self-signed certificate, from %s to %s", webhookcert.MinLifetime, webhookcert.MaxLifetime))
+	fs.DurationVar(&cfg.Cert.RenewBefore, "cert-renew-before", 0, "renew a self-signed certificate this long before it expires, shorter than its lifetime; 0 means a third of its lifetime")
 	fs.StringVar(&cfg.Cert.ServiceName, "service", "gpufrac-webhook", "the webhook Service; the certificate names it")
 	fs.StringVar(&cfg.Cert.MutatingConfig, "mutating-webhook-configuration", "gpufrac", "MutatingWebhookConfiguration whose CA bundle to set; empty skips")
 	fs.StringVar(&cfg.Cert.ValidatingConfig, "validating-webhook-configuration", "gpufrac", "ValidatingWebhookConfiguration whose CA bundle to set; empty skips")
@@ -96,7 +102,38 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&cfg.ExtenderAddress, "extender-address", "", "serve kube-scheduler's extender prioritize verb (POST /scheduler/prioritize, plain HTTP) here, for a scheduler configured with this controller as an ignorable extender; empty disables it (the default: the chart packs with the node label)")
 	fs.StringVar(&cfg.KAI.TimeSlicingClass, "time-slicing-class", "gpufrac.dev", "DeviceClass for translated TimeSlicing claims")
 	fs.StringVar(&cfg.KAI.SMSharingClass, "sm-sharing-class", "sm-sharing.gpufrac.dev", "DeviceClass for translated SMSharing claims")
-	fs.Int64Var(&cfg.KAI.ReservedMiB, "kai-reserved-gpu-memory-mib", 0, "MiB held back from each GPU before a KAI gpu-fraction becomes memory (KAI binder's reservedGpuMemoryMiB)")
+	fs.Int64Var(&cfg.KAI.ReservedMiB, "kai-reserved-gpu-memory-mib", 0, fmt.Sprintf("MiB held back from each GPU before a KAI gpu-fraction becomes memory (KAI binder's reservedGpuMemoryMiB), from 0 to %d", int64(kai.MaxReservedMiB)))
+	fs.DurationVar(&cfg.TemplateGCGrace, "template-gc-grace", controller.DefaultTemplateGCGrace, "delete a claim template gpufrac made (for KAI-annotated pods) once no pod has referred to it for this long, from 1m to 720h; 0 keeps them all")
 	logsapi.AddFlags(logging, fs)
 	return cmd
+}
+
+// checkFlags refuses, before anything starts, a flag value the controller
+// cannot work with, naming the flag, the value and the rule.
+func checkFlags(cfg controller.Config, qps float32, burst int, packingParameter string) error {
+	c := cfg.Cert
+	renewErr := flagcheck.Duration("--cert-renew-before", c.RenewBefore, 0, max(c.Lifetime-time.Second, 0))
+	var gcErr error
+	if cfg.TemplateGCGrace != 0 {
+		gcErr = flagcheck.Duration("--template-gc-grace", cfg.TemplateGCGrace, time.Minute, 720*time.Hour)
+	}
+	reserveErr := kai.ValidateReservedMiB(cfg.KAI.ReservedMiB)
+	if reserveErr != nil {
+		reserveErr = fmt.Errorf("--kai-reserved-gpu-memory-mib %d: %w", cfg.KAI.ReservedMiB, reserveErr)
+	}
+	return flagcheck.All(
+		flagcheck.KubeAPI(qps, burst),
+		flagcheck.DNSLabel("--namespace", c.Namespace),
+		flagcheck.DNSSubdomain("--cert-secret", c.SecretName),
+		flagcheck.DNSLabel("--service", c.ServiceName),
+		flagcheck.OptionalDNSSubdomain("--mutating-webhook-configuration", c.MutatingConfig),
+		flagcheck.OptionalDNSSubdomain("--validating-webhook-configuration", c.ValidatingConfig),
+		flagcheck.OptionalDNSSubdomain("--packing-parameter", packingParameter),
+		flagcheck.DNSSubdomain("--time-slicing-class", cfg.KAI.TimeSlicingClass),
+		flagcheck.DNSSubdomain("--sm-sharing-class", cfg.KAI.SMSharingClass),
+		flagcheck.OptionalAbsPath("--cert-dir", cfg.CertDir),
+		flagcheck.OptionalAbsPath("--client-ca-file", cfg.ClientAuth.CAFile),
+		flagcheck.Lifetime("--cert-lifetime", c.Lifetime, webhookcert.MinLifetime, webhookcert.MaxLifetime, webhookcert.MinLifetimeReason),
+		renewErr, reserveErr, gcErr,
+	)
 }

@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/internal/buildinfo"
+	"github.com/gpufrac/gpufrac/internal/flagcheck"
 	"github.com/gpufrac/gpufrac/internal/metricsserver"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
@@ -99,6 +100,9 @@ func newCommand() *cobra.Command {
 		Short:        "gpufrac's kubelet plugin: publishes GPUs with consumable memory and prepares fractional GPU claims",
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := f.check(); err != nil {
+				return err
+			}
 			if err := logsapi.ValidateAndApply(f.logging, nil); err != nil {
 				return err
 			}
@@ -140,10 +144,10 @@ func newCommand() *cobra.Command {
 	fs.IntVar(&f.mpsSafetyPercent, "mps-default-namespace-thread-percentage", mps.DefaultSafetyLimits.ActiveThreadPercentage,
 		"active thread percentage (1 to 100) of the MPS v3 shared server's default namespace")
 	fs.DurationVar(&f.statusClearDelay, "status-clear-delay", claimstatus.DefaultClearDelay,
-		"how long the write clearing an unprepared claim's status.devices waits; a claim prepared again, deleted or deallocated meanwhile needs none (0: at once)")
+		"how long the write clearing an unprepared claim's status.devices waits, at most 10m; a claim prepared again, deleted or deallocated meanwhile needs none (0: at once)")
 	fs.DurationVar(&f.statusBurstQuiet, "status-burst-quiet", claimstatus.DefaultBurstQuiet,
 		"a prepared claim's status.devices write waits until no Prepare came for this long (at most 1s), so a burst of Prepares (a node's pods after a reboot) is not slowed by its status writes (0: at once)")
-	fs.DurationVar(&f.mpsReadyTimeout, "mps-ready-timeout", 60*time.Second, "how long Prepare waits for a new MPS daemon to become ready")
+	fs.DurationVar(&f.mpsReadyTimeout, "mps-ready-timeout", 60*time.Second, "how long Prepare waits for a new MPS daemon to become ready, from 1s to 1h")
 	fs.StringVar(&f.smSharingGPUs, "sm-sharing-gpus", envOr("SM_SHARING_GPUS", ""),
 		"reserve GPUs for SMSharing: all, none, or indices such as 0,1 (the others serve TimeSlicing); empty lets every GPU serve either mode, one at a time")
 	fs.UintSliceVar(&f.ignoredXIDs, "ignored-xids", []uint{13, 31, 43, 45, 68, 109},
@@ -160,6 +164,28 @@ func newCommand() *cobra.Command {
 	logsapi.AddFlags(f.logging, fs)
 	addFailpointFlags(cmd)
 	return cmd
+}
+
+// check refuses, before anything starts, a flag value the plugin cannot
+// work with, naming the flag, the value and the rule. The node name
+// becomes the pool's name and a path element of the plugin's state.
+func (f *flags) check() error {
+	return flagcheck.All(
+		flagcheck.DNSSubdomain("--node-name", f.nodeName),
+		flagcheck.DNSLabel("--namespace", f.namespace),
+		flagcheck.KubeAPI(f.kubeAPIQPS, f.kubeAPIBurst),
+		flagcheck.AbsPath("--plugin-data-dir", f.pluginDataDir),
+		flagcheck.AbsPath("--registrar-dir", f.registrarDir),
+		flagcheck.AbsPath("--cdi-root", f.cdiRoot),
+		flagcheck.AbsPath("--cdi-hook-path", f.cdiHookPath),
+		flagcheck.AbsPath("--driver-root", f.driverRoot),
+		flagcheck.AbsPath("--cgroup-root", f.cgroupRoot),
+		flagcheck.OptionalAbsPath("--driver-root-mount", f.driverRootMount),
+		flagcheck.OptionalAbsPath("--mps-template", f.mpsTemplate),
+		flagcheck.Duration("--status-clear-delay", f.statusClearDelay, 0, 10*time.Minute),
+		flagcheck.Duration("--status-burst-quiet", f.statusBurstQuiet, 0, claimstatus.DefaultBurstMax),
+		flagcheck.Duration("--mps-ready-timeout", f.mpsReadyTimeout, time.Second, time.Hour),
+	)
 }
 
 func run(ctx context.Context, f *flags) error {

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gpufrac/gpufrac/internal/flagcheck"
 	"github.com/gpufrac/gpufrac/internal/node/mpslauncher"
 )
 
@@ -28,6 +29,10 @@ func main() {
 	bind := fs.String("bind-env", strings.Join(mpslauncher.DefaultBindEnv, ","),
 		"variables naming directories to bind into the driver root; each is rewritten to its path there")
 	if err := fs.Parse(os.Args[1:]); err != nil {
+		os.Exit(2)
+	}
+	if err := flagcheck.AbsPath("--driver-root", *root); err != nil {
+		fmt.Fprintln(os.Stderr, "gpufrac-mps-launcher:", err)
 		os.Exit(2)
 	}
 	var names []string

@@ -188,6 +188,15 @@ func TestHostileInputCLI(t *testing.T) {
 		{"simulate a negative memory request", nil, []string{"simulate", "-f", file("neg.yaml", "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: t}\nspec:\n  spec:\n    devices:\n      requests:\n      - name: gpu\n        exactly: {deviceClassName: gpufrac.dev, capacity: {requests: {memory: -1Gi}}}\n")},
 			"document 1: ResourceClaimTemplate t: spec.spec.devices.requests[0].exactly.capacity.requests[memory]: -1Gi: must be greater than zero", 0},
 		{"simulate /dev/zero", nil, []string{"simulate", "-f", "/dev/zero"}, "reading /dev/zero: more than 32 MiB", 0},
+		// Contradictory or unknown simulate flags, and a product of nodes,
+		// GPUs and pods no run finishes (issue 34).
+		{"simulate --generate with -f", nil, []string{"simulate", "--generate", "10", "-f", file("gf.yaml", kaiPod("p", "gpu-memory", "1024"))},
+			"--generate 10 and -f: give the workload one way, not both", 0},
+		{"simulate -o yaml", nil, []string{"simulate", "--generate", "1", "-o", "yaml"}, `--output "yaml": the formats are json, or none for the table`, 0},
+		{"simulate 5000 nodes of 8 GPUs and 150000 pods", nil, []string{"simulate", "--nodes", "5000", "--gpus", "h200x8", "--generate", "150000"},
+			"--nodes 5000 x 8 GPUs per node x 150000 pods = 6000000000: must be at most 20000000", 0},
+		{"simulate 5000 nodes of 8 GPUs and 1000 file pods", nil, []string{"simulate", "--nodes", "5000", "--gpus", "h200x8", "-f", file("rep3.yaml", kaiPod("p", "gpu-memory", "1024", "gpufrac.dev/replicas", "1000"))},
+			"--nodes 5000 x 8 GPUs per node x 1000 pods = 40000000: must be at most 20000000", 0},
 		{"translate --gpu-memory 1 (a byte)", nil, []string{"translate", "--gpu-memory", "1", "-f", file("p.yaml", kaiPod("p", "gpu-fraction", "0.5"))}, `--gpu-memory "1": must be a GPU memory size from 1Mi to 1Pi`, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -211,6 +220,42 @@ func TestHostileInputCLI(t *testing.T) {
 			}
 			if strings.ContainsAny(all, "\x1b\a\r\u202e\u009b") {
 				t.Errorf("a raw control character reached the terminal:\n%q", trim(all))
+			}
+		})
+	}
+}
+
+// TestHostileDuplicateGPUMemory: a size given twice (or as the same
+// quantity written two ways) is one GPU size: one subrequest, not two of
+// the same name, which the API server would refuse.
+func TestHostileDuplicateGPUMemory(t *testing.T) {
+	dir := t.TempDir()
+	pod := writeFile(t, dir, "p.yaml", kaiPod("p", "gpu-fraction", "0.5"))
+	for _, args := range [][]string{
+		{"--gpu-memory", "141Gi", "--gpu-memory", "141Gi"},
+		{"--gpu-memory", "141Gi", "--gpu-memory", "144384Mi", "--gpu-memory", "80Gi"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			root := NewRootCommand(IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut})
+			root.SetArgs(append([]string{"translate", "-f", pod}, args...))
+			if code := ExitCode(root.Execute(), &errOut); code != 0 {
+				t.Fatalf("exit status %d: %s", code, errOut.String())
+			}
+			names := map[string]int{}
+			for line := range strings.SplitSeq(out.String(), "\n") {
+				// The subrequests of the claim's firstAvailable.
+				if n, ok := strings.CutPrefix(strings.TrimSpace(line), "name: size-"); ok {
+					names[n]++
+				}
+			}
+			for n, c := range names {
+				if c > 1 {
+					t.Errorf("name %s appears %d times:\n%s", n, c, out.String())
+				}
+			}
+			if names["141gi"] != 1 {
+				t.Errorf("want one subrequest for 141Gi, got names %v:\n%s", names, out.String())
 			}
 		})
 	}

@@ -38,14 +38,12 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 			"packing node affinity when --packing is on, and a seeded random choice among equal scores.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			if nodes < 1 || nodes > simulate.MaxNodes {
-				return fmt.Errorf("--nodes %d: must be from 1 to %d (the most nodes a Kubernetes cluster holds)", nodes, simulate.MaxNodes)
+			if err := checkSimulateFlags(cmd, nodes, generate, len(filenames) > 0, output); err != nil {
+				return err
 			}
-			if cmd.Flags().Changed("generate") && (generate < 1 || generate > simulate.MaxPods) {
-				return fmt.Errorf("--generate %d: must be from 1 to %d (the most pods a Kubernetes cluster holds)", generate, simulate.MaxPods)
-			}
-			cluster := simulate.Cluster{Nodes: nodes, GPUs: gpus}
-			slices, err := cluster.Slices(ctx)
+			// Every node has the same GPUs: the first node's slices give
+			// the GPU count and sizes before the cluster is built.
+			first, err := simulate.NodeSlices(ctx, simulate.NodeName(0), gpus, "")
 			if err != nil {
 				return err
 			}
@@ -53,7 +51,14 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			pods, classes, err := workload(filenames, streams.In, generate, seed, slices, classes)
+			pods, classes, err := workload(filenames, streams.In, generate, seed, first, classes)
+			if err != nil {
+				return err
+			}
+			if err := checkWork(nodes, first, pods); err != nil {
+				return err
+			}
+			slices, err := simulate.Cluster{Nodes: nodes, GPUs: gpus}.Slices(ctx)
 			if err != nil {
 				return err
 			}
@@ -82,6 +87,45 @@ func newSimulateCommand(streams IOStreams) *cobra.Command {
 	cmd.Flags().StringVar(&gpus, "gpus", "h200x8", "GPUs per node, as the plugin's --simulate-gpus takes them")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "json for a machine-readable result")
 	return cmd
+}
+
+// checkSimulateFlags refuses flags that contradict each other or name
+// nothing simulate does, before any work.
+func checkSimulateFlags(cmd *cobra.Command, nodes, generate int, files bool, output string) error {
+	if nodes < 1 || nodes > simulate.MaxNodes {
+		return fmt.Errorf("--nodes %d: must be from 1 to %d (the most nodes a Kubernetes cluster holds)", nodes, simulate.MaxNodes)
+	}
+	if cmd.Flags().Changed("generate") && (generate < 1 || generate > simulate.MaxPods) {
+		return fmt.Errorf("--generate %d: must be from 1 to %d (the most pods a Kubernetes cluster holds)", generate, simulate.MaxPods)
+	}
+	if cmd.Flags().Changed("generate") && files {
+		return fmt.Errorf("--generate %d and -f: give the workload one way, not both", generate)
+	}
+	return checkOutput(output)
+}
+
+// maxWork bounds nodes x GPUs per node x pods, the work of a simulation:
+// each pod is tried against every GPU of the cluster. Measured here (issue
+// 34): 500 nodes of 8 GPUs and 2000 pods, 8,000,000, took 66 s of CPU, so
+// the bound is a few minutes; 5000 nodes of 8 GPUs and 150,000 pods would
+// take days.
+const maxWork = 20_000_000
+
+// checkWork refuses a simulation past maxWork, replicas counted.
+func checkWork(nodes int, nodeSlices []*resourceapi.ResourceSlice, pods []simulate.Pod) error {
+	gpus := 0
+	for _, s := range nodeSlices {
+		gpus += len(s.Spec.Devices)
+	}
+	total := 0
+	for _, p := range pods {
+		total += max(p.Replicas, 1)
+	}
+	// At most 5000 x a node's GPUs x 150000: no int64 overflow.
+	if work := int64(nodes) * int64(gpus) * int64(total); work > maxWork {
+		return fmt.Errorf("--nodes %d x %d GPUs per node x %d pods = %d: must be at most %d (each pod is tried on every GPU; that is minutes of CPU already)", nodes, gpus, total, work, maxWork)
+	}
+	return nil
 }
 
 // workload is the pods to place: --generate's, drawn from the

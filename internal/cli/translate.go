@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -69,7 +70,7 @@ func newTranslateCommand(streams IOStreams) *cobra.Command {
 // maxMessageBytes caps one message taken from a manifest in the output.
 const maxMessageBytes = 1024
 
-// parseGPUMemory reads --gpu-memory values: GPU sizes from 1Mi (KAI's
+// parseGPUMemory reads --gpu-memory values, each size once: GPU sizes from 1Mi (KAI's
 // portions are whole MiB of a GPU) to 1Pi (inferred: several thousand times
 // today's largest GPU, b200's 180Gi, yet far from overflowing int64 bytes,
 // so no later arithmetic on it can overflow).
@@ -82,6 +83,11 @@ func parseGPUMemory(values []string) ([]resource.Quantity, error) {
 		}
 		if q.Cmp(resource.MustParse("1Mi")) < 0 || q.Cmp(resource.MustParse("1Pi")) > 0 {
 			return nil, fmt.Errorf("--gpu-memory %q: must be a GPU memory size from 1Mi to 1Pi", m)
+		}
+		// A size given twice (141Gi and 144384Mi are one size) is one
+		// GPU size: two would make two subrequests of the same name.
+		if slices.ContainsFunc(sizes, func(s resource.Quantity) bool { return s.Cmp(q) == 0 }) {
+			continue
 		}
 		sizes = append(sizes, q)
 	}

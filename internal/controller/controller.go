@@ -18,9 +18,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/internal/admission"
@@ -75,6 +77,9 @@ type Config struct {
 	// client certificates it signs: the one kube-apiserver presents where
 	// its AdmissionConfiguration gives it one (internal/clientauth).
 	ClientAuth clientauth.Config
+	// TemplateGCGrace is how long a template gpufrac made stays once no
+	// pod refers to it before it is deleted; 0 keeps every template.
+	TemplateGCGrace time.Duration
 	// Ready is called once the webhooks serve (tests wait on it).
 	Ready func(address string)
 }
@@ -142,6 +147,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 	}
 	wg.Go(func() { loop.run(ctx, 2) })
+	wg.Go(func() { afterSync(ctx, cfg, loop) })
 	if packing.labels != nil {
 		wg.Go(func() { packing.labels.Run(ctx, 2) })
 	}
@@ -157,6 +163,21 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	return serveWebhooks(ctx, cfg, certs, cluster, claims)
+}
+
+// afterSync runs, once the template loop's caches hold the cluster, the
+// report of pods admitted while no webhook answered and the deletion of
+// templates no pod refers to any more.
+func afterSync(ctx context.Context, cfg Config, loop *templateLoop) {
+	if !cache.WaitForCacheSync(ctx.Done(), loop.synced...) {
+		return
+	}
+	if _, err := reportMissedPods(ctx, cfg.Client, loop.recorder, []string{metav1.NamespaceSystem, cfg.Cert.Namespace}); err != nil {
+		klog.FromContext(ctx).Error(err, "Finding pods admitted while the webhook was down")
+	}
+	if cfg.TemplateGCGrace > 0 {
+		newTemplateGC(cfg.Client, loop, cfg.TemplateGCGrace).run(ctx)
+	}
 }
 
 // packingLoops are the packing side's loops, each nil where cfg turns it

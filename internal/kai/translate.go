@@ -138,11 +138,27 @@ func (in Inputs) validate() error {
 			return fmt.Errorf("gpuMemorySizes[%d]: %s: must be from 1Mi to 1Pi", i, q.String())
 		}
 	}
-	if in.ReservedMiB < 0 || in.ReservedMiB > hi.Value()>>20 {
-		return fmt.Errorf("reservedMiB: %d: must be from 0 to %d (1Pi)", in.ReservedMiB, hi.Value()>>20)
+	if err := ValidateReservedMiB(in.ReservedMiB); err != nil {
+		return err
 	}
 	if step := in.MemoryStep; !step.IsZero() && (step.Sign() < 0 || step.Cmp(resource.MustParse("1Gi")) > 0) {
 		return fmt.Errorf("memoryStep: %s: must be from 1 byte to 1Gi", step.String())
+	}
+	return nil
+}
+
+// MaxReservedMiB is the largest reserve: 1Pi in MiB, the largest GPU size
+// the translation takes.
+const MaxReservedMiB = 1 << 30
+
+// ValidateReservedMiB is the one rule for KAI's reservedGpuMemoryMiB: the
+// controller's flag, the webhook (Translate) and the template loop
+// (TemplateFor, through the inputs recorded on the pod) all apply it, so
+// the webhook never admits a pod whose template the loop would refuse to
+// create.
+func ValidateReservedMiB(mib int64) error {
+	if mib < 0 || mib > MaxReservedMiB {
+		return fmt.Errorf("reservedMiB: %d: must be from 0 to %d MiB (1Pi)", mib, int64(MaxReservedMiB))
 	}
 	return nil
 }
@@ -155,6 +171,9 @@ func Translate(pod *corev1.Pod, opts Options) (*Result, error) {
 		return nil, nil
 	}
 	opts.defaults()
+	if err := ValidateReservedMiB(opts.ReservedMiB); err != nil {
+		return nil, Errors{{Rule: "gpufrac: --kai-reserved-gpu-memory-mib: " + err.Error()}}
+	}
 	req, kerr := admit(pod)
 	if kerr != nil {
 		return nil, Errors{*kerr}

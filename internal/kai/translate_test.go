@@ -394,8 +394,8 @@ func TestHostileRecordedInputs(t *testing.T) {
 	for inputs, want := range map[string]string{
 		`{"gpuMemorySizes":["1e30"],"memoryStep":"256Mi"}`:                                                `gpuMemorySizes[0]: 1e30: must be from 1Mi to 1Pi`,
 		`{"gpuMemorySizes":["-80Gi"],"memoryStep":"256Mi"}`:                                               `gpuMemorySizes[0]: -80Gi: must be from 1Mi to 1Pi`,
-		`{"gpuMemorySizes":["80Gi"],"reservedMiB":-9223372036854775808,"memoryStep":"256Mi"}`:             `reservedMiB: -9223372036854775808: must be from 0 to 1073741824 (1Pi)`,
-		`{"gpuMemorySizes":["80Gi"],"reservedMiB":9223372036854775807,"memoryStep":"256Mi"}`:              `reservedMiB: 9223372036854775807: must be from 0 to 1073741824 (1Pi)`,
+		`{"gpuMemorySizes":["80Gi"],"reservedMiB":-9223372036854775808,"memoryStep":"256Mi"}`:             `reservedMiB: -9223372036854775808: must be from 0 to 1073741824 MiB (1Pi)`,
+		`{"gpuMemorySizes":["80Gi"],"reservedMiB":9223372036854775807,"memoryStep":"256Mi"}`:              `reservedMiB: 9223372036854775807: must be from 0 to 1073741824 MiB (1Pi)`,
 		`{"gpuMemorySizes":["1E-999999999"],"memoryStep":"256Mi"}`:                                        `gpuMemorySizes[0]: "1E-999999999": exponent -999999999 is outside [-30, 30]`,
 		`{"gpuMemorySizes":["80Gi"],"memoryStep":"1e999999999"}`:                                          `memoryStep: "1e999999999": exponent 999999999 is outside [-30, 30]`,
 		`{"gpuMemorySizes":["80Gi"],"memoryStep":"-1"}`:                                                   `memoryStep: -1: must be from 1 byte to 1Gi`,

@@ -64,6 +64,22 @@ const (
 	DefaultActivationDelay = 10 * time.Second
 )
 
+// Bounds of a self-signed certificate's lifetime (--cert-lifetime).
+const (
+	// MinLifetime: a certificate is renewed a third of its lifetime
+	// before it expires, and every renewal rewrites the Secret and both
+	// webhook configurations' CA bundles, which every API server must
+	// load before the new certificate is served (DefaultActivationDelay).
+	// A lifetime of 1s rewrote the Secret 10 to 20 times a second; at
+	// 1h a renewal comes every 40 minutes.
+	MinLifetime = time.Hour
+	// MaxLifetime: ten years, past which a certificate outlives any
+	// cluster it serves.
+	MaxLifetime = 10 * 365 * 24 * time.Hour
+	// MinLifetimeReason is why, for the flag's error.
+	MinLifetimeReason = "every renewal (a third of the lifetime before expiry) rewrites the certificate Secret and both webhook CA bundles, which every API server must load; a shorter lifetime turns that into a constant stream of writes"
+)
+
 // Config names the objects involved and the certificate's timing.
 type Config struct {
 	Namespace  string

@@ -41,6 +41,7 @@ func LiveReservations(recordDir, root string) (Live, error) {
 		return nil, err
 	}
 	live := Live{}
+	seen := map[string]bool{}
 	for _, f := range files {
 		r, err := ReadRecord(f)
 		if errors.Is(err, os.ErrNotExist) {
@@ -52,7 +53,7 @@ func LiveReservations(recordDir, root string) (Live, error) {
 		if err != nil {
 			return nil, err
 		}
-		if fi, err := os.Stat(r.Cgroup); err != nil || !fi.IsDir() {
+		if fi, err := os.Stat(r.Cgroup); err != nil || !fi.IsDir() || !countsAsRecord(f, r, root, seen) {
 			continue
 		}
 		for _, l := range r.Limits {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -55,13 +56,77 @@ func ValidateRecordDir(dir string) error {
 
 // checkCgroupPath makes sure the cgroup read from /proc names a cgroup
 // below the root, not the root itself (limits there would bind the whole
-// node) and not a path a ".." took elsewhere.
+// node) and not a path a ".." took elsewhere, both as written and where
+// its links lead: a link below the root may lead to the root or out of it.
 func checkCgroupPath(root, path, from string) error {
 	root = filepath.Clean(root)
 	if !strictlyBelow(root, path) {
 		return fmt.Errorf("%s names cgroup %s, which is not a cgroup below %s: refusing to set limits there", from, path, root)
 	}
+	realRoot, err := resolveExisting(root)
+	if err != nil {
+		return fmt.Errorf("%s: resolving %s: %w", from, root, err)
+	}
+	realPath, err := resolveExisting(path)
+	if err != nil {
+		return fmt.Errorf("%s: resolving cgroup %s: %w", from, path, err)
+	}
+	if !strictlyBelow(realRoot, realPath) {
+		return fmt.Errorf("%s names cgroup %s, which leads to %s, which is not a cgroup below %s: refusing to set limits there", from, path, realPath, realRoot)
+	}
 	return nil
+}
+
+// resolveExisting resolves the links of path's longest existing prefix
+// and keeps the rest as written: a cgroup path is checked before NVML
+// looks at it, and on a simulated node it may not exist at all.
+func resolveExisting(path string) (string, error) {
+	path = filepath.Clean(path)
+	real, err := filepath.EvalSymlinks(path)
+	if err == nil {
+		return real, nil
+	}
+	parent := filepath.Dir(path)
+	if !errors.Is(err, fs.ErrNotExist) || parent == path {
+		return "", err
+	}
+	realParent, err := resolveExisting(parent)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(realParent, filepath.Base(path)), nil
+}
+
+// countsAsRecord tells whether the record r, read from file, is one a
+// hook wrote for the container it names, so that it may hold a
+// reservation: its claim's directory and its file name (a container ID)
+// are those the hook writes, its cgroup is written clean, lies strictly
+// below root and is reached without links, and no earlier record named
+// the same cgroup (seen). Anything else planted in the directory holds
+// nothing: copies of a real record would otherwise multiply its
+// reservation, and a record naming a link would reserve in an ancestor.
+func countsAsRecord(file string, r Record, root string, seen map[string]bool) bool {
+	id := strings.TrimSuffix(filepath.Base(file), ".json")
+	if r.ClaimUID != filepath.Base(filepath.Dir(file)) || r.ClaimUID == "" || ValidateClaimUID(r.ClaimUID) != nil || ValidateContainerID(id) != nil {
+		return false
+	}
+	if !filepath.IsAbs(r.Cgroup) || filepath.Clean(r.Cgroup) != r.Cgroup || !strictlyBelow(root, r.Cgroup) {
+		return false
+	}
+	realRoot, err := resolveExisting(root)
+	if err != nil {
+		return false
+	}
+	rel, err := filepath.Rel(filepath.Clean(root), r.Cgroup)
+	if err != nil {
+		return false
+	}
+	real, err := filepath.EvalSymlinks(r.Cgroup)
+	if err != nil || real != filepath.Join(realRoot, rel) || seen[real] {
+		return false
+	}
+	seen[real] = true
+	return true
 }
 
 // strictlyBelow tells whether path (made absolute and clean) lies inside

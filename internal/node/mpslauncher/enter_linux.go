@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"syscall"
 )
 
@@ -18,6 +19,11 @@ import (
 func Exec(p Plan, argv []string) error {
 	if len(argv) == 0 {
 		return errors.New("no program to run inside the driver root")
+	}
+	// Before anything is mounted or created: a wrong root must not gain
+	// mount points on the host.
+	if err := p.CheckRoot(); err != nil {
+		return err
 	}
 	// The mount namespace and the root belong to this thread (unshare of
 	// CLONE_NEWNS implies CLONE_FS), and execve keeps the calling
@@ -48,6 +54,9 @@ func Exec(p Plan, argv []string) error {
 	}
 	prog, err := exec.LookPath(argv[0])
 	if err != nil {
+		if why := explainMissing("/", argv[0]); why != nil {
+			return fmt.Errorf("%s cannot run in the driver root %s: %w", argv[0], p.Root, why)
+		}
 		return fmt.Errorf("%s not found in the driver root %s (PATH %s): %w", argv[0], p.Root, RootPath, err)
 	}
 	if err := syscall.Exec(prog, argv, p.Env); err != nil {
@@ -65,12 +74,15 @@ func mount(m Mount) error {
 	}
 	fi, err := os.Stat(m.Source)
 	if err != nil {
+		if target, lerr := os.Readlink(m.Source); lerr == nil {
+			return fmt.Errorf("bind source %s is a symbolic link to %s, which does not exist: %w", m.Source, target, err)
+		}
 		return fmt.Errorf("bind source %s: %w", m.Source, err)
 	}
-	if fi.IsDir() {
+	if fi.IsDir() && strings.Contains(m.Target, ScratchDir+"/") {
 		// Targets under the scratch tmpfs are created here; the root's
-		// own /proc, /dev and /sys must exist (a read-only root cannot
-		// gain them).
+		// own /proc, /dev and /sys exist (CheckRoot): nothing is created
+		// on the root itself.
 		if err := os.MkdirAll(m.Target, 0o755); err != nil {
 			return fmt.Errorf("creating mount point %s: %w", m.Target, err)
 		}

@@ -25,11 +25,13 @@
 package mpslauncher
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -141,4 +143,59 @@ func FindInRoot(root, name string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s not found under the driver root %s (looked in %s)", name, root, RootPath)
+}
+
+// CheckRoot makes sure p.Root is a driver root before anything is mounted
+// or created under it: a directory (links resolved) holding real
+// directories proc, dev, sys and tmp, not links, which a bind would
+// follow out of the root onto the host's own paths. A wrong --driver-root
+// otherwise gained proc, dev and sys on the host before the launcher
+// failed.
+func (p Plan) CheckRoot() error {
+	fi, err := os.Stat(p.Root)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("--driver-root %s does not exist (is the host's driver root mounted there?)", p.Root)
+	case err != nil:
+		return fmt.Errorf("--driver-root %s: %w", p.Root, err)
+	case !fi.IsDir():
+		return fmt.Errorf("--driver-root %s is not a directory", p.Root)
+	}
+	for _, t := range append(slices.Clone(hostTrees), path.Dir(ScratchDir)) {
+		dir := filepath.Join(p.Root, t)
+		fi, err := os.Lstat(dir)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return fmt.Errorf("--driver-root %s is not a driver root: it has no %s directory (a host root and the GPU Operator's driver root have one)", p.Root, strings.TrimPrefix(t, "/"))
+		case err != nil:
+			return fmt.Errorf("--driver-root %s: %w", p.Root, err)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return fmt.Errorf("--driver-root %s: %s is a symbolic link; a mount on it would land outside the driver root", p.Root, strings.TrimPrefix(t, "/"))
+		case !fi.IsDir():
+			return fmt.Errorf("--driver-root %s: %s is not a directory", p.Root, strings.TrimPrefix(t, "/"))
+		}
+	}
+	return nil
+}
+
+// explainMissing says why name was not found on RootPath under root (the
+// root as this process sees it: "/" after the chroot): a symbolic link
+// whose target does not exist there is named with its target, rather than
+// reported as no program at all.
+func explainMissing(root, name string) error {
+	for dir := range strings.SplitSeq(RootPath, ":") {
+		p := filepath.Join(root, dir, name)
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			continue
+		}
+		target, err := os.Readlink(p)
+		if err != nil {
+			return fmt.Errorf("%s is a symbolic link that cannot be read: %w", filepath.Join(dir, name), err)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("%s is a symbolic link to %s, which does not exist inside the driver root (a link into a path the driver root does not hold, or an incomplete driver installation): %w", filepath.Join(dir, name), target, err)
+		}
+	}
+	return nil
 }

@@ -24,16 +24,15 @@ import (
 	"maps"
 	"slices"
 	"sync"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
@@ -105,7 +104,10 @@ type Loop struct {
 	templates resourcelisters.ResourceClaimTemplateLister
 	classes   resourcelisters.DeviceClassLister
 	synced    []cache.InformerSynced
-	queue     workqueue.TypedRateLimitingInterface[string]
+	// own watches the parameter ConfigMap alone (a field selector on its
+	// name), so a hand edit or a deletion is put right at once.
+	own   informers.SharedInformerFactory
+	queue workqueue.TypedRateLimitingInterface[string]
 	// left is the count of templates the last sync left out (one worker
 	// reads and writes it).
 	left int
@@ -129,7 +131,15 @@ func New(factory informers.SharedInformerFactory, client kubernetes.Interface, p
 		}
 	}
 	l.templates, l.classes = ti.Lister(), ci.Lister()
-	l.synced = []cache.InformerSynced{ti.Informer().HasSynced, ci.Informer().HasSynced}
+	l.own = informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(param.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", param.Name).String()
+		}))
+	cmi := l.own.Core().V1().ConfigMaps().Informer()
+	if _, err := cmi.AddEventHandler(enqueue); err != nil {
+		return nil, fmt.Errorf("packing parameter: %w", err)
+	}
+	l.synced = []cache.InformerSynced{ti.Informer().HasSynced, ci.Informer().HasSynced, cmi.HasSynced}
 	return l, nil
 }
 
@@ -138,16 +148,17 @@ func (l *Loop) Run(ctx context.Context) {
 	defer l.queue.ShutDown()
 	logger := klog.FromContext(ctx).WithName("packing-param")
 	ctx = klog.NewContext(ctx, logger)
+	l.own.Start(ctx.Done())
+	defer l.own.Shutdown()
 	if !cache.WaitForCacheSync(ctx.Done(), l.synced...) {
 		return
 	}
 	// Once at start, so a parameter edited or deleted while no replica ran
-	// is put right, and again now and then for the same reason (the loop
-	// does not watch the ConfigMap: one Get per change is cheaper than a
-	// watch on ConfigMaps).
+	// is put right; after that the ConfigMap's own informer brings every
+	// edit and deletion (a watch on one object, by name).
+	l.queue.Add(syncKey)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Go(func() { wait.UntilWithContext(ctx, func(context.Context) { l.queue.Add(syncKey) }, Resync) })
 	wg.Go(func() {
 		<-ctx.Done()
 		l.queue.ShutDown()
@@ -155,9 +166,6 @@ func (l *Loop) Run(ctx context.Context) {
 	for l.next(ctx) {
 	}
 }
-
-// Resync is how often the parameter is checked with no change seen.
-const Resync = 5 * time.Minute
 
 func (l *Loop) next(ctx context.Context) bool {
 	key, quit := l.queue.Get()

@@ -172,6 +172,24 @@ func TestLoopKeepsTheParameter(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitKeys("lab.small", "team.nv")
+
+	// A hand edit with nothing else changing is put right at once: the
+	// loop watches the ConfigMap (issue 34: it was put right only by the
+	// next 5-minute resync).
+	cm, err = client.CoreV1().ConfigMaps(param.Namespace).Get(ctx, param.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data = map[string]string{"kube-system.anything": ""}
+	if _, err := client.CoreV1().ConfigMaps(param.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitKeys("lab.small", "team.nv")
+	// So is a deleted one.
+	if err := client.CoreV1().ConfigMaps(param.Namespace).Delete(ctx, param.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitKeys("lab.small", "team.nv")
 	writes := func() int {
 		n := 0
 		for _, a := range client.Actions() {
