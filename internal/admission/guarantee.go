@@ -15,10 +15,13 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
+	"github.com/gpufrac/gpufrac/internal/safetext"
 )
 
 // PathValidatePods is the validating webhook for Pods: one guarantee per
@@ -42,8 +45,19 @@ func (s *Server) validatePod(ctx context.Context, req *admissionv1.AdmissionRequ
 		pod.Namespace = req.Namespace
 	}
 	var problems, warnings []string
+	// A claim named directly may be listed under several names: it is
+	// one claim, prepared once for the pod, so its holders are counted
+	// together. A template makes a claim of its own for each entry.
+	seen := map[string]bool{}
 	for i, pc := range pod.Spec.ResourceClaims {
-		path := fmt.Sprintf("spec.resourceClaims[%d]", i)
+		path := field.NewPath("spec", "resourceClaims").Index(i)
+		if p := invalidSourceName(pc, path); p != "" {
+			problems = append(problems, p)
+			continue
+		}
+		if pc.ResourceClaimName != nil && seen[*pc.ResourceClaimName] {
+			continue
+		}
 		gpufrac, reservedBy, err := s.claimSource(ctx, pod.Namespace, pc)
 		if err != nil {
 			warnings = append(warnings, fmt.Sprintf("%s: %v; the node checks the claim when it prepares it", path, err))
@@ -52,14 +66,7 @@ func (s *Server) validatePod(ctx context.Context, req *admissionv1.AdmissionRequ
 		if !gpufrac {
 			continue
 		}
-		if len(reservedBy) > 0 {
-			problems = append(problems, fmt.Sprintf("%s: ResourceClaim %s/%s is already in use by %s; gpufrac gives a claim's guaranteed GPU memory to one pod, so a second one would be guaranteed it twice; give each pod its own claim (resourceClaimTemplateName)",
-				path, pod.Namespace, *pc.ResourceClaimName, strings.Join(reservedBy, ", ")))
-		}
-		if holders := plan.ClaimHolders(&pod, pc.Name); len(holders) > 1 {
-			problems = append(problems, fmt.Sprintf("%s: gpufrac claim %q is used by %s at once; gpufrac applies a claim's limits to each container that uses it, so the memory the scheduler accounted once would be guaranteed %d times; give each container its own claim",
-				path, pc.Name, strings.Join(holders, " and "), len(holders)))
-		}
+		problems = append(problems, sharedClaimProblems(&pod, i, reservedBy, seen)...)
 	}
 	if len(problems) > 0 {
 		resp := deny(http.StatusUnprocessableEntity, "one guarantee per claim: "+problemList(problems))
@@ -157,4 +164,63 @@ func isGPUFracClass(c *resourceapi.DeviceClass) bool {
 		}
 	}
 	return false
+}
+
+// sharedClaimProblems says why the gpufrac claim of the pod's entry i would
+// be guaranteed more than once: another pod holds it (reservedBy), or more
+// than one container of the pod would, under any of the names the pod
+// gives it. It marks a claim named directly as seen.
+func sharedClaimProblems(pod *corev1.Pod, i int, reservedBy []string, seen map[string]bool) []string {
+	pc := pod.Spec.ResourceClaims[i]
+	path := fmt.Sprintf("spec.resourceClaims[%d]", i)
+	var problems []string
+	if len(reservedBy) > 0 {
+		problems = append(problems, fmt.Sprintf("%s: ResourceClaim %s/%s is already in use by %s; gpufrac gives a claim's guaranteed GPU memory to one pod, so a second one would be guaranteed it twice; give each pod its own claim (resourceClaimTemplateName)",
+			path, pod.Namespace, *pc.ResourceClaimName, strings.Join(reservedBy, ", ")))
+	}
+	names := []string{pc.Name}
+	if pc.ResourceClaimName != nil {
+		seen[*pc.ResourceClaimName] = true
+		for _, other := range pod.Spec.ResourceClaims[i+1:] {
+			if other.ResourceClaimName != nil && *other.ResourceClaimName == *pc.ResourceClaimName {
+				names = append(names, other.Name)
+			}
+		}
+	}
+	holders := plan.HoldersOf(pod, names)
+	if len(holders) < 2 {
+		return problems
+	}
+	list := make([]string, len(holders))
+	for j, h := range holders {
+		list[j] = h.Container
+		if len(names) > 1 {
+			list[j] += fmt.Sprintf(" (as %q)", h.As)
+		}
+	}
+	if len(names) > 1 {
+		return append(problems, fmt.Sprintf("%s: ResourceClaim %s/%s is used by %s at once, under the names %s: it is one claim, so the memory the scheduler accounted once would be guaranteed %d times; give each container its own claim",
+			path, pod.Namespace, *pc.ResourceClaimName, strings.Join(list, " and "), strings.Join(names, ", "), len(holders)))
+	}
+	return append(problems, fmt.Sprintf("%s: gpufrac claim %q is used by %s at once; gpufrac applies a claim's limits to each container that uses it, so the memory the scheduler accounted once would be guaranteed %d times; give each container its own claim",
+		path, pc.Name, strings.Join(list, " and "), len(holders)))
+}
+
+// invalidSourceName refuses a claim or template name no API server would
+// accept (a DNS subdomain, at most 253 characters), before it is looked
+// up or repeated: a request sent to the webhook directly may carry any.
+func invalidSourceName(pc corev1.PodResourceClaim, path *field.Path) string {
+	check := func(name *string, child string) string {
+		if name == nil {
+			return ""
+		}
+		if msgs := validation.IsDNS1123Subdomain(*name); len(msgs) > 0 {
+			return field.Invalid(path.Child(child), safetext.Cap(*name, 64), msgs[0]).Error()
+		}
+		return ""
+	}
+	if p := check(pc.ResourceClaimName, "resourceClaimName"); p != "" {
+		return p
+	}
+	return check(pc.ResourceClaimTemplateName, "resourceClaimTemplateName")
 }

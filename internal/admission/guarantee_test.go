@@ -67,6 +67,14 @@ func TestValidatePodOneGuaranteePerClaim(t *testing.T) {
 		{name: "a claim another pod holds", pod: pod(named("held"), use("main")), want: "ResourceClaim team/held is already in use by pod first"},
 		{name: "a free named claim", pod: pod(named("free"), use("main"))},
 		{name: "a template not created yet", pod: pod(tmpl("later"), use("main"), use("helper")), warning: "does not exist (yet); the node checks the claim"},
+		// One claim under two names is one claim twice.
+		{name: "one claim under two names", pod: &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"}, Spec: corev1.PodSpec{
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "a", ResourceClaimName: ptr.To("free")}, {Name: "b", ResourceClaimName: ptr.To("free")}},
+			Containers: []corev1.Container{
+				{Name: "main", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "a"}}}},
+				{Name: "helper", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "b"}}}},
+			}}},
+			want: `ResourceClaim team/free is used by container main (as "a") and container helper (as "b") at once`},
 		{name: "a cached template's claim shared", pod: pod(tmpl("cached"), use("main"), use("helper")),
 			want: `spec.resourceClaims[0]: gpufrac claim "gpu" is used by container main and container helper at once`},
 	} {

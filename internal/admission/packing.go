@@ -57,5 +57,5 @@ func (s *Server) packPod(ctx context.Context, req *admissionv1.AdmissionRequest)
 
 // handlePacking is the route Handler adds.
 func (s *Server) handlePacking(mux *http.ServeMux) {
-	mux.HandleFunc(PathPackPods, s.serve(s.packPod))
+	mux.HandleFunc(PathPackPods, s.serve(podKinds, s.packPod))
 }

@@ -20,13 +20,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
-	"github.com/gpufrac/gpufrac/internal/safetext"
 )
 
 // Paths the webhook configurations point at.
@@ -65,38 +64,34 @@ type Server struct {
 // Handler routes the two webhooks.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc(PathMutatePods, s.serve(s.mutatePod))
-	mux.HandleFunc(PathValidate, s.serve(s.validate))
-	mux.HandleFunc(PathValidatePods, s.serve(s.validatePod))
+	mux.HandleFunc(PathMutatePods, s.serve(podKinds, s.mutatePod))
+	mux.HandleFunc(PathValidate, s.serve(validatedKinds, s.validate))
+	mux.HandleFunc(PathValidatePods, s.serve(podKinds, s.validatePod))
 	s.handlePacking(mux)
 	return mux
 }
 
 type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
-func (s *Server) serve(admit admitFunc) http.HandlerFunc {
+// serve answers the AdmissionReviews of kinds with admit, and every body
+// it cannot judge with a denial that says why (readReview).
+func (s *Server) serve(kinds []metav1.GroupVersionKind, admit admitFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		logger := klog.FromContext(r.Context())
-		body, code, err := readBody(w, r)
-		if err != nil {
-			http.Error(w, err.Error(), code)
-			return
+		review, resp := readReview(w, r, kinds)
+		if review == nil {
+			review = &admissionv1.AdmissionReview{}
 		}
-		if n := v1alpha1.FindUnboundedQuantity(body); n != "" {
-			// Decoding a Pod or a claim would parse it into a
-			// resource.Quantity for minutes (v1alpha1.ParseQuantity).
-			http.Error(w, fmt.Sprintf("the number %s has an exponent outside [-%d, %d]", safetext.Cap(n, 64),
-				v1alpha1.MaxQuantityExponent, v1alpha1.MaxQuantityExponent), http.StatusBadRequest)
-			return
+		var uid types.UID
+		if review.Request != nil {
+			uid = review.Request.UID
 		}
-		var review admissionv1.AdmissionReview
-		if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
-			http.Error(w, "the body is not an AdmissionReview v1 request", http.StatusBadRequest)
-			return
+		if resp == nil {
+			resp = admit(r.Context(), review.Request)
 		}
-		resp := admit(r.Context(), review.Request)
 		bounded(resp)
-		resp.UID = review.Request.UID
+		resp.UID = uid
+		review.TypeMeta = metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"}
 		review.Response, review.Request = resp, nil
 		out, err := json.Marshal(review)
 		if err != nil {

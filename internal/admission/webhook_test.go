@@ -49,7 +49,7 @@ func reviewRaw(t *testing.T, srv *httptest.Server, path, kind string, op admissi
 	t.Helper()
 	body, _ := json.Marshal(admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{UID: "req-1", Kind: metav1.GroupVersionKind{Kind: kind},
+		Request: &admissionv1.AdmissionRequest{UID: "req-1", Kind: kinds[kind],
 			Namespace: "team", Operation: op, Object: runtime.RawExtension{Raw: raw}, DryRun: ptr.To(true)},
 	})
 	resp, err := http.Post(srv.URL+path, "application/json", bytes.NewReader(body))

@@ -37,7 +37,7 @@ func TestServesAdmissionOverTLS(t *testing.T) {
 	pod, _ := json.Marshal(corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Annotations: map[string]string{"gpu-memory": "oops"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}}})
 	body, _ := json.Marshal(admissionv1.AdmissionReview{Request: &admissionv1.AdmissionRequest{
-		UID: "u", Kind: metav1.GroupVersionKind{Kind: "Pod"}, Operation: admissionv1.Create, Namespace: "team",
+		UID: "u", Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}, Operation: admissionv1.Create, Namespace: "team",
 		Object: runtime.RawExtension{Raw: pod}}})
 	resp, err := httpClient.Post("https://"+addr+admission.PathMutatePods, "application/json", bytes.NewReader(body))
 	if err != nil {

@@ -79,6 +79,19 @@ func admit(pod *corev1.Pod) (*request, *Error) {
 	if err != nil {
 		return nil, err
 	}
+	req, err := admitMutated(pod, a, container)
+	if err != nil && container != "" && err.Annotation == PrefixNvFractions+container+SuffixMemoryRequest {
+		if v, ok := pod.Annotations[AnnotationMemory]; ok {
+			// KAI's mutation wrote that key from gpu-memory: the
+			// refusal names what the user wrote.
+			err.Annotation, err.Value = AnnotationMemory, v
+		}
+	}
+	return req, err
+}
+
+// admitMutated is admit after KAI's mutation wrote a: its Validate.
+func admitMutated(pod *corev1.Pod, a map[string]string, container string) (*request, *Error) {
 	if err := refuseBinderOwned(pod, a); err != nil {
 		return nil, err
 	}

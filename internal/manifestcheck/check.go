@@ -203,6 +203,13 @@ func checkClaimSpec(spec *resourceapi.ResourceClaimSpec, root *field.Path, class
 				// Every alternative of firstAvailable may be the one
 				// allocated, so the limit must suit each.
 				errs = append(errs, v1alpha1.ValidateAgainstRequest(cfg, *r.memory, nil, p)...)
+			} else if cfg.MemoryLimit != nil && cfg.MemoryLimit.Sign() > 0 && classes.ours(r.class) {
+				// With no memory request the request is the whole GPU
+				// (the slice's requestPolicy default), above any limit
+				// below it: the claim could never be prepared.
+				errs = append(errs, field.Invalid(p.Child("memoryLimit"), cfg.MemoryLimit.String(),
+					fmt.Sprintf("needs a memory request on request %s (%s): without one the request is the whole GPU, and a limit cannot be below the request; set the request, or drop memoryLimit to have the whole GPU",
+						r.name, r.path)))
 			}
 		}
 	}

@@ -290,6 +290,12 @@ func parseObject(source string, doc int, data []byte, list *header) []*parsed {
 
 	gv, _, _ := strings.Cut(h.APIVersion, "/")
 	switch {
+	case h.APIVersion == "" && checkedKinds[h.Kind]:
+		// Without an apiVersion the kind could be anyone's: say so
+		// rather than pass it silently as checked.
+		res.Ignored = true
+		res.Note = "no apiVersion: checked are only resource.k8s.io/v1 ResourceClaim, ResourceClaimTemplate and DeviceClass; add apiVersion: resource.k8s.io/v1"
+		return []*parsed{res}
 	case gv != resourceapi.GroupName || !checkedKinds[h.Kind]:
 		res.Ignored = true
 		return []*parsed{res}

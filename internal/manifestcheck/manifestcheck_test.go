@@ -98,6 +98,16 @@ func TestCheck(t *testing.T) {
 		docs: []string{claim(`{apiVersion: gpufrac.dev/v1alpha1, kind: FractionConfig, memoryLimit: 30Gi}`)},
 		want: []string{`ResourceClaim/c: spec.devices.config[0].opaque.parameters.memoryLimit: Invalid value: "30Gi": must not be below the guaranteed memory request 40Gi`},
 	}, {
+		// The request defaults to the whole GPU, above any limit below
+		// it: such a claim could never be prepared.
+		name: "claim with a limit and no memory request",
+		docs: []string{strings.Replace(claim(`{apiVersion: gpufrac.dev/v1alpha1, kind: FractionConfig, memoryLimit: 30Gi}`), "        capacity: {requests: {memory: 40Gi}}\n", "", 1)},
+		want: []string{`ResourceClaim/c: spec.devices.config[0].opaque.parameters.memoryLimit: Invalid value: "30Gi": needs a memory request on request gpu (spec.devices.requests[0].exactly.capacity.requests[memory]): without one the request is the whole GPU, and a limit cannot be below the request; set the request, or drop memoryLimit to have the whole GPU`},
+	}, {
+		name: "a kind with no apiVersion",
+		docs: []string{"kind: ResourceClaim\nmetadata: {name: bare}\n"},
+		want: []string{"ResourceClaim/bare: ignored (no apiVersion: checked are only resource.k8s.io/v1 ResourceClaim, ResourceClaimTemplate and DeviceClass; add apiVersion: resource.k8s.io/v1)"},
+	}, {
 		name: "unknown field in config",
 		docs: []string{claim(`{apiVersion: gpufrac.dev/v1alpha1, kind: FractionConfig, memoryLimt: 60Gi}`)},
 		want: []string{`ResourceClaim/c: spec.devices.config[0].opaque.parameters: Forbidden: unknown field "memoryLimt"`},

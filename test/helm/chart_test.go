@@ -194,6 +194,11 @@ func TestChartCopyDiffsFindsAPlantedDifference(t *testing.T) {
 			return o
 		}, false},
 		{"the binding missing", "MutatingAdmissionPolicyBinding", "gpufrac-packing", nil, false},
+		{"the one-guarantee policy's validation", "ValidatingAdmissionPolicy", "gpufrac-one-guarantee", func(o *unstructured.Unstructured) *unstructured.Unstructured {
+			first(o, "spec", "validations")["expression"] = "true"
+			return o
+		}, false},
+		{"the one-guarantee binding missing", "ValidatingAdmissionPolicyBinding", "gpufrac-one-guarantee", nil, false},
 		{"a webhook configuration the source lacks", "ValidatingWebhookConfiguration", "gpufrac", func(o *unstructured.Unstructured) *unstructured.Unstructured {
 			o.SetName("gpufrac-extra")
 			return o
@@ -285,6 +290,10 @@ func chartCopyDiffs(objs []*unstructured.Unstructured, classes []*resourceapi.De
 			same, err = sameIn(got, &u, func(p *admissionv1.MutatingAdmissionPolicy) any { return p.Spec })
 		case "MutatingAdmissionPolicyBinding":
 			same, err = sameIn(got, &u, func(b *admissionv1.MutatingAdmissionPolicyBinding) any { return b.Spec })
+		case "ValidatingAdmissionPolicy":
+			same, err = sameIn(got, &u, func(p *admissionv1.ValidatingAdmissionPolicy) any { return p.Spec })
+		case "ValidatingAdmissionPolicyBinding":
+			same, err = sameIn(got, &u, func(b *admissionv1.ValidatingAdmissionPolicyBinding) any { return b.Spec })
 		default:
 			add("deployments/webhooks.yaml has a %s, which this test does not compare", u.GetKind())
 			continue

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -78,48 +80,82 @@ func decimalExponent(s string) (int64, bool) {
 	return e, true
 }
 
-// FindUnboundedQuantity returns the first quantity in a JSON document that
-// ParseQuantity would refuse, "" when there is none, so that a caller can
-// refuse the document before decoding it into typed objects: a decoder
-// hands every resource.Quantity field to resource.ParseQuantity. Quantities
-// are the values of the maps under "requests", "limits" and "overhead" (a
-// container's and a pod's resources, a claim's capacity requests) and of
-// "sizeLimit" (emptyDir); other strings, say an environment variable of
-// "1e100", are not quantities and pass.
+// UnboundedQuantity is a quantity in a document that ParseQuantity would
+// refuse: where it is (a field path) and its text.
+type UnboundedQuantity struct{ Path, Value string }
+
+// FindUnboundedQuantity returns the text of the first quantity in a JSON
+// document that ParseQuantity would refuse, "" when there is none
+// (FindUnboundedQuantityAt says where).
 func FindUnboundedQuantity(data []byte) string {
+	if q := FindUnboundedQuantityAt(data); q != nil {
+		return q.Value
+	}
+	return ""
+}
+
+// FindUnboundedQuantityAt returns the first quantity in a JSON object that
+// ParseQuantity would refuse, nil when there is none, so that a caller can
+// refuse the object before decoding it into typed objects: a decoder hands
+// every resource.Quantity field to resource.ParseQuantity. Quantities are
+// the values of the maps under "requests", "limits", "overhead",
+// "allocatedResources" and "consumedCapacity" (a container's and a pod's
+// resources, a claim's capacity requests and what was allocated) and of
+// "sizeLimit" (emptyDir). What a typed decoder keeps as text or raw JSON is
+// not judged: metadata (annotations, labels), a node selector, and any
+// driver's opaque parameters or device data, which are another driver's to
+// read (gpufrac's own parameters are bounded by Decode). Other strings, say
+// an environment variable of "1e100", are not quantities either.
+func FindUnboundedQuantityAt(data []byte) *UnboundedQuantity {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var doc any
 	if dec.Decode(&doc) != nil {
-		return "" // not JSON: the caller's decoder says so
+		return nil // not JSON: the caller's decoder says so
 	}
-	return findQuantity(doc, false)
+	return findQuantity(doc, "", false)
 }
 
-var quantityMaps = map[string]bool{"requests": true, "limits": true, "overhead": true}
+var (
+	quantityMaps = map[string]bool{"requests": true, "limits": true, "overhead": true, "allocatedResources": true, "consumedCapacity": true}
+	// notDecoded are the fields whose keys are the user's or another
+	// driver's, which a typed decoder keeps as strings or raw JSON.
+	notDecoded = map[string]bool{"metadata": true, "nodeSelector": true, "parameters": true, "data": true}
+)
 
-func findQuantity(v any, isQuantity bool) string {
+func findQuantity(v any, path string, isQuantity bool) *UnboundedQuantity {
 	switch v := v.(type) {
 	case map[string]any:
-		for k, x := range v {
-			if isQuantity && unbounded(x) {
-				return fmt.Sprint(x)
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			x := v[k]
+			if isQuantity {
+				if unbounded(x) {
+					return &UnboundedQuantity{Path: path + "[" + k + "]", Value: fmt.Sprint(x)}
+				}
+				continue
+			}
+			child := k
+			if path != "" {
+				child = path + "." + k
 			}
 			if k == "sizeLimit" && unbounded(x) {
-				return fmt.Sprint(x)
+				return &UnboundedQuantity{Path: child, Value: fmt.Sprint(x)}
 			}
-			if found := findQuantity(x, quantityMaps[k]); found != "" {
+			if notDecoded[k] {
+				continue
+			}
+			if found := findQuantity(x, child, quantityMaps[k]); found != nil {
 				return found
 			}
 		}
 	case []any:
-		for _, x := range v {
-			if found := findQuantity(x, false); found != "" {
+		for i, x := range v {
+			if found := findQuantity(x, fmt.Sprintf("%s[%d]", path, i), false); found != nil {
 				return found
 			}
 		}
 	}
-	return ""
+	return nil
 }
 
 func unbounded(v any) bool {

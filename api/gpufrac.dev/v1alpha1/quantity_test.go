@@ -39,6 +39,15 @@ func TestFindUnboundedQuantity(t *testing.T) {
 		`{"requests":{"memory":"141Gi","cpu":1e30,"x":"1e-30"}}`:                                            "",
 		`{"env":[{"name":"X","value":"1e999999999"}],"metadata":{"annotations":{"gpu-fraction":"1e-300"}}}`: "",
 		`not json`: "",
+		// Only what a decoder parses as a quantity is judged: not
+		// annotations, labels, a node selector, or any driver's opaque
+		// parameters (gpufrac's own are bounded by Decode).
+		`{"metadata":{"annotations":{"sizeLimit":"1e999999999"},"labels":{"requests":"x"}}}`:                                                "",
+		`{"spec":{"nodeSelector":{"sizeLimit":"1e999999999"}}}`:                                                                             "",
+		`{"spec":{"devices":{"config":[{"opaque":{"driver":"nic","parameters":{"requests":{"bw":"1e999999999"},"sizeLimit":"1e-999"}}}]}}}`: "",
+		`{"status":{"devices":[{"data":{"limits":{"x":"1e999999999"}}}]}}`:                                                                  "",
+		`{"status":{"containerStatuses":[{"allocatedResources":{"cpu":"1e999999999"}}]}}`:                                                   "1e999999999",
+		`{"status":{"allocation":{"devices":{"results":[{"consumedCapacity":{"memory":"1e999999999"}}]}}}}`:                                 "1e999999999",
 	} {
 		if got := FindUnboundedQuantity([]byte(doc)); got != want {
 			t.Errorf("%s: %q, want %q", doc, got, want)

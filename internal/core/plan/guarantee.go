@@ -34,36 +34,60 @@ func (e *SharedClaimError) Error() string {
 		e.Namespace, e.Name, strings.Join(e.Holders, " and "), len(e.Holders))
 }
 
-// ClaimHolders lists who would hold the claim named claimName of pod at
-// the same time: the pod's app containers and sidecars (restartable init
-// containers) that reference it; and a plain init container that
-// references it while a sidecar declared before it does, since sidecars
-// keep running while later init containers run. Plain init containers run
-// one at a time and end before the app containers start, so they do not
-// add up with each other or with the app containers.
+// ClaimHolders lists who would hold the claim named podClaimName of pod
+// at the same time (HoldersOf).
 func ClaimHolders(pod *corev1.Pod, podClaimName string) []string {
-	uses := func(c *corev1.Container) bool {
-		return slices.ContainsFunc(c.Resources.Claims, func(r corev1.ResourceClaim) bool { return r.Name == podClaimName })
+	var out []string
+	for _, h := range HoldersOf(pod, []string{podClaimName}) {
+		out = append(out, h.Container)
 	}
-	var holders []string
+	return out
+}
+
+// Holder is a container that would hold a claim: "container main",
+// "sidecar log", "init container warmup", and the pod claim name it uses
+// the claim by.
+type Holder struct{ Container, As string }
+
+// HoldersOf lists who would hold one claim of pod at the same time, the
+// claim the pod names under each of podClaimNames (one claim listed under
+// two names is still one claim, prepared once for the pod): the pod's app
+// containers and sidecars (restartable init containers) that reference it;
+// and a plain init container that references it while a sidecar declared
+// before it does, since sidecars keep running while later init containers
+// run. Plain init containers run one at a time and end before the app
+// containers start, so they do not add up with each other or with the app
+// containers. A container that uses the claim under two names holds it
+// once.
+func HoldersOf(pod *corev1.Pod, podClaimNames []string) []Holder {
+	uses := func(c *corev1.Container) string {
+		for _, r := range c.Resources.Claims {
+			if slices.Contains(podClaimNames, r.Name) {
+				return r.Name
+			}
+		}
+		return ""
+	}
+	var holders []Holder
 	sidecarBefore := false
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		if !uses(c) {
+		as := uses(c)
+		if as == "" {
 			continue
 		}
 		sidecar := c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
 		switch {
 		case sidecar:
-			holders = append(holders, "sidecar "+c.Name)
+			holders = append(holders, Holder{"sidecar " + c.Name, as})
 			sidecarBefore = true
 		case sidecarBefore:
-			holders = append(holders, "init container "+c.Name)
+			holders = append(holders, Holder{"init container " + c.Name, as})
 		}
 	}
 	for i := range pod.Spec.Containers {
-		if uses(&pod.Spec.Containers[i]) {
-			holders = append(holders, "container "+pod.Spec.Containers[i].Name)
+		if as := uses(&pod.Spec.Containers[i]); as != "" {
+			holders = append(holders, Holder{"container " + pod.Spec.Containers[i].Name, as})
 		}
 	}
 	return holders
@@ -83,17 +107,21 @@ func CheckOneGuarantee(claim *resourceapi.ResourceClaim, pods []*corev1.Pod) err
 		return &SharedClaimError{Namespace: claim.Namespace, Name: claim.Name, Holders: reservedPods}
 	}
 	for _, pod := range pods {
+		// Every name the pod gives this claim: the kubelet prepares the
+		// claim once for the pod, whatever the number of names.
+		var names []string
 		for _, pc := range pod.Spec.ResourceClaims {
 			name, _, err := resourceclaim.Name(pod, &pc)
-			if err != nil || name == nil || *name != claim.Name {
-				continue
+			if err == nil && name != nil && *name == claim.Name {
+				names = append(names, pc.Name)
 			}
-			if holders := ClaimHolders(pod, pc.Name); len(holders) > 1 {
-				for i := range holders {
-					holders[i] += " of pod " + pod.Name
-				}
-				return &SharedClaimError{Namespace: claim.Namespace, Name: claim.Name, Holders: holders}
+		}
+		if holders := HoldersOf(pod, names); len(names) > 0 && len(holders) > 1 {
+			list := make([]string, len(holders))
+			for i, h := range holders {
+				list[i] = h.Container + " of pod " + pod.Name
 			}
+			return &SharedClaimError{Namespace: claim.Namespace, Name: claim.Name, Holders: list}
 		}
 	}
 	return nil

@@ -45,6 +45,8 @@ func TestPrepareRefusesAMultipliedGuarantee(t *testing.T) {
 	sidecar.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
 	twoSidecarAndMain := guaranteePod("sc", using("main"))
 	twoSidecarAndMain.Spec.InitContainers = []corev1.Container{sidecar}
+	twoNames := guaranteePod("names", using("main"), corev1.Container{Name: "helper", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "alias"}}}})
+	twoNames.Spec.ResourceClaims = append(twoNames.Spec.ResourceClaims, corev1.PodResourceClaim{Name: "alias", ResourceClaimName: ptr.To("shared")})
 	initThenMain := guaranteePod("init", using("main"))
 	initThenMain.Spec.InitContainers = []corev1.Container{using("warmup")}
 	for _, tc := range []struct {
@@ -61,6 +63,10 @@ func TestPrepareRefusesAMultipliedGuarantee(t *testing.T) {
 			want: "sidecar side of pod sc and container main of pod sc"},
 		{name: "two pods", enforcement: domain.EnforcementDMem, pods: []*corev1.Pod{guaranteePod("a", using("main")), guaranteePod("b", using("main"))},
 			want: "to pod a and pod b at once"},
+		// The kubelet prepares a claim once for the pod, whatever the
+		// number of names the pod gives it.
+		{name: "one claim under two names", enforcement: domain.EnforcementDMem, pods: []*corev1.Pod{twoNames},
+			want: "to container main of pod names and container helper of pod names at once"},
 		{name: "two containers on an older-driver node", enforcement: domain.EnforcementMPS, pods: []*corev1.Pod{guaranteePod("a", using("main"), using("helper"))}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
