@@ -4,9 +4,7 @@
 package cdihook_test
 
 import (
-	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -197,51 +195,4 @@ func jsonString(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
-}
-
-// TestLiveReservationsIgnoresPlantedRecords: files in the record directory
-// that no hook wrote (too large, a link to elsewhere, not JSON, limits
-// near uint64's edge on a cgroup that exists) reserve nothing, or at most
-// what a real record would; the real record still counts.
-func TestLiveReservationsIgnoresPlantedRecords(t *testing.T) {
-	dir, root := t.TempDir(), t.TempDir()
-	cg := filepath.Join(root, "kubepods", "pod1", "ctr")
-	mkdir(t, cg)
-	mkdir(t, filepath.Join(dir, "uid-1"))
-	write := func(name, content string) {
-		if err := os.WriteFile(filepath.Join(dir, "uid-1", name), []byte(content), 0o640); err != nil {
-			t.Fatal(err)
-		}
-	}
-	record := func(soft uint64) string {
-		return `{"claimUID":"uid-1","cgroup":"` + cg + `","limits":[{"uuid":"GPU-0","soft":` + fmt.Sprint(soft) + `,"hard":` + fmt.Sprint(soft) + `}]}`
-	}
-	write("real.json", record(1<<30))
-	write("huge.json", record(1 << 30)[:len(record(1<<30))-1]+`,"pad":"`+strings.Repeat("p", cdihook.MaxRecordBytes)+`"}`)
-	write("garbage.json", "not json")
-	outside := filepath.Join(t.TempDir(), "elsewhere.json")
-	if err := os.WriteFile(outside, []byte(record(1<<30)), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(outside, filepath.Join(dir, "uid-1", "link.json")); err != nil {
-		t.Fatal(err)
-	}
-	live, err := cdihook.LiveReservations(dir, root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := live["GPU-0"][filepath.Join(root, "kubepods")]; got != 1<<30 {
-		t.Errorf("reservation of kubepods %d, want only the real record's %d", got, 1<<30)
-	}
-	// Two records at uint64's edge saturate instead of wrapping to a
-	// small reservation.
-	write("edge1.json", record(math.MaxUint64-1))
-	write("edge2.json", record(math.MaxUint64-1))
-	live, err = cdihook.LiveReservations(dir, root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := live["GPU-0"][filepath.Join(root, "kubepods")]; got != math.MaxUint64 {
-		t.Errorf("reservation of kubepods %d, want it saturated at %d", got, uint64(math.MaxUint64))
-	}
 }
