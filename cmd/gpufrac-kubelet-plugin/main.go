@@ -56,6 +56,7 @@ type flags struct {
 	cgroupRoot          string
 	driverRoot          string
 	simulateCgroup      string
+	simulateUndelegated string
 	metricsAddress      string
 	simulateGPUs        string
 	simulateEnforcement string
@@ -122,6 +123,8 @@ func newCommand() *cobra.Command {
 		"with --simulate-gpus: the driver to simulate: dmem (r615, per-cgroup limits), mps (older driver, legacy MPS), none (older driver, no MPS)")
 	fs.StringVar(&f.simulateCgroup, "simulate-cgroup", "v2",
 		"with --simulate-gpus: the node's cgroup hierarchy, v2 or v1 (where no driver sets per-cgroup limits)")
+	fs.StringVar(&f.simulateUndelegated, "simulate-dmem-undelegated", "",
+		"with --simulate-gpus: a cgroup below the hierarchy's mount (e.g. kubepods) whose cgroup.subtree_control lacks +dmem; empty: dmem delegated all the way down")
 	fs.StringVar(&f.namespace, "namespace", envOr("POD_NAMESPACE", "gpufrac-system"), "the plugin's namespace, where MPS daemon Pods run (env POD_NAMESPACE)")
 	fs.StringVar(&f.mpsDaemonImage, "mps-daemon-image", envOr("MPS_DAEMON_IMAGE", ""),
 		"this plugin's own image, which the MPS control daemon Pods run: its gpufrac-mps-launcher runs the node's nvidia-cuda-mps-control under --driver-root (the chart sets it; env MPS_DAEMON_IMAGE); empty turns MPS off on this node")
@@ -276,7 +279,8 @@ func simulate(ctx context.Context, f *flags, cfg *plugin.Config) error {
 	if f.simulateCgroup != "v1" && f.simulateCgroup != "v2" {
 		return fmt.Errorf("--simulate-cgroup %q: want v1 or v2", f.simulateCgroup)
 	}
-	node, err := gpusim.NewNodeWith(f.simulateGPUs, f.nodeName, gpusim.NodeOptions{Enforcement: enforcement, CgroupV1: f.simulateCgroup == "v1"})
+	node, err := gpusim.NewNodeWith(f.simulateGPUs, f.nodeName, gpusim.NodeOptions{Enforcement: enforcement, CgroupV1: f.simulateCgroup == "v1",
+		DmemUndelegated: f.simulateUndelegated})
 	if err != nil {
 		return fmt.Errorf("--simulate-gpus: %w", err)
 	}

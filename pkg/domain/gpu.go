@@ -121,7 +121,11 @@ type Inventory struct {
 	DriverVersion     string // as NVML reports it, e.g. "615.23.01"
 	CUDADriverVersion string // "13.4"
 	Enforcement       Enforcement
-	MPSVersion        string
+	// EnforcementNote says why Enforcement is less than the driver
+	// offers (e.g. dmem not delegated down the kubelet's pod cgroups);
+	// empty when it is not.
+	EnforcementNote string
+	MPSVersion      string
 	// Skipped lists GPUs left out, with the reason, for status reporting.
 	Skipped []SkippedGPU
 }

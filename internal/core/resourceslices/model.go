@@ -41,6 +41,10 @@ const (
 	AttrMemoryEnforcement     resourceapi.QualifiedName = "memoryEnforcement"
 	AttrMPSVersion            resourceapi.QualifiedName = "mpsVersion"
 	AttrComputeModes          resourceapi.QualifiedName = "computeModes"
+	// AttrMemoryEnforcementNote says why memoryEnforcement is less than
+	// the driver offers (e.g. dmem not delegated down the pod cgroups);
+	// absent when it is not.
+	AttrMemoryEnforcementNote resourceapi.QualifiedName = "memoryEnforcementNote"
 )
 
 // MaxDevicesPerSlice is the API's limit for slices whose devices carry
@@ -79,6 +83,9 @@ func Device(gpu domain.GPU, inv *domain.Inventory) (resourceapi.Device, error) {
 		AttrMemoryEnforcement:     {StringValue: ptr.To(string(inv.Enforcement))},
 		AttrMPSVersion:            {StringValue: ptr.To(inv.MPSVersion)},
 		AttrComputeModes:          {StringValue: ptr.To(computeModes(gpu))},
+	}
+	if inv.EnforcementNote != "" {
+		attrs[AttrMemoryEnforcementNote] = resourceapi.DeviceAttribute{StringValue: ptr.To(truncate(inv.EnforcementNote))}
 	}
 	if gpu.PCIBusID != "" {
 		attrs[deviceattribute.StandardDeviceAttributePCIBusID] = resourceapi.DeviceAttribute{StringValue: ptr.To(gpu.PCIBusID)}

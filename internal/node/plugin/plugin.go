@@ -213,6 +213,9 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 
 	p.startStatus(bgCtx, cfg, ckpt)
+	if inv.EnforcementNote != "" {
+		p.events.EnforcementReduced(cfg.NodeName, inv.Enforcement, inv.EnforcementNote)
+	}
 	mpsManager, err := p.newPreparer(ctx, bgCtx, cfg, ckpt, cdi)
 	if err != nil {
 		return nil, err
