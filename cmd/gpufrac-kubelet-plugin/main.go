@@ -68,6 +68,7 @@ type flags struct {
 	mpsReadyTimeout     time.Duration
 	mpsSafetyMiB        int64
 	mpsSafetyPercent    int
+	mpsServerReserveMiB int64
 	statusClearDelay    time.Duration
 	statusBurstQuiet    time.Duration
 	smSharingGPUs       string
@@ -135,6 +136,8 @@ func newCommand() *cobra.Command {
 		"pinned memory limit (MiB, at least 1) of the MPS v3 shared server's default namespace, where only a misrouted client lands")
 	fs.IntVar(&f.mpsSafetyPercent, "mps-default-namespace-thread-percentage", mps.DefaultSafetyLimits.ActiveThreadPercentage,
 		"active thread percentage (1 to 100) of the MPS v3 shared server's default namespace")
+	fs.Int64Var(&f.mpsServerReserveMiB, "mps-server-reserve-mib", domain.DefaultServerReserveMiB,
+		"MiB of each GPU kept back from its published memory for the MPS server's own context, on nodes that run MPS daemons (0 to 'below the GPU's memory'; the default is inferred: docs/enforcement.md)")
 	fs.DurationVar(&f.statusClearDelay, "status-clear-delay", claimstatus.DefaultClearDelay,
 		"how long the write clearing an unprepared claim's status.devices waits; a claim prepared again, deleted or deallocated meanwhile needs none (0: at once)")
 	fs.DurationVar(&f.statusBurstQuiet, "status-burst-quiet", claimstatus.DefaultBurstQuiet,
@@ -225,6 +228,7 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 		MPS: plugin.MPSConfig{
 			Namespace: f.namespace, Image: f.mpsDaemonImage,
 			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: mps.DaemonTemplate, ReadyTimeout: f.mpsReadyTimeout,
+			ServerReserveMiB: f.mpsServerReserveMiB,
 		},
 		CDI:              cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode},
 		Failpoint:        failpointHook(),
@@ -255,6 +259,9 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 
 	for _, x := range f.ignoredXIDs {
 		cfg.Health.IgnoredXIDs = append(cfg.Health.IgnoredXIDs, uint64(x))
+	}
+	if f.mpsServerReserveMiB < 0 {
+		return plugin.Config{}, fmt.Errorf("--mps-server-reserve-mib %d: must not be negative", f.mpsServerReserveMiB)
 	}
 	if err := cfg.MPS.DefaultNamespaceLimits.Validate(); err != nil {
 		return plugin.Config{}, fmt.Errorf("--mps-default-namespace-memory-mib, --mps-default-namespace-thread-percentage: %w", err)

@@ -59,6 +59,10 @@ type GPU struct {
 	// ComputeModes is the node's policy for this GPU (see ComputeModes*),
 	// set from the plugin's --sm-sharing-gpus after discovery.
 	ComputeModes string
+	// ServerReserveBytes is kept back from what the GPU offers for the
+	// MPS server's own context, on nodes that run MPS daemons (the
+	// plugin's --mps-server-reserve-mib); 0 elsewhere.
+	ServerReserveBytes uint64
 }
 
 // Values of GPU.ComputeModes and of the computeModes device attribute.
