@@ -471,7 +471,7 @@ server_reserve_check() {
 	ctx=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | awk -F', ' -v p="$server" '$1 == p {print $2}')
 	echo quit | CUDA_MPS_PIPE_DIRECTORY=$work/rpipe nvidia-cuda-mps-control >/dev/null 2>&1
 	echo "FACT: MPS server (pid ${server:-?}) context: ${ctx:-unlisted} MiB by nvidia-smi; GPU used ${before} MiB before, ${during} MiB with the server up"
-	reserve=$(go run ./test/gpu/render -part server-reserve 2>/dev/null || echo 1024)
+	reserve=$(go run ./test/gpu/render -part server-reserve) || { fail "server reserve: cannot read the default"; return; }
 	used=${ctx:-$((during - before))}
 	if [ -n "$used" ] && [ "$used" -le "$reserve" ]; then
 		pass "server reserve: the MPS server's context ($used MiB) fits the default reserve ($reserve MiB)"
