@@ -40,19 +40,19 @@ type Claim struct {
 
 // GPU is one device of a node.
 type GPU struct {
-	Node       string   `json:"node"`
-	Device     string   `json:"device"`
-	UUID       string   `json:"uuid"`
-	Model      string   `json:"model"`
-	Memory     int64    `json:"memoryBytes"`
+	Node   string `json:"node"`
+	Device string `json:"device"`
+	UUID   string `json:"uuid"`
+	Model  string `json:"model"`
+	Memory int64  `json:"memoryBytes"`
 	// ServerReserve is what the GPU keeps back beyond Memory for the MPS
 	// server's context (the slice's mpsServerReserveMiB); 0 where none.
-	ServerReserve int64 `json:"serverReserveBytes,omitempty"`
-	Guaranteed int64    `json:"guaranteedBytes"`
-	LimitSum   int64    `json:"limitSumBytes"`
-	Overcommit float64  `json:"overcommit"`
-	Claims     []Claim  `json:"claims"`
-	Taints     []string `json:"taints,omitempty"`
+	ServerReserve int64    `json:"serverReserveBytes,omitempty"`
+	Guaranteed    int64    `json:"guaranteedBytes"`
+	LimitSum      int64    `json:"limitSumBytes"`
+	Overcommit    float64  `json:"overcommit"`
+	Claims        []Claim  `json:"claims"`
+	Taints        []string `json:"taints,omitempty"`
 }
 
 // Build lists every gpufrac GPU (optionally of one node) with its claims.
