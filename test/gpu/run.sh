@@ -449,6 +449,22 @@ reservation_check() {
 	else
 		fail "root reservation: root dmem.min $(minof "$root"), leaf B $(minof "$root/qos/podB/b"); want 0 and $soft"
 	fi
+	# A cgroup whose parent does not enable +dmem has no dmem files: NVML's
+	# set must refuse it as "not found" (inferred code: ERROR_NOT_FOUND),
+	# which the simulated driver answers for a DmemUndelegated level.
+	mkdir -p "$root/nodmem/c"
+	sh -c "echo \$\$ > $root/nodmem/c/cgroup.procs; exec sleep 300" &
+	nd=$!
+	sleep 0.5
+	ndout=$(echo "{\"ociVersion\":\"1.2.0\",\"id\":\"gpu-check-nd\",\"status\":\"created\",\"pid\":$nd,\"bundle\":\"/\"}" |
+		"$work/gpufrac-cdi-hook" apply --gpu "$uuid=$soft:$((4 << 30))" 2>&1)
+	echo "FACT: the hook on a cgroup without dmem files: $ndout"
+	if echo "$ndout" | grep -q ERROR_NOT_FOUND; then
+		pass "root reservation: NVML refuses a cgroup without dmem files with NOT_FOUND"
+	else
+		fail "root reservation: NVML's answer for a cgroup without dmem files is not NOT_FOUND (see FACT); gpusim's DmemUndelegated must answer the same"
+	fi
+	kill $nd; wait $nd 2>/dev/null; rmdir "$root/nodmem/c" "$root/nodmem"
 	rootlim=$(nvidia-smi memory-limits --get -n "$root" -i "$uuid" 2>&1 | tr '\n' ' ')
 	echo "FACT: the root's limits after the reset: $rootlim"
 	kill $holder; wait $holder 2>/dev/null
