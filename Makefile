@@ -33,6 +33,11 @@ build-cli:
 		CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -o $(BIN)/kubectl-gpufrac-$${p%/*}-$${p#*/} ./cmd/kubectl-gpufrac || exit 1; \
 	done
 
+# Every `go test` here names its timeout: go's default (10 minutes a test
+# binary) is shorter than a loaded machine needs for the real-node tier, and
+# a silent default would move with Go. One binary running past this is a hang.
+TEST_TIMEOUT ?= 30m
+
 # The whole suite, with the race detector. -count=1 because several tests
 # exercise real sockets and processes whose results must not be cached.
 # kube-binaries first: on a fresh machine the integration tests' upstream
@@ -41,8 +46,8 @@ build-cli:
 # run alone). It also builds the real node of test/e2e where that can run
 # (root, Linux, writable cgroups), and otherwise says why test/e2e skips.
 test: kube-binaries
-	$(GO) test -race -count=1 ./...
-	cd test/bench/packing && $(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	cd test/bench/packing && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(MAKE) test-helm
 
 # The tests that need no control plane and no upstream binaries: every
@@ -56,8 +61,8 @@ test-unit:
 		grep -v -E ' github.com/gpufrac/gpufrac/test/(harness|kubebuild|nodebuild) ' | \
 		cut -d' ' -f1 | sed 's/\.test$$//'); \
 	echo "$(GO) test -count=1 $(UNIT_FLAGS) <$$(echo $$pkgs | wc -w) packages>"; \
-	$(GO) test -count=1 $(UNIT_FLAGS) $$pkgs
-	cd test/bench/packing && $(GO) test -count=1 $(UNIT_FLAGS) ./...
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(UNIT_FLAGS) $$pkgs
+	cd test/bench/packing && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(UNIT_FLAGS) ./...
 
 # The Helm chart's tests live in their own module (test/helm, so the Helm SDK
 # stays out of gpufrac's go.mod), which `go test ./...` from the root does
@@ -73,7 +78,7 @@ test-helm:
 # chart's release on a real node (test/helm). Root only.
 e2e:
 	@$(GO) run ./test/cmd/kube-binaries -q -node
-	$(GO) test -count=1 -v ./test/e2e/
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/
 	cd test/helm && $(GO) test -count=1 -timeout 30m -v -run TestHelmReleaseOnTheRealNode .
 
 # Each fuzz target for FUZZTIME (go test -fuzz takes one target at a time);
@@ -92,7 +97,7 @@ FUZZ_TARGETS := \
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		echo "== $${t%%:*} ($(FUZZTIME))"; \
-		$(GO) test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) $${t#*:} || exit 1; \
+		$(GO) test -run '^$$' -fuzz "^$${t%%:*}$$" -fuzztime $(FUZZTIME) -timeout $(TEST_TIMEOUT) $${t#*:} || exit 1; \
 	done
 
 # The packing comparison (and its chart, docs/packing.png), the Prepare

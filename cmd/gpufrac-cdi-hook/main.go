@@ -82,6 +82,6 @@ func newCommand() *cobra.Command {
 	}
 	install.Flags().StringVar(&installDir, "dir", "", "directory to install into (the host directory of the plugin's --cdi-hook-path)")
 	_ = install.MarkFlagRequired("dir")
-	root.AddCommand(apply, install)
+	root.AddCommand(apply, install, newLDCacheCommand())
 	return root
 }

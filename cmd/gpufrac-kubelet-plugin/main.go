@@ -10,6 +10,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -33,6 +34,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
 	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
+	"github.com/gpufrac/gpufrac/internal/node/driverspec"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/internal/node/mpslauncher"
@@ -64,6 +66,7 @@ type flags struct {
 	namespace           string
 	mpsDaemonImage      string
 	driverRootMount     string
+	devRoot             string
 	mpsTemplate         string
 	mpsReadyTimeout     time.Duration
 	mpsSafetyMiB        int64
@@ -115,7 +118,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.cdiHookPath, "cdi-hook-path", envOr("CDI_HOOK_PATH", "/var/lib/gpufrac/bin/gpufrac-cdi-hook"),
 		"host path of gpufrac-cdi-hook, which CDI specs run when a container is created")
 	fs.StringVar(&f.driverRoot, "driver-root", envOr("NVIDIA_DRIVER_ROOT", "/"),
-		"host path of the NVIDIA driver installation (the chart's nvidiaDriverRoot: / for a driver on the host, /run/nvidia/driver with the GPU Operator); gpufrac-cdi-hook loads NVML under it (env NVIDIA_DRIVER_ROOT)")
+		"host path of the NVIDIA driver installation (the chart's nvidiaDriverRoot: / for a driver on the host, /run/nvidia/driver with the GPU Operator); gpufrac-cdi-hook loads NVML under it and every claim's CDI spec mounts the driver's libraries and binaries from it (env NVIDIA_DRIVER_ROOT)")
 	fs.StringVar(&f.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "mount point of the cgroup hierarchy (dmem enforcement needs cgroup v2)")
 	fs.StringVar(&f.metricsAddress, "metrics-address", envOr("METRICS_ADDRESS", ":8080"), "address for /metrics and /healthz; empty disables")
 	fs.StringVar(&f.simulateGPUs, "simulate-gpus", envOr("SIMULATE_GPUS", ""),
@@ -130,7 +133,9 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.mpsDaemonImage, "mps-daemon-image", envOr("MPS_DAEMON_IMAGE", ""),
 		"this plugin's own image, which the MPS control daemon Pods run: its gpufrac-mps-launcher runs the node's nvidia-cuda-mps-control under --driver-root (the chart sets it; env MPS_DAEMON_IMAGE); empty turns MPS off on this node")
 	fs.StringVar(&f.driverRootMount, "driver-root-mount", "",
-		"where this process sees --driver-root (the chart mounts it at /driver-root); nvidia-cuda-mps-control is looked up under it; default --driver-root")
+		"where this process sees --driver-root (the chart mounts it at /driver-root); nvidia-cuda-mps-control and the driver's files are looked up under it; default --driver-root")
+	fs.StringVar(&f.devRoot, "dev-root", envOr("NVIDIA_DEV_ROOT", ""),
+		"host path of the root the NVIDIA device nodes are under (env NVIDIA_DEV_ROOT); default --driver-root where it has a dev folder (the GPU Operator's), else /")
 	fs.StringVar(&f.mpsTemplate, "mps-template", envOr("MPS_TEMPLATE", ""), "file with the MPS daemon Pod template; empty uses the built-in internal/node/mps/mps-control-daemon.yaml")
 	fs.Int64Var(&f.mpsSafetyMiB, "mps-default-namespace-memory-mib", mps.DefaultSafetyLimits.PinnedMemoryMiB,
 		"pinned memory limit (MiB, at least 1) of the MPS v3 shared server's default namespace, where only a misrouted client lands")
@@ -255,6 +260,9 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 		mount := cmp.Or(f.driverRootMount, f.driverRoot)
 		cfg.InventoryOptions.LookPath = func(file string) (string, error) { return mpslauncher.FindInRoot(mount, file) }
 		cfg.InventoryOptions.PCIeRoot = plugin.HostPCIeRoot
+		if err := realDriverFiles(f, &cfg); err != nil {
+			return plugin.Config{}, err
+		}
 	}
 
 	for _, x := range f.ignoredXIDs {
@@ -276,6 +284,29 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 	return cfg, nil
 }
 
+// realDriverFiles makes the specs carry the driver's files and read the
+// device nodes under the dev root (internal/node/driverspec): a node
+// without the driver's libraries under --driver-root cannot run CUDA in
+// its containers, so the plugin does not start.
+func realDriverFiles(f *flags, cfg *plugin.Config) error {
+	mount := cmp.Or(f.driverRootMount, f.driverRoot)
+	driver, err := driverspec.Discover(driverspec.Options{Root: f.driverRoot, LookupRoot: mount})
+	if err != nil {
+		return fmt.Errorf("--driver-root %s: %w", f.driverRoot, err)
+	}
+	cfg.CDI.Driver = driver.Edits(f.driverRoot, f.cdiHookPath)
+	devRoot, devMount := f.devRoot, f.devRoot
+	if devRoot == "" {
+		devRoot = driverspec.DevRoot(f.driverRoot, mount)
+		devMount = "/"
+		if devRoot != "/" {
+			devMount = mount
+		}
+	}
+	cfg.CDI.DeviceNode = driverspec.DeviceNodeUnder(devRoot, devMount)
+	return nil
+}
+
 // simulate points cfg at the simulated node the --simulate-* flags
 // describe (internal/sim/simnode).
 func simulate(ctx context.Context, f *flags, cfg *plugin.Config) error {
@@ -294,6 +325,20 @@ func simulate(ctx context.Context, f *flags, cfg *plugin.Config) error {
 	lib, err := simnode.Configure(cfg, node, simnode.Paths{DriverRoot: f.driverRoot, DataDir: f.pluginDataDir})
 	if err != nil {
 		return err
+	}
+	// The simulated driver root may hold a (stub) driver's files, which
+	// the specs then carry as on a real node; one without them (most test
+	// tiers) gives specs without driver files.
+	driver, err := driverspec.Discover(driverspec.Options{Root: cfg.CDI.DriverRoot})
+	switch {
+	case errors.Is(err, driverspec.ErrNoDriver):
+		klog.FromContext(ctx).Info("The simulated driver root holds no driver libraries: CDI specs carry no driver files", "driverRoot", cfg.CDI.DriverRoot)
+	case err != nil:
+		return err
+	default:
+		cfg.CDI.Driver = driver.Edits(cfg.CDI.DriverRoot, f.cdiHookPath)
+		klog.FromContext(ctx).Info("CDI specs carry the simulated driver root's files", "driverRoot", cfg.CDI.DriverRoot, "version", driver.Version,
+			"libraries", driver.Libraries, "binaries", driver.Binaries)
 	}
 	klog.FromContext(ctx).Info("Simulating GPUs: no NVML, no real GPU is touched", "gpus", f.simulateGPUs, "driver", enforcement,
 		"cgroup", f.simulateCgroup, "simulatedDriver", lib)

@@ -34,6 +34,10 @@
 #    root's MPS binaries are and whether gpufrac's lookup finds them; on
 #    r615+, the v3 daemon script through gpufrac-mps-launcher (launcher_check).
 #    Needs Go (it builds the launcher) or GPUFRAC_MPS_LAUNCHER=<prebuilt>.
+# 5. Driver files (docs/design/nvidia-contract.md, "The driver in the
+#    spec"): libcuda.so.<NVML's driver version> is in a library folder
+#    gpufrac's discovery searches, and (inferred) a non-MIG CUDA process
+#    needs no /dev/nvidia-caps (driverfiles_check).
 # Prints PASS/FAIL per check and exits non-zero on any FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -520,7 +524,31 @@ incident_check() {
 	fi
 }
 
+# driverfiles_check: the driver version is the suffix of libcuda.so.<v> in
+# one of internal/node/driverspec's library folders; memalloc allocates
+# 1 GiB with /dev/nvidia-caps hidden (an empty tmpfs over it in a private
+# mount namespace), as a gpufrac container has it.
+driverfiles_check() {
+	found=""
+	for d in /usr/lib64 /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib/x86_64-linux-gnu/nvidia/current \
+		/lib64 /lib/x86_64-linux-gnu /lib/aarch64-linux-gnu; do
+		[ -f "$d/libcuda.so.$driver" ] && { found="$d/libcuda.so.$driver"; break; }
+	done
+	[ -n "$found" ] && pass "driver files: $found carries NVML's driver version $driver" ||
+		fail "driver files: no libcuda.so.$driver in the folders gpufrac searches"
+	if [ -d /dev/nvidia-caps ]; then
+		out=$(unshare -m sh -c "mount -t tmpfs none /dev/nvidia-caps && exec $work/memalloc 1024" 2>&1)
+	else
+		out=$("$work/memalloc" 1024 2>&1)
+	fi
+	case "$out" in
+	"allocated 1024 MiB"*) pass "driver files: a CUDA process without /dev/nvidia-caps allocates ($out)" ;;
+	*) fail "driver files: a CUDA process without /dev/nvidia-caps fails: $out" ;;
+	esac
+}
+
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)
+driverfiles_check
 mps_check legacy
 if [ "${driver%%.*}" -ge 615 ]; then
 	mps_check v3

@@ -18,6 +18,21 @@ type ProbeReport struct {
 	Devices map[string]string // path → "c major:minor"
 	Mounts  []string
 	MPSPipe []string // files in CUDA_MPS_PIPE_DIRECTORY
+	// EnvCount counts each variable's entries: a runtime that appends
+	// instead of replacing leaves two.
+	EnvCount map[string]int
+	// DriverLibs are the driver libraries as the container's
+	// /etc/ld.so.cache resolves them (name → what the probe found).
+	DriverLibs map[string]DriverLib
+	// Bins are the driver's binaries found on PATH (name → path).
+	Bins map[string]string
+}
+
+// DriverLib is one driver library resolved through the container's
+// linker cache; Missing says why it was not.
+type DriverLib struct {
+	CachePath, RealPath, SONAME string
+	Missing                     string
 }
 
 // Probe reads the report of a container running /probe from its log;
@@ -35,7 +50,8 @@ func (n *RealNode) Probe(pod *v1.Pod, container string) (_ *ProbeReport, ok bool
 
 // ParseProbe reads the probe's "KIND value" lines.
 func ParseProbe(out string) *ProbeReport {
-	r := &ProbeReport{Env: map[string]string{}, Devices: map[string]string{}}
+	r := &ProbeReport{Env: map[string]string{}, Devices: map[string]string{}, EnvCount: map[string]int{},
+		DriverLibs: map[string]DriverLib{}, Bins: map[string]string{}}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		kind, rest, _ := strings.Cut(sc.Text(), " ")
@@ -43,6 +59,7 @@ func ParseProbe(out string) *ProbeReport {
 		case "ENV":
 			k, v, _ := strings.Cut(rest, "=")
 			r.Env[k] = v
+			r.EnvCount[k]++
 		case "DEV":
 			path, dev, _ := strings.Cut(rest, " ")
 			r.Devices[path] = dev
@@ -50,6 +67,18 @@ func ParseProbe(out string) *ProbeReport {
 			r.Mounts = append(r.Mounts, rest)
 		case "MPSPIPE":
 			r.MPSPipe = append(r.MPSPipe, rest)
+		case "DRIVERLIB":
+			name, found, _ := strings.Cut(rest, " ")
+			if why, missing := strings.CutPrefix(found, "missing "); missing {
+				r.DriverLibs[name] = DriverLib{Missing: why}
+			} else if f := strings.Fields(found); len(f) == 3 {
+				r.DriverLibs[name] = DriverLib{CachePath: f[0], RealPath: f[1], SONAME: f[2]}
+			} else {
+				r.DriverLibs[name] = DriverLib{Missing: "unreadable probe line: " + found}
+			}
+		case "BIN":
+			name, path, _ := strings.Cut(rest, " ")
+			r.Bins[name] = path
 		}
 	}
 	return r

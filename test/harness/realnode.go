@@ -47,6 +47,10 @@ type RealNodeOptions struct {
 	ChartPlugin bool
 	// Labels are the Node's labels besides gpufrac.dev/real-node=true.
 	Labels map[string]string
+	// StubDriver puts the stub driver (InstallStubDriver) in the node's
+	// driver root before the plugin starts, so every claim's CDI spec
+	// carries driver files.
+	StubDriver bool
 }
 
 // ChartPluginDataDir is the chart's plugin data directory (its default
@@ -209,6 +213,11 @@ func (cp *ControlPlane) AddRealNode(ctx context.Context, opts RealNodeOptions) (
 	// the script's shell: the daemon Pods chroot into it.
 	if err := n.InstallMPSDouble(ctx, filepath.Join(n.PluginDataDir, "simulated-driver-root")); err != nil {
 		return nil, err
+	}
+	if opts.StubDriver {
+		if _, err := n.InstallStubDriver(ctx, filepath.Join(n.PluginDataDir, "simulated-driver-root")); err != nil {
+			return nil, err
+		}
 	}
 	if opts.ChartPlugin {
 		return n, nil

@@ -68,6 +68,11 @@ type Options struct {
 	DeviceNode func(path string) (cdispec.DeviceNode, error)
 	// Counter, when set, counts spec files written (and fsyncs: none).
 	Counter *filewrite.Counter
+	// Driver, when set, are the driver's files every claim's container
+	// gets (internal/node/driverspec): its libraries and binaries from the
+	// driver root and the hook that adds them to the linker cache, so the
+	// spec needs no NVIDIA runtime.
+	Driver *cdispec.ContainerEdits
 }
 
 // SpecName is the transient spec file name of a claim: one file per claim,
@@ -111,6 +116,11 @@ func Build(c *plan.Claim, opts Options) (*cdispec.Spec, error) {
 	}
 	if h := hook(c, opts); h != nil {
 		claimEdits.Hooks = []*cdispec.Hook{h}
+	}
+	if d := opts.Driver; d != nil {
+		claimEdits.Mounts = append(claimEdits.Mounts, d.Mounts...)
+		claimEdits.DeviceNodes = append(claimEdits.DeviceNodes, d.DeviceNodes...)
+		claimEdits.Hooks = append(claimEdits.Hooks, d.Hooks...)
 	}
 	spec.ContainerEdits = claimEdits
 

@@ -180,7 +180,9 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 			if noMPS {
 				args = append(args, "--mps-daemon-image=")
 			}
-			n, err := cp.AddRealNode(ctx, harness.RealNodeOptions{Name: name, GPUs: o.gpus, PluginArgs: args})
+			// The stub driver in its driver root: every claim's CDI spec
+			// carries the driver's files (TestCDISpecNeedsNoNvidiaRuntime).
+			n, err := cp.AddRealNode(ctx, harness.RealNodeOptions{Name: name, GPUs: o.gpus, PluginArgs: args, StubDriver: true})
 			if err != nil {
 				return fail(err)
 			}

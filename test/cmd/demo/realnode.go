@@ -136,6 +136,11 @@ func (r *reporter) realContainers(w io.Writer) {
 				}
 			}
 			_, _ = fmt.Fprintf(w, "      dev    %s\n", strings.Join(devs, " "))
+			// The driver the claim's CDI spec gave it, as its own
+			// /etc/ld.so.cache resolves it (no NVIDIA runtime on the node).
+			for _, line := range report.DriverFiles() {
+				_, _ = fmt.Fprintf(w, "      driver %s\n", line)
+			}
 			mps := report.Env["CUDA_MPS_PIPE_DIRECTORY"] != ""
 			for _, m := range report.Mounts {
 				// Every container has a /dev/shm; an MPS client's is the

@@ -4,7 +4,8 @@
 // Command e2e-probe is the program inside the end-to-end tests' image. As
 // /pause it is the pod sandbox (it waits for a signal); as /probe it prints
 // what the container sees (its environment, its /dev, its mounts, the files
-// of its MPS pipe directory) as "KIND value" lines between PROBE BEGIN and
+// of its MPS pipe directory, its linker cache and the driver files it
+// resolves to) as "KIND value" lines between PROBE BEGIN and
 // PROBE END, then waits for a signal, so the pod stays Running while the
 // test reads the log. Static, so it runs in an image without a libc.
 package main
@@ -64,5 +65,6 @@ func probe() {
 			fmt.Println("MPSPIPE", f.Name())
 		}
 	}
+	printDriver()
 	fmt.Println("PROBE END")
 }
