@@ -59,6 +59,7 @@ type flags struct {
 	cgroupRoot          string
 	driverRoot          string
 	simulateCgroup      string
+	simulateUndelegated string
 	metricsAddress      string
 	simulateGPUs        string
 	simulateEnforcement string
@@ -71,6 +72,7 @@ type flags struct {
 	mpsReadyTimeout     time.Duration
 	mpsSafetyMiB        int64
 	mpsSafetyPercent    int
+	mpsServerReserveMiB int64
 	statusClearDelay    time.Duration
 	statusBurstQuiet    time.Duration
 	smSharingGPUs       string
@@ -131,6 +133,8 @@ func newCommand() *cobra.Command {
 		"with --simulate-gpus: the driver to simulate: dmem (r615, per-cgroup limits), mps (older driver, legacy MPS), none (older driver, no MPS)")
 	fs.StringVar(&f.simulateCgroup, "simulate-cgroup", "v2",
 		"with --simulate-gpus: the node's cgroup hierarchy, v2 or v1 (where no driver sets per-cgroup limits)")
+	fs.StringVar(&f.simulateUndelegated, "simulate-dmem-undelegated", "",
+		"with --simulate-gpus: a cgroup below the hierarchy's mount (e.g. kubepods) whose cgroup.subtree_control lacks +dmem; empty: dmem delegated all the way down")
 	fs.StringVar(&f.namespace, "namespace", envOr("POD_NAMESPACE", "gpufrac-system"), "the plugin's namespace, where MPS daemon Pods run (env POD_NAMESPACE)")
 	fs.StringVar(&f.mpsDaemonImage, "mps-daemon-image", envOr("MPS_DAEMON_IMAGE", ""),
 		"this plugin's own image, which the MPS control daemon Pods run: its gpufrac-mps-launcher runs the node's nvidia-cuda-mps-control under --driver-root (the chart sets it; env MPS_DAEMON_IMAGE); empty turns MPS off on this node")
@@ -143,6 +147,8 @@ func newCommand() *cobra.Command {
 		"pinned memory limit (MiB, at least 1) of the MPS v3 shared server's default namespace, where only a misrouted client lands")
 	fs.IntVar(&f.mpsSafetyPercent, "mps-default-namespace-thread-percentage", mps.DefaultSafetyLimits.ActiveThreadPercentage,
 		"active thread percentage (1 to 100) of the MPS v3 shared server's default namespace")
+	fs.Int64Var(&f.mpsServerReserveMiB, "mps-server-reserve-mib", domain.DefaultServerReserveMiB,
+		"MiB of each GPU kept back from its published memory for the MPS server's own context, on nodes that run MPS daemons (0 to 'below the GPU's memory'; the default is inferred: docs/enforcement.md)")
 	fs.DurationVar(&f.statusClearDelay, "status-clear-delay", claimstatus.DefaultClearDelay,
 		"how long the write clearing an unprepared claim's status.devices waits, at most 10m; a claim prepared again, deleted or deallocated meanwhile needs none (0: at once)")
 	fs.DurationVar(&f.statusBurstQuiet, "status-burst-quiet", claimstatus.DefaultBurstQuiet,
@@ -264,6 +270,7 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 		MPS: plugin.MPSConfig{
 			Namespace: f.namespace, Image: f.mpsDaemonImage,
 			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: mps.DaemonTemplate, ReadyTimeout: f.mpsReadyTimeout,
+			ServerReserveMiB: f.mpsServerReserveMiB,
 		},
 		CDI:              cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode, ShmSizeBytes: shmSize},
 		Failpoint:        failpointHook(),
@@ -297,6 +304,9 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 
 	for _, x := range f.ignoredXIDs {
 		cfg.Health.IgnoredXIDs = append(cfg.Health.IgnoredXIDs, uint64(x))
+	}
+	if f.mpsServerReserveMiB < 0 {
+		return plugin.Config{}, fmt.Errorf("--mps-server-reserve-mib %d: must not be negative", f.mpsServerReserveMiB)
 	}
 	if err := cfg.MPS.DefaultNamespaceLimits.Validate(); err != nil {
 		return plugin.Config{}, fmt.Errorf("--mps-default-namespace-memory-mib, --mps-default-namespace-thread-percentage: %w", err)
@@ -344,7 +354,8 @@ func simulate(ctx context.Context, f *flags, cfg *plugin.Config) error {
 	if f.simulateCgroup != "v1" && f.simulateCgroup != "v2" {
 		return fmt.Errorf("--simulate-cgroup %q: want v1 or v2", f.simulateCgroup)
 	}
-	node, err := gpusim.NewNodeWith(f.simulateGPUs, f.nodeName, gpusim.NodeOptions{Enforcement: enforcement, CgroupV1: f.simulateCgroup == "v1"})
+	node, err := gpusim.NewNodeWith(f.simulateGPUs, f.nodeName, gpusim.NodeOptions{Enforcement: enforcement, CgroupV1: f.simulateCgroup == "v1",
+		DmemUndelegated: f.simulateUndelegated})
 	if err != nil {
 		return fmt.Errorf("--simulate-gpus: %w", err)
 	}

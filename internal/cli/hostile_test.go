@@ -356,7 +356,7 @@ func TestHostileAllocationsInStatus(t *testing.T) {
 	}
 	got := out.String()
 	lines := strings.Split(got, "\n")
-	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "node-a gpu-0 141Gi 40Gi 40Gi 0.28 5" {
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "node-a gpu-0 141Gi - 40Gi 40Gi 0.28 5" {
 		t.Errorf("gpu-0 row %q, want only the 40Gi share summed", lines[1])
 	}
 	for _, v := range []string{"1e30", "-1Gi", "9223372036854775807", "142Gi"} {

@@ -56,9 +56,13 @@ func newStatusCommand(streams IOStreams, access *genericclioptions.ConfigFlags, 
 
 func printStatus(out io.Writer, gpus []status.GPU) error {
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "NODE\tGPU\tMODEL\tMEMORY\tGUARANTEED\tLIMITS\tOVERCOMMIT\tCLAIMS\tTAINTS")
+	fmt.Fprintln(w, "NODE\tGPU\tMODEL\tMEMORY\tSERVER RESERVE\tGUARANTEED\tLIMITS\tOVERCOMMIT\tCLAIMS\tTAINTS")
 	for _, g := range gpus {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%d\t%s\n", g.Node, g.Device, g.Model, bytesQ(g.Memory),
+		reserve := "-"
+		if g.ServerReserve > 0 {
+			reserve = bytesQ(g.ServerReserve)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.2f\t%d\t%s\n", g.Node, g.Device, g.Model, bytesQ(g.Memory), reserve,
 			bytesQ(g.Guaranteed), bytesQ(g.LimitSum), g.Overcommit, len(g.Claims), strings.Join(g.Taints, ","))
 		for _, c := range g.Claims {
 			mode := c.Mode
@@ -68,7 +72,7 @@ func printStatus(out io.Writer, gpus []status.GPU) error {
 			if c.Invalid != "" {
 				mode += " INVALID: " + c.Invalid
 			}
-			fmt.Fprintf(w, "  %s/%s\tpods: %s\t%s\t\t%s\t%s\t%s\t\t\n", c.Namespace, c.Name, strings.Join(c.Pods, ","), "",
+			fmt.Fprintf(w, "  %s/%s\tpods: %s\t%s\t\t\t%s\t%s\t%s\t\t\n", c.Namespace, c.Name, strings.Join(c.Pods, ","), "",
 				bytesQ(c.Request), bytesQ(c.Limit), mode)
 		}
 	}

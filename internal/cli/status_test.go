@@ -29,7 +29,7 @@ func TestStatusCommand(t *testing.T) {
 	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: resourceapi.ResourceSliceSpec{
 		Driver: "gpufrac.dev", NodeName: ptr.To("node-a"), Pool: resourceapi.ResourcePool{Name: "node-a", ResourceSliceCount: 1},
 		Devices: []resourceapi.Device{
-			{Name: "gpu-0", Attributes: attrs("GPU-0"), Capacity: capacity},
+			{Name: "gpu-0", Attributes: withReserve(attrs("GPU-0"), 1024), Capacity: capacity},
 			{Name: "gpu-1", Attributes: attrs("GPU-1"), Capacity: capacity, Taints: []resourceapi.DeviceTaint{{Key: "gpufrac.dev/unhealthy", Value: "XID-79", Effect: "NoSchedule"}}},
 		}}}
 	data, _ := json.Marshal(map[string]string{"uuid": "GPU-0", "memoryRequest": "40Gi", "memoryLimit": "60Gi", "computeMode": "TimeSlicing", "enforcement": "dmem"})
@@ -52,8 +52,11 @@ func TestStatusCommand(t *testing.T) {
 	}
 	got := out.String()
 	lines := strings.Split(got, "\n")
-	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "node-a gpu-0 NVIDIA H200 141GB HBM3e 141Gi 40Gi 60Gi 0.43 1" {
-		t.Errorf("gpu-0 row %q", lines[1])
+	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "node-a gpu-0 NVIDIA H200 141GB HBM3e 141Gi 1Gi 40Gi 60Gi 0.43 1" {
+		t.Errorf("gpu-0 row %q: want the server reserve (1Gi) after the memory", lines[1])
+	}
+	if f := strings.Fields(lines[3]); !strings.Contains(lines[0], "SERVER RESERVE") || len(f) < 8 || f[1] != "gpu-1" || f[7] != "-" {
+		t.Errorf("status lacks the SERVER RESERVE column, or gpu-1's '-':\n%s", got)
 	}
 	for _, want := range []string{"team/llm", "pods: llm-0", "TimeSlicing", "gpufrac.dev/unhealthy=XID-79:NoSchedule"} {
 		if !strings.Contains(got, want) {
@@ -69,6 +72,7 @@ func TestStatusCommand(t *testing.T) {
 	}
 	var gpus []struct {
 		Device     string
+		Reserve    int64 `json:"serverReserveBytes"`
 		Guaranteed int64 `json:"guaranteedBytes"`
 		LimitSum   int64 `json:"limitSumBytes"`
 		Claims     []struct{ Prepared bool }
@@ -76,7 +80,13 @@ func TestStatusCommand(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &gpus); err != nil {
 		t.Fatal(err)
 	}
-	if len(gpus) != 2 || gpus[0].Guaranteed != 40<<30 || gpus[0].LimitSum != 60<<30 || !gpus[0].Claims[0].Prepared || len(gpus[1].Claims) != 0 {
+	if len(gpus) != 2 || gpus[0].Reserve != 1<<30 || gpus[1].Reserve != 0 || gpus[0].Guaranteed != 40<<30 || gpus[0].LimitSum != 60<<30 || !gpus[0].Claims[0].Prepared || len(gpus[1].Claims) != 0 {
 		t.Errorf("json %+v", gpus)
 	}
+}
+
+// withReserve adds the slice's MPS server reserve (MiB) to attrs.
+func withReserve(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, mib int64) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
+	attrs["mpsServerReserveMiB"] = resourceapi.DeviceAttribute{IntValue: ptr.To(mib)}
+	return attrs
 }

@@ -134,7 +134,11 @@ func printWhyNodes(out io.Writer, nodes []why.NodeResult) error {
 			if g.ExcludedBy != "" {
 				excluded = ", excluded by " + g.ExcludedBy
 			}
-			fmt.Fprintf(w, "  %s\t\t%s free of %s, %s, enforcement %s%s\n", g.Device, bytesQ(g.FreeBytes), bytesQ(g.MemoryBytes), g.Model, g.Enforcement, excluded)
+			reserve := ""
+			if g.ServerReserveBytes > 0 {
+				reserve = fmt.Sprintf(" (%s more kept for the MPS server)", bytesQ(g.ServerReserveBytes))
+			}
+			fmt.Fprintf(w, "  %s\t\t%s free of %s%s, %s, enforcement %s%s\n", g.Device, bytesQ(g.FreeBytes), bytesQ(g.MemoryBytes), reserve, g.Model, g.Enforcement, excluded)
 		}
 	}
 	return w.Flush()

@@ -106,6 +106,30 @@ func TestWhyCommand(t *testing.T) {
 	}
 }
 
+// The GPUs a pending request was weighed against show the MPS server
+// reserve their slices state, in the text and in the JSON.
+func TestWhyCommandShowsTheServerReserve(t *testing.T) {
+	objs := whyCluster(t)
+	for _, o := range objs {
+		if s, ok := o.(*resourceapi.ResourceSlice); ok {
+			for i := range s.Spec.Devices {
+				s.Spec.Devices[i].Attributes["mpsServerReserveMiB"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(1024))}
+			}
+		}
+	}
+	client := fake.NewClientset(objs...)
+	if got := runWhy(t, client, "too-big", "-n", "team"); !strings.Contains(got, "41Gi free of 141Gi (1Gi more kept for the MPS server)") {
+		t.Errorf("why does not show the server reserve:\n%s", got)
+	}
+	var e why.Explanation
+	if err := json.Unmarshal([]byte(runWhy(t, client, "too-big", "-n", "team", "-o", "json")), &e); err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Nodes) != 1 || len(e.Nodes[0].GPUs) != 2 || e.Nodes[0].GPUs[0].ServerReserveBytes != 1<<30 {
+		t.Errorf("json %+v", e.Nodes)
+	}
+}
+
 // TestWhyCommandLimitedAccess: a user who may read only their namespace
 // still gets an answer, told what it could not see; the memory other
 // namespaces hold looks free to them, and the answer says that may be so.

@@ -38,3 +38,21 @@ func PublishedMemory(totalBytes uint64) resource.Quantity {
 	step := uint64(MemoryStep.Value())
 	return *resource.NewQuantity(int64(totalBytes/step*step), resource.BinarySI)
 }
+
+// OfferedMemory is what gpu offers to claims: its memory less the MPS
+// server reserve, rounded down to MemoryStep (PublishedMemory). A reserve
+// at or above the GPU's memory offers nothing; the plugin refuses such a
+// reserve at start.
+func OfferedMemory(gpu GPU) resource.Quantity {
+	if gpu.ServerReserveBytes >= gpu.MemoryBytes {
+		return *resource.NewQuantity(0, resource.BinarySI)
+	}
+	return PublishedMemory(gpu.MemoryBytes - gpu.ServerReserveBytes)
+}
+
+// DefaultServerReserveMiB is the default MPS server reserve per GPU. No
+// NVIDIA page states the server's memory footprint; a CUDA context takes
+// several hundred MiB (the reason for MemoryMin), so 1 GiB (four steps) is
+// a conservative choice, inferred, that test/gpu/run.sh measures against
+// the real server's context.
+const DefaultServerReserveMiB = 1024

@@ -59,6 +59,10 @@ type GPU struct {
 	// ComputeModes is the node's policy for this GPU (see ComputeModes*),
 	// set from the plugin's --sm-sharing-gpus after discovery.
 	ComputeModes string
+	// ServerReserveBytes is kept back from what the GPU offers for the
+	// MPS server's own context, on nodes that run MPS daemons (the
+	// plugin's --mps-server-reserve-mib); 0 elsewhere.
+	ServerReserveBytes uint64
 }
 
 // Values of GPU.ComputeModes and of the computeModes device attribute.
@@ -121,7 +125,11 @@ type Inventory struct {
 	DriverVersion     string // as NVML reports it, e.g. "615.23.01"
 	CUDADriverVersion string // "13.4"
 	Enforcement       Enforcement
-	MPSVersion        string
+	// EnforcementNote says why Enforcement is less than the driver
+	// offers (e.g. dmem not delegated down the kubelet's pod cgroups);
+	// empty when it is not.
+	EnforcementNote string
+	MPSVersion      string
 	// VisibleDevicesEnvvar is what the node's NVIDIA runtime does with a
 	// pod's own NVIDIA_VISIBLE_DEVICES; empty where nobody looked.
 	VisibleDevicesEnvvar VisibleDevicesEnvvar

@@ -30,6 +30,10 @@
 #    there: allocation must stop at the hard limit; then, with memalloc
 #    holding its memory, NVML's per-cgroup current use must read as
 #    borrowing and at the hard limit (the signals of internal/node/incident).
+# 5. The root reservation (r615+, dmem): NVIDIA's "force the root
+#    reservation to 0 after every set" as the hook does it (reservation_check).
+# 6. The MPS server's own context against the slice's server reserve
+#    (server_reserve_check).
 # 4. The node's own MPS (docs/nvidia-contract.md D4-D6): where the driver
 #    root's MPS binaries are and whether gpufrac's lookup finds them; on
 #    r615+, the v3 daemon script through gpufrac-mps-launcher (launcher_check).
@@ -504,6 +508,91 @@ dmem_check() {
 	kill $holder; wait $holder 2>/dev/null; rmdir "$cg"
 }
 
+# reservation_check (r615+, dmem): NVIDIA's deployment model "force the root
+# reservation to 0 after every set-limits call" as gpufrac-cdi-hook does it
+# (docs/design/nvidia-contract.md, inferred: NVML's set of soft 0 on a
+# non-leaf root). A tree root/qos/podA/a and root/qos/podB/b with +dmem all
+# the way down: set leaf A (nvidia-smi, no reset), delete A without a reset
+# (the leak), set leaf B through the hook (which then forces the root to 0),
+# reading dmem.min at each level after each step.
+reservation_check() {
+	[ -f /sys/fs/cgroup/dmem.capacity ] || { echo "SKIP: root reservation: no dmem controller (misc backend or kernel before 6.14)"; return; }
+	go build -o "$work/gpufrac-cdi-hook" ./cmd/gpufrac-cdi-hook || { fail "root reservation: cannot build the hook"; return; }
+	bus=$(nvidia-smi -i "$uuid" --query-gpu=pci.bus_id --format=csv,noheader | tr 'A-F' 'a-f'); bus=${bus#0000}
+	root=/sys/fs/cgroup/gpufrac-gpu-root-$$
+	grep -qw dmem /sys/fs/cgroup/cgroup.subtree_control || echo +dmem >/sys/fs/cgroup/cgroup.subtree_control
+	mkdir -p "$root/qos/podA/a" "$root/qos/podB/b" || { fail "root reservation: cannot create $root"; return; }
+	for d in "$root" "$root/qos" "$root/qos/podA" "$root/qos/podB"; do echo +dmem >"$d/cgroup.subtree_control" || fail "root reservation: cannot enable +dmem in $d"; done
+	minof() { v=$(grep -i "$bus" "$1/dmem.min" 2>/dev/null | awk '{print $2}'); echo "${v:-none}"; }
+	levels() { for d in "$root" "$root/qos" "$root/qos/podA" "$root/qos/podA/a" "$root/qos/podB" "$root/qos/podB/b"; do
+		[ -d "$d" ] && printf '%s=%s ' "${d#"$root"}" "$(minof "$d")"; done; echo; }
+	soft=$((2 << 30))
+	nvidia-smi memory-limits --set -n "$root/qos/podA/a" -i "$uuid" --soft-limit 2048 --hard-limit 4096 >/dev/null || { fail "root reservation: setting leaf A"; }
+	echo "FACT: dmem.min after set A: root$(levels)"
+	[ "$(minof "$root")" = "$soft" ] && pass "root reservation: setting leaf A raised the root's dmem.min to $soft (propagation)" ||
+		fail "root reservation: root dmem.min $(minof "$root") after setting leaf A, want $soft"
+	rmdir "$root/qos/podA/a" "$root/qos/podA"
+	echo "FACT: dmem.min after A deleted without a reset: root$(levels)"
+	[ "$(minof "$root/qos")" = "$soft" ] && pass "root reservation: A deleted without a reset leaves $soft in qos (the leak is real)" ||
+		fail "root reservation: qos dmem.min $(minof "$root/qos") after A deleted, want the leaked $soft"
+	sh -c "echo \$\$ > $root/qos/podB/b/cgroup.procs; exec sleep 300" &
+	holder=$!
+	sleep 0.5
+	echo "{\"ociVersion\":\"1.2.0\",\"id\":\"gpu-check-b\",\"status\":\"created\",\"pid\":$holder,\"bundle\":\"/\"}" |
+		"$work/gpufrac-cdi-hook" apply --gpu "$uuid=$soft:$((4 << 30))" || fail "root reservation: hook for leaf B failed"
+	echo "FACT: dmem.min after the hook set B and forced the root to 0: root$(levels)"
+	if [ "$(minof "$root")" = 0 ] && [ "$(minof "$root/qos/podB/b")" = "$soft" ]; then
+		pass "root reservation: after set B the root's dmem.min is 0 and B's leaf holds $soft (NVML soft 0 on a non-leaf works)"
+	else
+		fail "root reservation: root dmem.min $(minof "$root"), leaf B $(minof "$root/qos/podB/b"); want 0 and $soft"
+	fi
+	# A cgroup whose parent does not enable +dmem has no dmem files: NVML's
+	# set must refuse it as "not found" (inferred code: ERROR_NOT_FOUND),
+	# which the simulated driver answers for a DmemUndelegated level.
+	mkdir -p "$root/nodmem/c"
+	sh -c "echo \$\$ > $root/nodmem/c/cgroup.procs; exec sleep 300" &
+	nd=$!
+	sleep 0.5
+	ndout=$(echo "{\"ociVersion\":\"1.2.0\",\"id\":\"gpu-check-nd\",\"status\":\"created\",\"pid\":$nd,\"bundle\":\"/\"}" |
+		"$work/gpufrac-cdi-hook" apply --gpu "$uuid=$soft:$((4 << 30))" 2>&1)
+	echo "FACT: the hook on a cgroup without dmem files: $ndout"
+	if echo "$ndout" | grep -q ERROR_NOT_FOUND; then
+		pass "root reservation: NVML refuses a cgroup without dmem files with NOT_FOUND"
+	else
+		fail "root reservation: NVML's answer for a cgroup without dmem files is not NOT_FOUND (see FACT); gpusim's DmemUndelegated must answer the same"
+	fi
+	kill $nd; wait $nd 2>/dev/null; rmdir "$root/nodmem/c" "$root/nodmem"
+	rootlim=$(nvidia-smi memory-limits --get -n "$root" -i "$uuid" 2>&1 | tr '\n' ' ')
+	echo "FACT: the root's limits after the reset: $rootlim"
+	kill $holder; wait $holder 2>/dev/null
+	nvidia-smi memory-limits --set -n "$root/qos/podB/b" -i "$uuid" --soft-limit 0 --hard-limit max >/dev/null
+	rmdir "$root/qos/podB/b" "$root/qos/podB" "$root/qos" "$root"
+}
+
+# server_reserve_check: the MPS server's own context on the GPU, which the
+# slice's server reserve (--mps-server-reserve-mib) must cover: the GPU's
+# used memory with an MPS control daemon and a server up, less before.
+server_reserve_check() {
+	before=$(nvidia-smi -i "$uuid" --query-gpu=memory.used --format=csv,noheader,nounits)
+	rm -rf "$work/rpipe" "$work/rlog"; mkdir -p "$work/rpipe" "$work/rlog"
+	CUDA_VISIBLE_DEVICES=$uuid CUDA_MPS_PIPE_DIRECTORY=$work/rpipe CUDA_MPS_LOG_DIRECTORY=$work/rlog nvidia-cuda-mps-control -d
+	# A client makes the control daemon start the server; it allocates 1 MiB and exits.
+	CUDA_MPS_PIPE_DIRECTORY=$work/rpipe "$work/memalloc" 1 >/dev/null 2>&1
+	sleep 1
+	server=$(echo get_server_list | CUDA_MPS_PIPE_DIRECTORY=$work/rpipe nvidia-cuda-mps-control 2>/dev/null | head -n1)
+	during=$(nvidia-smi -i "$uuid" --query-gpu=memory.used --format=csv,noheader,nounits)
+	ctx=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | awk -F', ' -v p="$server" '$1 == p {print $2}')
+	echo quit | CUDA_MPS_PIPE_DIRECTORY=$work/rpipe nvidia-cuda-mps-control >/dev/null 2>&1
+	echo "FACT: MPS server (pid ${server:-?}) context: ${ctx:-unlisted} MiB by nvidia-smi; GPU used ${before} MiB before, ${during} MiB with the server up"
+	reserve=$(go run ./test/gpu/render -part server-reserve) || { fail "server reserve: cannot read the default"; return; }
+	used=${ctx:-$((during - before))}
+	if [ -n "$used" ] && [ "$used" -le "$reserve" ]; then
+		pass "server reserve: the MPS server's context ($used MiB) fits the default reserve ($reserve MiB)"
+	else
+		fail "server reserve: the MPS server's context (${used:-?} MiB) exceeds the default reserve ($reserve MiB): raise --mps-server-reserve-mib's default"
+	fi
+}
+
 # incident_check CGROUP SOFT HARD: what gpufrac's incidents read (NVML's
 # per-cgroup current use, here through nvidia-smi memory-limits --get) for
 # a client that allocated until the driver refused: above the soft limit
@@ -563,6 +652,10 @@ fi
 launcher_check
 echo "SKIP: r620 items (cgroup/cgroup_depth routing, r620 TOML keys) need an r620 driver"
 dmem_check
+if [ "${driver%%.*}" -ge 615 ]; then
+	reservation_check
+fi
+server_reserve_check
 mode_after=$(nvidia-smi -i "$uuid" --query-gpu=compute_mode --format=csv,noheader)
 mig_after=$(nvidia-smi -i "$uuid" --query-gpu=mig.mode.current --format=csv,noheader 2>/dev/null)
 [ "$mode_before" = "$mode_after" ] && [ "$mig_before" = "$mig_after" ] && pass "the GPU's compute mode ($mode_after) and MIG mode are as found" ||

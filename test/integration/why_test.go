@@ -22,8 +22,9 @@ import (
 )
 
 // TestWhyNamesWhatTheSchedulerDoesNot: two pods of 100Gi take one H200
-// each; a third pod of 60Gi has 82Gi free in total but 41Gi at most on one
-// GPU. The real scheduler says only "cannot allocate all claims";
+// each (140Gi offered: the node runs MPS daemons, so 1Gi of each GPU is the
+// server's); a third pod of 60Gi has 80Gi free in total but 40Gi at most
+// on one GPU. The real scheduler says only "cannot allocate all claims";
 // `kubectl gpufrac why` names the fragmentation, the largest request that
 // fits now and the pod whose departure lets it in, and the real scheduler
 // then places it on exactly the GPU `why` named. A user who may read only
@@ -51,7 +52,7 @@ func TestWhyNamesWhatTheSchedulerDoesNot(t *testing.T) {
 	if !strings.Contains(schedulerSays, "cannot allocate all claims") {
 		t.Fatalf("the scheduler says %q; this test expects its generic DRA reason", schedulerSays)
 	}
-	for _, specific := range []string{"fragment", "41Gi", "gpu-"} {
+	for _, specific := range []string{"fragment", "40Gi", "gpu-"} {
 		if strings.Contains(schedulerSays, specific) {
 			t.Errorf("the scheduler's own message %q already says %q; the test no longer shows what why adds", schedulerSays, specific)
 		}
@@ -60,8 +61,8 @@ func TestWhyNamesWhatTheSchedulerDoesNot(t *testing.T) {
 	got := runWhy(t, cp.Kubeconfig, "frag", "-n", e.ns, "-o", "json")
 	verdict := nodeVerdict(t, got, node.Name)
 	if verdict.Fits || len(verdict.Reasons) == 0 || verdict.Reasons[0].Code != why.Fragmented ||
-		!strings.Contains(verdict.Reasons[0].Message, "82Gi free in total across 2 GPUs, but at most 41Gi on one") {
-		t.Fatalf("why on node %s: %+v, want Fragmented with 82Gi in total, 41Gi at most", node.Name, verdict)
+		!strings.Contains(verdict.Reasons[0].Message, "80Gi free in total across 2 GPUs, but at most 40Gi on one") {
+		t.Fatalf("why on node %s: %+v, want Fragmented with 80Gi in total, 40Gi at most", node.Name, verdict)
 	}
 	if len(got.Unseen) != 0 {
 		t.Errorf("an admin was told things were hidden: %v", got.Unseen)
@@ -75,8 +76,8 @@ func TestWhyNamesWhatTheSchedulerDoesNot(t *testing.T) {
 			leave = &got.Suggestions[i]
 		}
 	}
-	if smaller == nil || smaller.RequestBytes != 41<<30 || smaller.Node != node.Name {
-		t.Errorf("smaller request %+v, want 41Gi on %s", smaller, node.Name)
+	if smaller == nil || smaller.RequestBytes != 40<<30 || smaller.Node != node.Name {
+		t.Errorf("smaller request %+v, want 40Gi on %s", smaller, node.Name)
 	}
 	if leave == nil || leave.Node != node.Name || len(leave.Pods) != 1 {
 		t.Fatalf("after-leaving suggestion %+v, want one pod on %s", leave, node.Name)

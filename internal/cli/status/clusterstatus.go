@@ -40,16 +40,19 @@ type Claim struct {
 
 // GPU is one device of a node.
 type GPU struct {
-	Node       string   `json:"node"`
-	Device     string   `json:"device"`
-	UUID       string   `json:"uuid"`
-	Model      string   `json:"model"`
-	Memory     int64    `json:"memoryBytes"`
-	Guaranteed int64    `json:"guaranteedBytes"`
-	LimitSum   int64    `json:"limitSumBytes"`
-	Overcommit float64  `json:"overcommit"`
-	Claims     []Claim  `json:"claims"`
-	Taints     []string `json:"taints,omitempty"`
+	Node   string `json:"node"`
+	Device string `json:"device"`
+	UUID   string `json:"uuid"`
+	Model  string `json:"model"`
+	Memory int64  `json:"memoryBytes"`
+	// ServerReserve is what the GPU keeps back beyond Memory for the MPS
+	// server's context (the slice's mpsServerReserveMiB); 0 where none.
+	ServerReserve int64    `json:"serverReserveBytes,omitempty"`
+	Guaranteed    int64    `json:"guaranteedBytes"`
+	LimitSum      int64    `json:"limitSumBytes"`
+	Overcommit    float64  `json:"overcommit"`
+	Claims        []Claim  `json:"claims"`
+	Taints        []string `json:"taints,omitempty"`
 }
 
 // Build lists every gpufrac GPU (optionally of one node) with its claims.
@@ -64,6 +67,11 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 			g := &GPU{Node: *s.Spec.NodeName, Device: d.Name, Memory: capacity.Value()}
 			g.UUID = ptr.Deref(d.Attributes[resourceslices.AttrUUID].StringValue, "")
 			g.Model = ptr.Deref(d.Attributes[resourceslices.AttrProductName].StringValue, "")
+			// A reserve the slice states, within what a GPU can have (the
+			// bound keeps the shift from overflowing on a hostile slice).
+			if r := ptr.Deref(d.Attributes[resourceslices.AttrMPSServerReserveMiB].IntValue, 0); r > 0 && r < 1<<32 {
+				g.ServerReserve = r << 20
+			}
 			for _, t := range d.Taints {
 				g.Taints = append(g.Taints, t.Key+"="+t.Value+":"+string(t.Effect))
 			}

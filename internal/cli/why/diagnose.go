@@ -201,7 +201,8 @@ func (w *world) diagnose(ctx context.Context, node string, a alt, used map[devic
 		info := w.devices[k]
 		capacity := capacityOf(info.dev)
 		g := GPU{Device: k.device, MemoryBytes: capacity, FreeBytes: capacity - used[k],
-			Model: stringAttr(info.dev, resourceslices.AttrProductName), Enforcement: stringAttr(info.dev, resourceslices.AttrMemoryEnforcement)}
+			Model: stringAttr(info.dev, resourceslices.AttrProductName), Enforcement: stringAttr(info.dev, resourceslices.AttrMemoryEnforcement),
+			ServerReserveBytes: serverReserveOf(info.dev)}
 		if by := w.excludedBy(ctx, a, info); by != "" {
 			g.ExcludedBy = by
 			excluded = append(excluded, k.device+": "+by)
@@ -271,4 +272,13 @@ func stringAttr(d resourceapi.Device, name resourceapi.QualifiedName) string {
 // q prints bytes the way Kubernetes prints memory.
 func q(bytes int64) string {
 	return resource.NewQuantity(bytes, resource.BinarySI).String()
+}
+
+// serverReserveOf is the MPS server reserve a device's slice states, in
+// bytes; 0 where none or where the figure is no GPU's (a hostile slice).
+func serverReserveOf(d resourceapi.Device) int64 {
+	if a, ok := d.Attributes[resourceslices.AttrMPSServerReserveMiB]; ok && a.IntValue != nil && *a.IntValue > 0 && *a.IntValue < 1<<32 {
+		return *a.IntValue << 20
+	}
+	return 0
 }

@@ -127,6 +127,9 @@ type GPU struct {
 	Enforcement string `json:"memoryEnforcement,omitempty"`
 	MemoryBytes int64  `json:"memoryBytes"`
 	FreeBytes   int64  `json:"freeBytes"`
+	// ServerReserveBytes is kept back beyond MemoryBytes for the MPS
+	// server's context (the slice's mpsServerReserveMiB); 0 where none.
+	ServerReserveBytes int64 `json:"serverReserveBytes,omitempty"`
 	// ExcludedBy names the selector or taint that rules it out for the
 	// first request it does not serve; empty when every request may use it.
 	ExcludedBy string `json:"excludedBy,omitempty"`

@@ -31,7 +31,7 @@ func MaxShares(inv *domain.Inventory) int {
 	minShare := domain.MemoryMin.Value()
 	n := 0
 	for _, g := range inv.GPUs {
-		offered := domain.PublishedMemory(g.MemoryBytes)
+		offered := domain.OfferedMemory(g)
 		n += int(offered.Value() / minShare)
 	}
 	return n
@@ -57,7 +57,7 @@ func checkShareCount(results []resourceapi.DeviceRequestAllocationResult, inv *d
 // consumedBytes is the memory a share consumes, in bytes, if the
 // allocation's value is one the scheduler could have recorded on gpu.
 func consumedBytes(q resource.Quantity, gpu domain.GPU, path *field.Path) (int64, *field.Error) {
-	offered := domain.PublishedMemory(gpu.MemoryBytes)
+	offered := domain.OfferedMemory(gpu)
 	v, exact := q.AsInt64()
 	if !exact || v <= 0 || v > offered.Value() {
 		return 0, field.Invalid(path, q.String(), fmt.Sprintf(
@@ -81,7 +81,7 @@ func checkPerGPUConsumed(devs []Device, path *field.Path) field.ErrorList {
 				shares++
 			}
 		}
-		offered := domain.PublishedMemory(gpu.MemoryBytes)
+		offered := domain.OfferedMemory(gpu)
 		if g.SoftLimitBytes > offered.Value() {
 			errs = append(errs, field.Invalid(path, resource.NewQuantity(g.SoftLimitBytes, resource.BinarySI).String(), fmt.Sprintf(
 				"the claim's shares of GPU %s consume this much together, more than the %s it offers on this node",

@@ -44,6 +44,13 @@ const (
 	// AttrNVIDIAVisibleDevicesEnvvar is domain.VisibleDevicesEnvvar:
 	// whether the node's NVIDIA runtime lets a pod name GPUs itself.
 	AttrNVIDIAVisibleDevicesEnvvar resourceapi.QualifiedName = "nvidiaVisibleDevicesEnvvar"
+	// AttrMemoryEnforcementNote says why memoryEnforcement is less than
+	// the driver offers (e.g. dmem not delegated down the pod cgroups);
+	// absent when it is not.
+	AttrMemoryEnforcementNote resourceapi.QualifiedName = "memoryEnforcementNote"
+	// AttrMPSServerReserveMiB is what the GPU keeps back from its
+	// capacity for the MPS server's context (MiB); absent when nothing.
+	AttrMPSServerReserveMiB resourceapi.QualifiedName = "mpsServerReserveMiB"
 )
 
 // MaxDevicesPerSlice is the API's limit for slices whose devices carry
@@ -53,9 +60,9 @@ const MaxDevicesPerSlice = resourceapi.ResourceSliceMaxDevicesWithAdvancedFeatur
 
 // Device is the slice device for one GPU.
 func Device(gpu domain.GPU, inv *domain.Inventory) (resourceapi.Device, error) {
-	mem := domain.PublishedMemory(gpu.MemoryBytes)
+	mem := domain.OfferedMemory(gpu)
 	if mem.Cmp(domain.MemoryMin) < 0 {
-		return resourceapi.Device{}, fmt.Errorf("GPU %s has %d bytes of memory, less than the smallest share %s", gpu.UUID, gpu.MemoryBytes, domain.MemoryMin.String())
+		return resourceapi.Device{}, fmt.Errorf("GPU %s has %d bytes of memory (%d kept back for the MPS server), less than the smallest share %s", gpu.UUID, gpu.MemoryBytes, gpu.ServerReserveBytes, domain.MemoryMin.String())
 	}
 	driverVersion, err := domain.Semver(inv.DriverVersion)
 	if err != nil {
@@ -85,6 +92,12 @@ func Device(gpu domain.GPU, inv *domain.Inventory) (resourceapi.Device, error) {
 	}
 	if inv.VisibleDevicesEnvvar != "" {
 		attrs[AttrNVIDIAVisibleDevicesEnvvar] = resourceapi.DeviceAttribute{StringValue: ptr.To(string(inv.VisibleDevicesEnvvar))}
+	}
+	if gpu.ServerReserveBytes > 0 {
+		attrs[AttrMPSServerReserveMiB] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(gpu.ServerReserveBytes >> 20))}
+	}
+	if inv.EnforcementNote != "" {
+		attrs[AttrMemoryEnforcementNote] = resourceapi.DeviceAttribute{StringValue: ptr.To(truncate(inv.EnforcementNote))}
 	}
 	if gpu.PCIBusID != "" {
 		attrs[deviceattribute.StandardDeviceAttributePCIBusID] = resourceapi.DeviceAttribute{StringValue: ptr.To(gpu.PCIBusID)}

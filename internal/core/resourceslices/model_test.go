@@ -211,3 +211,41 @@ func TestUnhealthyGPUsAreTainted(t *testing.T) {
 		t.Errorf("taints %+v, want %+v", devs[1].Taints, want)
 	}
 }
+
+// A GPU with a server reserve offers its memory less the reserve, rounded
+// down to the step, as capacity, default and largest request, and names
+// the reserve; a reduced enforcement carries its note, cut to an
+// attribute's length; without either, neither attribute appears.
+func TestDeviceServerReserveAndEnforcementNote(t *testing.T) {
+	inv := discover(t, "h200x1", domain.EnforcementMPS)
+	plain, err := resourceslices.Device(inv.GPUs[0], inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := plain.Attributes[resourceslices.AttrMPSServerReserveMiB]; ok {
+		t.Errorf("a GPU without a reserve names one")
+	}
+	if _, ok := plain.Attributes[resourceslices.AttrMemoryEnforcementNote]; ok {
+		t.Errorf("a node without a note carries one")
+	}
+	g := inv.GPUs[0]
+	g.ServerReserveBytes = 1000 << 20 // not a step multiple: the rest rounds down
+	inv.EnforcementNote = nvmldiscovery.DmemNotDelegatedNote("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0123456789.slice")
+	dev, err := resourceslices.Device(g, inv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := uint64(domain.MemoryStep.Value())
+	want := int64((g.MemoryBytes - 1000<<20) / step * step)
+	c := dev.Capacity[resourceslices.MemoryCapacity]
+	if c.Value.Value() != want || c.RequestPolicy.Default.Value() != want || c.RequestPolicy.ValidRange.Max.Value() != want {
+		t.Errorf("capacity %s default %s max %s, want %d", c.Value.String(), c.RequestPolicy.Default.String(), c.RequestPolicy.ValidRange.Max.String(), want)
+	}
+	if a := dev.Attributes[resourceslices.AttrMPSServerReserveMiB]; a.IntValue == nil || *a.IntValue != 1000 {
+		t.Errorf("reserve attribute %+v, want 1000", a)
+	}
+	note := dev.Attributes[resourceslices.AttrMemoryEnforcementNote].StringValue
+	if note == nil || len(*note) != 64 || !strings.HasPrefix(*note, "dmem is not enabled in cgroup.subtree_control of kubepods") {
+		t.Errorf("note %v, want the level cut to 64 characters", note)
+	}
+}

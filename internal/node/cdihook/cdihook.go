@@ -125,16 +125,24 @@ const setMemoryLimitsSymbol = "nvmlDeviceSetMemoryLimits_v1"
 // Apply sets every limit on cgroup through lib: the same calls on a real
 // node and a simulated one, whose NVML refuses what the real one refuses.
 func Apply(lib nvml.Interface, cg Cgroup, limits []Limit) error {
+	_, err := apply(lib, cg, limits)
+	return err
+}
+
+// apply is Apply, and also returns the limits NVML accepted: each raised
+// the reservations of the cgroup's ancestors.
+func apply(lib nvml.Interface, cg Cgroup, limits []Limit) ([]Limit, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return fmt.Errorf("NVML is not available (is the NVIDIA driver installed on this node?): %w: %s", ret, lib.ErrorString(ret))
+		return nil, fmt.Errorf("NVML is not available (is the NVIDIA driver installed on this node?): %w: %s", ret, lib.ErrorString(ret))
 	}
 	defer func() { _ = lib.Shutdown() }()
 	if ext := lib.Extensions(); ext != nil {
 		if err := ext.LookupSymbol(setMemoryLimitsSymbol); err != nil {
-			return fmt.Errorf("this NVIDIA driver cannot set per-container GPU memory limits (needs r615 / CUDA 13.4 or later; %s missing)", setMemoryLimitsSymbol)
+			return nil, fmt.Errorf("this NVIDIA driver cannot set per-container GPU memory limits (needs r615 / CUDA 13.4 or later; %s missing)", setMemoryLimitsSymbol)
 		}
 	}
 	var errs []error
+	var accepted []Limit
 	for _, l := range limits {
 		dev, ret := lib.DeviceGetHandleByUUID(l.UUID)
 		if ret == nvml.ERROR_FUNCTION_NOT_FOUND {
@@ -147,9 +155,11 @@ func Apply(lib nvml.Interface, cg Cgroup, limits []Limit) error {
 		}
 		if ret := dev.SetMemoryLimits_v1(cg.Path, l.Soft, l.Hard); ret != nvml.SUCCESS {
 			errs = append(errs, fmt.Errorf("setting GPU %s memory limits (soft %d, hard %d bytes) on cgroup %s: %s", l.UUID, l.Soft, l.Hard, cg.Path, explain(ret)))
+			continue
 		}
+		accepted = append(accepted, l)
 	}
-	return errors.Join(errs...)
+	return accepted, errors.Join(errs...)
 }
 
 // Options are the hook's inputs besides the OCI state.
@@ -180,8 +190,7 @@ type Record struct {
 	Container string   `json:"container"`
 	Cgroup    string   `json:"cgroup"`
 	GPUs      []string `json:"gpus"`
-	// Limits are what the hook set, so later hooks can tell what the live
-	// containers hold (LiveReservations).
+	// Limits are what the hook set.
 	Limits []Limit `json:"limits,omitempty"`
 }
 
@@ -286,39 +295,28 @@ func Run(stdin io.Reader, opts Options) error {
 			return fmt.Errorf("container %s is in cgroup v1 (%s): NVIDIA per-container GPU memory limits need cgroup v2 mounted at /sys/fs/cgroup; run this node with the unified hierarchy, or restart gpufrac-kubelet-plugin so the node stops offering memoryEnforcement dmem", st.ID, cg.Path)
 		}
 	}
+	accepted, applyErr := apply(lib, cg, opts.Limits)
+	// NVIDIA's model: the root's reservation goes back to 0 after every
+	// accepted set, also when another GPU's set then failed (the accepted
+	// one raised it, and the failed container's cgroup will go without a
+	// reset). Concurrent hooks need no lock: each ends with its reset. A
+	// failed reset costs the container nothing of its own limits; it is
+	// reported, and the next container's hook forces the root again.
+	if root, ok := ReservationRoot(cg); ok && len(accepted) > 0 {
+		if err := ResetRoot(lib, root, accepted); err != nil {
+			fmt.Fprintf(os.Stderr, "gpufrac-cdi-hook: container %s: %v\n", st.ID, err)
+		}
+	}
+	if applyErr != nil {
+		return fmt.Errorf("container %s: %w", st.ID, applyErr)
+	}
 	if opts.RecordDir == "" || opts.ClaimUID == "" {
-		if err := Apply(lib, cg, opts.Limits); err != nil {
-			return fmt.Errorf("container %s: %w", st.ID, err)
-		}
 		return nil
 	}
-	unlock, err := lockRecords(opts.RecordDir)
-	if err != nil {
-		// Without the lock the rebalance could race another hook's; the
-		// limits themselves do not need it.
-		fmt.Fprintf(os.Stderr, "gpufrac-cdi-hook: container %s: locking %s: %v; ancestor reservations are left to the next container\n", st.ID, opts.RecordDir, err)
-		if err := Apply(lib, cg, opts.Limits); err != nil {
-			return fmt.Errorf("container %s: %w", st.ID, err)
-		}
-		return nil
-	}
-	defer unlock()
-	if err := Apply(lib, cg, opts.Limits); err != nil {
-		return fmt.Errorf("container %s: %w", st.ID, err)
-	}
-	// Neither the record nor the rebalance is worth failing a container
-	// that has its limits over: a missed rebalance is made up by the next
-	// container's hook.
+	// The record is for the plugin's metrics: not worth failing a
+	// container that has its limits over.
 	if err := writeRecord(st, cg, opts); err != nil {
 		fmt.Fprintf(os.Stderr, "gpufrac-cdi-hook: recording container %s: %v\n", st.ID, err)
-		return nil
-	}
-	live, err := LiveReservations(opts.RecordDir, cg.Root)
-	if err == nil {
-		err = Rebalance(lib, cg, opts.Limits, live)
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "gpufrac-cdi-hook: container %s: resetting ancestor reservations to the live containers': %v\n", st.ID, err)
 	}
 	return nil
 }

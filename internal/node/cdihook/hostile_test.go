@@ -4,9 +4,7 @@
 package cdihook_test
 
 import (
-	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -199,57 +197,6 @@ func jsonString(s string) string {
 	return b.String()
 }
 
-// TestLiveReservationsIgnoresPlantedRecords: files in the record directory
-// that no hook wrote (too large, a link to elsewhere, not JSON, limits
-// near uint64's edge on a cgroup that exists) reserve nothing, or at most
-// what a real record would; the real record still counts.
-func TestLiveReservationsIgnoresPlantedRecords(t *testing.T) {
-	dir, root := t.TempDir(), t.TempDir()
-	cg := filepath.Join(root, "kubepods", "pod1", "ctr")
-	mkdir(t, cg)
-	mkdir(t, filepath.Join(dir, "uid-1"))
-	write := func(name, content string) {
-		if err := os.WriteFile(filepath.Join(dir, "uid-1", name), []byte(content), 0o640); err != nil {
-			t.Fatal(err)
-		}
-	}
-	record := func(soft uint64) string {
-		return `{"claimUID":"uid-1","cgroup":"` + cg + `","limits":[{"uuid":"GPU-0","soft":` + fmt.Sprint(soft) + `,"hard":` + fmt.Sprint(soft) + `}]}`
-	}
-	write("real.json", record(1<<30))
-	write("huge.json", record(1 << 30)[:len(record(1<<30))-1]+`,"pad":"`+strings.Repeat("p", cdihook.MaxRecordBytes)+`"}`)
-	write("garbage.json", "not json")
-	outside := filepath.Join(t.TempDir(), "elsewhere.json")
-	if err := os.WriteFile(outside, []byte(record(1<<30)), 0o640); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(outside, filepath.Join(dir, "uid-1", "link.json")); err != nil {
-		t.Fatal(err)
-	}
-	live, err := cdihook.LiveReservations(dir, root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := live["GPU-0"][filepath.Join(root, "kubepods")]; got != 1<<30 {
-		t.Errorf("reservation of kubepods %d, want only the real record's %d", got, 1<<30)
-	}
-	// Two records at uint64's edge, of two other containers, saturate
-	// instead of wrapping to a small reservation.
-	recordOn := func(cgroup string, soft uint64) string {
-		mkdir(t, cgroup)
-		return strings.Replace(record(soft), cg, cgroup, 1)
-	}
-	write("edge1.json", recordOn(filepath.Join(root, "kubepods", "pod2", "ctr"), math.MaxUint64-1))
-	write("edge2.json", recordOn(filepath.Join(root, "kubepods", "pod3", "ctr"), math.MaxUint64-1))
-	live, err = cdihook.LiveReservations(dir, root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := live["GPU-0"][filepath.Join(root, "kubepods")]; got != math.MaxUint64 {
-		t.Errorf("reservation of kubepods %d, want it saturated at %d", got, uint64(math.MaxUint64))
-	}
-}
-
 // TestHostileCgroupLinks: a cgroup path that lies below the cgroup root
 // as written but is a symbolic link to the root itself or out of it is
 // refused: the check is on where the path leads (issue 34).
@@ -280,47 +227,5 @@ func TestHostileCgroupLinks(t *testing.T) {
 				t.Errorf("got %v, want an error containing %q", err, tc.want)
 			}
 		})
-	}
-}
-
-// TestHostileRecordsCountForNothing: records no hook wrote for the
-// container they name reserve nothing: a record under another claim's
-// directory than its own, one whose file name is no container ID, one
-// whose cgroup leads (through a link) out of the hierarchy or to an
-// ancestor, and copies of a real record naming the same cgroup (issue 34).
-func TestHostileRecordsCountForNothing(t *testing.T) {
-	dir, root := t.TempDir(), t.TempDir()
-	cg := filepath.Join(root, "kubepods", "pod1", "ctr")
-	mkdir(t, cg)
-	mkdir(t, filepath.Join(root, "kubepods", "pod2"))
-	if err := os.Symlink(filepath.Join(root, "kubepods"), filepath.Join(root, "kubepods", "pod2", "up")); err != nil {
-		t.Fatal(err)
-	}
-	record := func(claim, cgroup string) string {
-		return `{"claimUID":"` + claim + `","cgroup":"` + cgroup + `","limits":[{"uuid":"GPU-0","soft":1073741824,"hard":1073741824}]}`
-	}
-	write := func(claimDir, name, content string) {
-		mkdir(t, filepath.Join(dir, claimDir))
-		if err := os.WriteFile(filepath.Join(dir, claimDir, name), []byte(content), 0o640); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("uid-1", "ctr-1.json", record("uid-1", cg))
-	write("uid-2", "ctr-2.json", record("uid-1", cg))                                            // another claim's directory
-	write("uid-1", "not an id.json", record("uid-1", cg))                                        // no container ID
-	write("uid-1", "ctr-3.json", record("uid-1", filepath.Join(root, "kubepods", "pod2", "up"))) // a link to an ancestor
-	write("uid-1", "ctr-4.json", record("uid-1", cg))                                            // a copy of the real one
-	write("uid-3", "ctr-5.json", record("uid-3", cg+"/../../pod2/up/pod1/ctr"))                  // the same cgroup, another way
-	live, err := cdihook.LiveReservations(dir, root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range []string{filepath.Join(root, "kubepods"), filepath.Join(root, "kubepods", "pod1")} {
-		if got := live["GPU-0"][a]; got != 1<<30 {
-			t.Errorf("reservation of %s %d, want only the real record's %d", a, got, 1<<30)
-		}
-	}
-	if got := live["GPU-0"][filepath.Join(root, "kubepods", "pod2")]; got != 0 {
-		t.Errorf("reservation of pod2 %d, want 0: no real container is there", got)
 	}
 }

@@ -4,7 +4,6 @@
 package cdihook_test
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +44,10 @@ func TestSimulatedNodesAreAsStrictAsRealOnes(t *testing.T) {
 			proc: "4:memory:/" + leaf + "\n", soft: 1, hard: 1},
 		{name: "cgroup v1 node", node: gpusim.NodeOptions{Enforcement: domain.EnforcementDMem, CgroupV1: true},
 			proc: "4:memory:/" + leaf + "\n", soft: 1, hard: 1, want: "NVIDIA per-container GPU memory limits need cgroup v2"},
+		{name: "dmem not delegated below the pod's QoS class", node: gpusim.NodeOptions{Enforcement: domain.EnforcementDMem, DmemUndelegated: "kubepods/burstable"},
+			proc: "0::/" + leaf + "\n", soft: 1, hard: 1, want: "ERROR_NOT_FOUND: the cgroup has no GPU memory limit files (dmem controller not enabled"},
+		{name: "dmem delegated down to the pod, not below the container", node: gpusim.NodeOptions{Enforcement: domain.EnforcementDMem, DmemUndelegated: leaf},
+			proc: "0::/" + leaf + "\n", soft: 1, hard: 1},
 		{name: "older driver (mps node)", node: gpusim.NodeOptions{Enforcement: domain.EnforcementMPS}, proc: "0::/" + leaf + "\n",
 			soft: 1, hard: 1, want: "nvmlDeviceSetMemoryLimits_v1 missing"},
 		{name: "older driver without MPS (none node)", node: gpusim.NodeOptions{Enforcement: domain.EnforcementNone}, proc: "0::/" + leaf + "\n",
@@ -109,9 +112,13 @@ func TestSimulatedNodesAreAsStrictAsRealOnes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := gpusim.LimitRecord{UUID: uuid, Cgroup: cgDir, Soft: tc.soft, Hard: tc.hard}
-			if len(records) != 1 || records[0] != want {
-				t.Errorf("records %+v, want [%+v]", records, want)
+			// The set, then the root's reservation forced to 0 (NVIDIA's
+			// deployment model; TestRootReservationIsZeroAfterEverySet).
+			rootCg := filepath.Dir(filepath.Dir(filepath.Dir(cgDir)))
+			want := []gpusim.LimitRecord{{UUID: uuid, Cgroup: cgDir, Soft: tc.soft, Hard: tc.hard},
+				{UUID: uuid, Cgroup: rootCg, Soft: 0, Hard: nvml.DEVICE_MEMORY_LIMIT_MAX}}
+			if len(records) != 2 || records[0] != want[0] || records[1] != want[1] {
+				t.Errorf("records %+v, want %+v", records, want)
 			}
 		})
 	}
@@ -123,101 +130,5 @@ func TestOpenDriverRefusesARealLibrary(t *testing.T) {
 	lib := writeLib(t, t.TempDir(), "libnvidia-ml.so.1")
 	if _, err := gpusim.OpenDriver(lib, filepath.Join(t.TempDir(), "rec")); err == nil || !strings.Contains(err.Error(), "is not a simulated NVIDIA driver") {
 		t.Errorf("got %v", err)
-	}
-}
-
-// Containers that end (stopped, exited by themselves, OOM-killed: for the
-// driver all three are a cgroup removed with its soft limit still set)
-// leave their soft limit reserved in every ancestor. 50 containers of 10Gi
-// come and go in waves of up to 8 on one GPU; after every start the
-// ancestors hold exactly what the live containers hold, where without the
-// rebalance the kubepods reservation would grow by 10Gi per container.
-func TestAncestorReservationsFollowTheLiveContainers(t *testing.T) {
-	for _, rebalance := range []bool{true, false} {
-		t.Run(map[bool]string{true: "rebalanced", false: "leaking without records"}[rebalance], func(t *testing.T) {
-			host := t.TempDir()
-			node, err := gpusim.NewNodeWith("h200x1", "n", gpusim.NodeOptions{Enforcement: domain.EnforcementDMem})
-			if err != nil {
-				t.Fatal(err)
-			}
-			driverRoot := filepath.Join(host, "driver")
-			if _, err := gpusim.InstallDriver(driverRoot, "usr/lib64", node.Driver); err != nil {
-				t.Fatal(err)
-			}
-			cgroupRoot := filepath.Join(host, "cgroup")
-			rec := filepath.Join(host, gpusim.RecordFile)
-			recordDir := ""
-			if rebalance {
-				recordDir = filepath.Join(host, "containers")
-			}
-			uuid := node.Driver.GPUs[0].UUID
-			const soft = 10 << 30
-			live := map[string]bool{}
-			started := 0
-			run := func(pod, ctr int) {
-				t.Helper()
-				rel := fmt.Sprintf("kubepods/burstable/pod%d/c%d", pod, ctr)
-				if err := os.MkdirAll(filepath.Join(cgroupRoot, rel), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				st := fmt.Sprintf(`{"ociVersion":"1.2.0","id":"c%d-%d","status":"created","pid":42}`, pod, ctr)
-				err := cdihook.Run(strings.NewReader(st), cdihook.Options{
-					Limits:   []cdihook.Limit{{UUID: uuid, Soft: soft, Hard: 2 * soft}},
-					ProcRoot: procTree(t, "42", "0::/"+rel+"\n"), CgroupRoot: cgroupRoot, DriverRoot: driverRoot,
-					Open:     func(path string) (purenvml.Interface, error) { return gpusim.OpenDriver(path, rec) },
-					ClaimUID: fmt.Sprintf("claim-%d", pod), RecordDir: recordDir,
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				live[rel] = true
-				started++
-			}
-			end := func(rel string) {
-				// The runtime removes the cgroup; nothing resets it first.
-				if err := os.Remove(filepath.Join(cgroupRoot, rel)); err != nil {
-					t.Fatal(err)
-				}
-				delete(live, rel)
-			}
-			check := func() {
-				t.Helper()
-				records, err := gpusim.ReadRecords(rec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got := gpusim.Reservations(records, cgroupRoot)[uuid][filepath.Join(cgroupRoot, "kubepods")]
-				want := uint64(len(live)) * soft
-				if !rebalance {
-					want = uint64(started) * soft
-				}
-				if got != want {
-					t.Fatalf("after %d containers (%d live): kubepods reserves %dGi, want %dGi", started, len(live), got>>30, want>>30)
-				}
-			}
-			for wave := 0; wave < 10; wave++ {
-				for c := 0; c < 5; c++ {
-					run(wave, c)
-					check()
-				}
-				// Three of five end: stopped, exited, OOM-killed alike.
-				for c := 0; c < 3; c++ {
-					end(fmt.Sprintf("kubepods/burstable/pod%d/c%d", wave, c))
-				}
-				if wave%2 == 1 {
-					// The pod ends: its other containers and its cgroup go.
-					for rel := range live {
-						if strings.HasPrefix(rel, fmt.Sprintf("kubepods/burstable/pod%d/", wave-1)) || strings.HasPrefix(rel, fmt.Sprintf("kubepods/burstable/pod%d/", wave)) {
-							end(rel)
-						}
-					}
-				}
-			}
-			if started != 50 {
-				t.Fatalf("started %d containers, want 50", started)
-			}
-			run(99, 0)
-			check()
-		})
 	}
 }

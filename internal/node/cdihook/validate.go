@@ -97,38 +97,6 @@ func resolveExisting(path string) (string, error) {
 	return filepath.Join(realParent, filepath.Base(path)), nil
 }
 
-// countsAsRecord tells whether the record r, read from file, is one a
-// hook wrote for the container it names, so that it may hold a
-// reservation: its claim's directory and its file name (a container ID)
-// are those the hook writes, its cgroup is written clean, lies strictly
-// below root and is reached without links, and no earlier record named
-// the same cgroup (seen). Anything else planted in the directory holds
-// nothing: copies of a real record would otherwise multiply its
-// reservation, and a record naming a link would reserve in an ancestor.
-func countsAsRecord(file string, r Record, root string, seen map[string]bool) bool {
-	id := strings.TrimSuffix(filepath.Base(file), ".json")
-	if r.ClaimUID != filepath.Base(filepath.Dir(file)) || r.ClaimUID == "" || ValidateClaimUID(r.ClaimUID) != nil || ValidateContainerID(id) != nil {
-		return false
-	}
-	if !filepath.IsAbs(r.Cgroup) || filepath.Clean(r.Cgroup) != r.Cgroup || !strictlyBelow(root, r.Cgroup) {
-		return false
-	}
-	realRoot, err := resolveExisting(root)
-	if err != nil {
-		return false
-	}
-	rel, err := filepath.Rel(filepath.Clean(root), r.Cgroup)
-	if err != nil {
-		return false
-	}
-	real, err := filepath.EvalSymlinks(r.Cgroup)
-	if err != nil || real != filepath.Join(realRoot, rel) || seen[real] {
-		return false
-	}
-	seen[real] = true
-	return true
-}
-
 // strictlyBelow tells whether path (made absolute and clean) lies inside
 // dir and is not dir itself.
 func strictlyBelow(dir, path string) bool {

@@ -32,6 +32,12 @@ type Options struct {
 	// node declares its cgroup hierarchy with it, and detection then runs
 	// as on a real node (the simulated driver's symbols included).
 	CgroupV2 func() bool
+	// DmemUndelegated, when set, replaces the walk of CgroupRoot's
+	// cgroup.subtree_control files (DmemUndelegated): a simulated node
+	// answers from its driver's delegation setting. It returns the first
+	// cgroup down the kubelet's pod tree that does not enable dmem, ""
+	// when all do.
+	DmemUndelegated func() (string, error)
 	// ForceEnforcement, when set, replaces detection. Unit tests use it
 	// so a laptop without a GPU still exercises every enforcement path.
 	ForceEnforcement domain.Enforcement
@@ -88,7 +94,10 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*domain.In
 		inv.Enforcement = opts.ForceEnforcement
 		logger.Info("Memory enforcement is simulated, not detected", "enforcement", inv.Enforcement)
 	} else {
-		inv.Enforcement = detectEnforcement(lib, inv.MPSVersion, opts)
+		inv.Enforcement, inv.EnforcementNote = detectEnforcement(lib, inv.MPSVersion, opts)
+		if inv.EnforcementNote != "" {
+			logger.Info("The driver sets per-cgroup limits, but this node cannot use them", "reason", inv.EnforcementNote, "enforcement", inv.Enforcement)
+		}
 	}
 	logger.Info("Discovered GPUs", "count", len(inv.GPUs), "skipped", len(inv.Skipped),
 		"driverVersion", inv.DriverVersion, "cudaDriverVersion", inv.CUDADriverVersion,
@@ -162,21 +171,47 @@ func detectMPS(driverVersion string, opts Options) string {
 }
 
 // detectEnforcement: per-cgroup limits need the driver's
-// nvmlDeviceSetMemoryLimits_v1 (r615+) and cgroup v2 (NVIDIA,
-// mpsv3-memory-partitioning); without either the node enforces at most
-// what MPS's pinned memory limit gives SMSharing clients.
-func detectEnforcement(lib nvml.Interface, mpsVersion string, opts Options) domain.Enforcement {
+// nvmlDeviceSetMemoryLimits_v1 (r615+), cgroup v2 (NVIDIA,
+// mpsv3-memory-partitioning), and dmem delegated down the kubelet's pod
+// tree; without them the node enforces at most what MPS's pinned memory
+// limit gives SMSharing clients. note says why a driver that could set
+// per-cgroup limits does not get dmem.
+func detectEnforcement(lib nvml.Interface, mpsVersion string, opts Options) (enforcement domain.Enforcement, note string) {
 	cgroupV2 := opts.CgroupV2
 	if cgroupV2 == nil {
 		cgroupV2 = func() bool { return isCgroupV2(opts.CgroupRoot) }
 	}
 	if hasSymbol(lib, setMemoryLimitsSymbol) && cgroupV2() {
-		return domain.EnforcementDMem
+		undelegated := opts.DmemUndelegated
+		if undelegated == nil {
+			undelegated = func() (string, error) { return DmemUndelegated(cgroupRootOrDefault(opts.CgroupRoot)) }
+		}
+		level, err := undelegated()
+		switch {
+		case err != nil:
+			note = fmt.Sprintf("dmem delegation unreadable: %v", err)
+		case level != "":
+			note = DmemNotDelegatedNote(level)
+		default:
+			return domain.EnforcementDMem, ""
+		}
 	}
 	if mpsVersion != domain.MPSVersionNone {
-		return domain.EnforcementMPS
+		return domain.EnforcementMPS, note
 	}
-	return domain.EnforcementNone
+	return domain.EnforcementNone, note
+}
+
+// DmemNotDelegatedNote says which cgroup does not delegate dmem.
+func DmemNotDelegatedNote(level string) string {
+	return fmt.Sprintf("dmem is not enabled in cgroup.subtree_control of %s", level)
+}
+
+func cgroupRootOrDefault(root string) string {
+	if root == "" {
+		return "/sys/fs/cgroup"
+	}
+	return root
 }
 
 func hasSymbol(lib nvml.Interface, symbol string) bool {
@@ -190,9 +225,6 @@ func hasSymbol(lib nvml.Interface, symbol string) bool {
 // isCgroupV2 uses the unified hierarchy's root file rather than statfs so a
 // test can point it at a plain directory.
 func isCgroupV2(root string) bool {
-	if root == "" {
-		root = "/sys/fs/cgroup"
-	}
-	_, err := os.Stat(filepath.Join(root, "cgroup.controllers"))
+	_, err := os.Stat(filepath.Join(cgroupRootOrDefault(root), "cgroup.controllers"))
 	return err == nil
 }

@@ -21,8 +21,10 @@ import (
 
 func cgroupV2Root(t *testing.T) string {
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.controllers"), []byte("cpu memory dmem\n"), 0o644); err != nil {
-		t.Fatal(err)
+	for _, f := range []string{"cgroup.controllers", "cgroup.subtree_control"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("cpu memory dmem\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return dir
 }

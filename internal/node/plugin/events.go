@@ -5,11 +5,13 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/events"
@@ -86,4 +88,14 @@ func (r *eventReporter) CDISpecRestored(c *plan.Claim, path, why string) {
 func (r *eventReporter) UnprepareFailed(c kubeletplugin.NamespacedObject, err error) {
 	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: c.Name, UID: c.UID}}
 	r.recorder.Eventf(claim, nil, v1.EventTypeWarning, "UnprepareFailed", "Unprepare", "%s", safetext.Cap(err.Error(), maxNoteBytes))
+}
+
+// EnforcementReduced tells the node's users why it enforces less than its
+// driver could, naming what to fix (e.g. the cgroup whose
+// cgroup.subtree_control lacks +dmem): the slices say it too, cut to an
+// attribute's 64 characters.
+func (r *eventReporter) EnforcementReduced(nodeName string, enforcement domain.Enforcement, note string) {
+	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: types.UID(nodeName)}}
+	r.recorder.Eventf(node, nil, v1.EventTypeWarning, "GPUMemoryEnforcementReduced", "Discover",
+		"%s", safetext.Cap(fmt.Sprintf("gpufrac advertises memoryEnforcement %s on this node: %s; enable it from the cgroup root down the kubelet's pod cgroups and restart gpufrac-kubelet-plugin", enforcement, note), maxNoteBytes))
 }

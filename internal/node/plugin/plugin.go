@@ -144,6 +144,9 @@ type MPSConfig struct {
 	// DefaultNamespaceLimits bind the MPS v3 shared server's default
 	// namespace; zero fields take mps.DefaultSafetyLimits'.
 	DefaultNamespaceLimits mps.NamespaceLimits
+	// ServerReserveMiB is kept back from each GPU's published memory for
+	// the MPS server's own context on nodes that run MPS daemons.
+	ServerReserveMiB int64
 }
 
 // dataDirMode is the plugin data directory's mode, set at every start.
@@ -238,6 +241,9 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 
 	p.startStatus(bgCtx, cfg, ckpt)
 	p.reportRuntimeConfig(runtimeReport)
+	if inv.EnforcementNote != "" {
+		p.events.EnforcementReduced(cfg.NodeName, inv.Enforcement, inv.EnforcementNote)
+	}
 	mpsManager, err := p.newPreparer(ctx, bgCtx, cfg, ckpt, cdi)
 	if err != nil {
 		return nil, err
@@ -550,9 +556,35 @@ func describeNode(ctx context.Context, cfg Config) (*domain.Inventory, resources
 			"detectedMPSVersion", inv.MPSVersion)
 		inv.MPSVersion = domain.MPSVersionNone
 	}
+	if err := reserveForServer(inv, cfg.MPS.ServerReserveMiB); err != nil {
+		return nil, resourceslice.DriverResources{}, runtimeReport, err
+	}
 	resources, err := resourceslices.DriverResources(cfg.NodeName, inv)
 	if err != nil {
 		return nil, resourceslice.DriverResources{}, runtimeReport, fmt.Errorf("building ResourceSlices: %w", err)
 	}
 	return inv, resources, runtimeReport, nil
+}
+
+// reserveForServer keeps reserveMiB of every GPU back for the MPS server's
+// context on a node that runs MPS daemons (every fraction there is an MPS
+// client, and the server's context is in no claim's limits): without it a
+// GPU filled to its capacity leaves the last within-soft requester out of
+// memory with no over-soft client to evict (docs/enforcement.md).
+func reserveForServer(inv *domain.Inventory, reserveMiB int64) error {
+	if reserveMiB < 0 {
+		return fmt.Errorf("--mps-server-reserve-mib %d: must not be negative", reserveMiB)
+	}
+	if inv.MPSVersion == domain.MPSVersionNone || reserveMiB == 0 {
+		return nil
+	}
+	reserve := uint64(reserveMiB) << 20
+	for i := range inv.GPUs {
+		g := &inv.GPUs[i]
+		if reserve >= g.MemoryBytes {
+			return fmt.Errorf("--mps-server-reserve-mib %d: must be below the memory of GPU %s (%d MiB)", reserveMiB, g.UUID, g.MemoryBytes>>20)
+		}
+		g.ServerReserveBytes = reserve
+	}
+	return nil
 }

@@ -65,6 +65,10 @@ type NodeOptions struct {
 	// sets no per-cgroup limits: it is detected as an mps node, and its
 	// NVML refuses per-cgroup limits.
 	CgroupV1 bool
+	// DmemUndelegated is a cgroup below the hierarchy's mount (e.g.
+	// "kubepods") whose cgroup.subtree_control lacks +dmem; empty: dmem
+	// is delegated all the way down, as on a node set up for gpufrac.
+	DmemUndelegated string
 }
 
 // NewNode simulates a node whose GPUs are spec and whose memory enforcement
@@ -94,6 +98,9 @@ func NewNodeWith(spec, nodeName string, opts NodeOptions) (*Node, error) {
 		return nil, fmt.Errorf("simulated enforcement %q is not one of dmem, mps, none", enforcement)
 	}
 	driver := DriverFor(srv, !opts.CgroupV1)
+	if opts.DmemUndelegated != "" {
+		driver.DmemUndelegated = []string{opts.DmemUndelegated}
+	}
 	// Older drivers do not export the per-cgroup limit entry point.
 	srv.LookupSymbolFunc = func(symbol string) error {
 		if symbol == SetMemoryLimitsSymbol && !driver.HasSetMemoryLimits() {
@@ -106,6 +113,9 @@ func NewNodeWith(spec, nodeName string, opts NodeOptions) (*Node, error) {
 		Driver: driver,
 		InventoryOptions: nvmldiscovery.Options{
 			CgroupV2: func() bool { return !opts.CgroupV1 },
+			// The plugin's walk of cgroup.subtree_control, answered
+			// from the driver's setting (no v2 files on a v1 host).
+			DmemUndelegated: func() (string, error) { return opts.DmemUndelegated, nil },
 			LookPath: func(file string) (string, error) {
 				if !mps {
 					return "", fmt.Errorf("%s: not present on a simulated node without MPS", file)

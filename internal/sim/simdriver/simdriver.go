@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	nvml "github.com/gpufrac/gpufrac/internal/node/purenvml"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -32,8 +33,29 @@ type Driver struct {
 	DriverVersion string `json:"driverVersion"`
 	// CgroupV2 is the simulated node's cgroup hierarchy; NVIDIA's
 	// per-cgroup limits need v2.
-	CgroupV2 bool        `json:"cgroupV2"`
-	GPUs     []DriverGPU `json:"gpus"`
+	CgroupV2 bool `json:"cgroupV2"`
+	// DmemUndelegated are cgroups, by their path below the hierarchy's
+	// mount (e.g. "kubepods" or "kubepods/burstable"), whose
+	// cgroup.subtree_control does not enable dmem: their descendants have
+	// no dmem files, and NVML refuses limits there. Empty (the default):
+	// delegated all the way down.
+	DmemUndelegated []string    `json:"dmemUndelegated,omitempty"`
+	GPUs            []DriverGPU `json:"gpus"`
+}
+
+// hasDmemFiles tells whether cgroup has dmem files: none of its strict
+// ancestors is one of d's undelegated cgroups. The simulated driver knows
+// no mount point, so an entry matches an ancestor's path by its last
+// components.
+func (d Driver) hasDmemFiles(cgroup string) bool {
+	for a := filepath.Dir(filepath.Clean(cgroup)); a != filepath.Dir(a); a = filepath.Dir(a) {
+		for _, u := range d.DmemUndelegated {
+			if u = strings.Trim(filepath.Clean(u), "/"); u != "" && u != "." && (a == "/"+u || strings.HasSuffix(a, "/"+u)) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // DriverGPU is one GPU the simulated driver knows.
@@ -80,7 +102,8 @@ func Install(driverRoot, libDir string, d Driver) (string, error) {
 // the hook makes: no nvmlDeviceSetMemoryLimits_v1 before r615, unknown
 // GPUs not found, a limit above the GPU's memory or a soft limit above the
 // hard one INVALID_ARGUMENT, a cgroup that does not exist (any more)
-// OPERATING_SYSTEM, a cgroup v1 node NOT_SUPPORTED. Only a call that
+// OPERATING_SYSTEM, a cgroup v1 node NOT_SUPPORTED, a cgroup without dmem
+// files (Driver.DmemUndelegated) NOT_FOUND. Only a call that
 // succeeds on the real driver is recorded, to recordPath, with the
 // ancestors' reservations it raises (see Reservations).
 func Open(libPath, recordPath string) (nvml.Interface, error) {
@@ -152,6 +175,10 @@ type driverDevice struct {
 
 // GetMemoryLimits_v1 implements nvml.Device.
 func (g driverDevice) GetMemoryLimits_v1(cgroup string) (nvml.MemoryLimits_v1, nvml.Return) {
+	if g.l.d.CgroupV2 && !g.l.d.hasDmemFiles(cgroup) {
+		// nvidia-smi's "Not Supported" for a cgroup without dmem files.
+		return nvml.MemoryLimits_v1{}, nvml.ERROR_NOT_SUPPORTED
+	}
 	return getMemoryLimits(g.l.recordPath, g.uuid, cgroup, g.l.hasSymbol, g.l.d.CgroupV2)
 }
 
@@ -164,6 +191,11 @@ func (g driverDevice) SetMemoryLimits_v1(cgroup string, soft, hard uint64) nvml.
 	}
 	if ret := checkSetMemoryLimits(cgroup, soft, hard, g.total, g.l.d.CgroupV2); ret != nvml.SUCCESS {
 		return ret
+	}
+	if !g.l.d.hasDmemFiles(cgroup) {
+		// Limits only on a cgroup with dmem files, else "not found"
+		// (NVIDIA, mpsv3-memory-partitioning).
+		return nvml.ERROR_NOT_FOUND
 	}
 	if err := appendRecord(g.l.recordPath, LimitRecord{UUID: g.uuid, Cgroup: cgroup, Soft: soft, Hard: hard}); err != nil {
 		fmt.Fprintln(os.Stderr, err)

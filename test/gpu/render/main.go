@@ -18,7 +18,7 @@ import (
 func main() {
 	version := flag.String("version", "legacy", "MPS version: legacy or v3")
 	uuid := flag.String("uuid", "", "GPU UUID")
-	part := flag.String("part", "script", "what to print: script, init (the init container's command), probe or toml (the v3 daemon's configuration)")
+	part := flag.String("part", "script", "what to print: script, init (the init container's command), probe, toml (the v3 daemon's configuration) or server-reserve (the default MPS server reserve, MiB)")
 	driver := flag.String("driver", "615.0", "driver version, for -part toml")
 	flag.Parse()
 	pod, err := mps.Render(mps.DaemonTemplate, mps.DaemonParams{
@@ -46,6 +46,8 @@ func main() {
 			os.Exit(1)
 		}
 		fmt.Print(toml)
+	case "server-reserve":
+		fmt.Println(domain.DefaultServerReserveMiB)
 	case "probe":
 		fmt.Println(c.StartupProbe.Exec.Command[len(c.StartupProbe.Exec.Command)-1])
 	default:
