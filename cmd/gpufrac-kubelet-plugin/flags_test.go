@@ -29,6 +29,9 @@ func TestFlagsRefusedAtStart(t *testing.T) {
 		{[]string{"--cdi-root", "../cdi"}, `--cdi-root "../cdi": must be an absolute path`},
 		{[]string{"--driver-root", "driver"}, `--driver-root "driver": must be an absolute path`},
 		{[]string{"--namespace", "Bad_Namespace"}, `--namespace "Bad_Namespace": must be a DNS label`},
+		{[]string{"--dev-root", "dev"}, `--dev-root "dev": must be an absolute path`},
+		{[]string{"--nvidia-runtime-config", "config.toml"}, `--nvidia-runtime-config "config.toml": must be an absolute path`},
+		{[]string{"--mps-server-reserve-mib", "-1"}, "--mps-server-reserve-mib -1: must be from 0 to"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			cmd := newCommand()

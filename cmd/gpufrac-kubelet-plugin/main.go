@@ -188,6 +188,11 @@ func (f *flags) check() error {
 		flagcheck.AbsPath("--cgroup-root", f.cgroupRoot),
 		flagcheck.OptionalAbsPath("--driver-root-mount", f.driverRootMount),
 		flagcheck.OptionalAbsPath("--mps-template", f.mpsTemplate),
+		flagcheck.OptionalAbsPath("--dev-root", f.devRoot),
+		flagcheck.OptionalAbsPath("--nvidia-runtime-config", f.nvidiaRuntimeConfig),
+		// 1 TiB bounds the arithmetic; a reserve at or above a GPU's own
+		// memory is refused once the inventory is known.
+		flagcheck.Int("--mps-server-reserve-mib", f.mpsServerReserveMiB, 0, 1<<20),
 		flagcheck.Duration("--status-clear-delay", f.statusClearDelay, 0, 10*time.Minute),
 		flagcheck.Duration("--status-burst-quiet", f.statusBurstQuiet, 0, claimstatus.DefaultBurstMax),
 		flagcheck.Duration("--mps-ready-timeout", f.mpsReadyTimeout, time.Second, time.Hour),
