@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpufrac/gpufrac/internal/node/purenvml"
 	"github.com/gpufrac/gpufrac/internal/node/purenvml/nvmlstandin"
 )
 
@@ -85,7 +86,8 @@ func limit(uuid string, soft, hard uint64) string { return fmt.Sprintf("%s=%d:%d
 // GPU's UUID, the container's cgroup path, the soft and hard bytes, read
 // from a struct of nvmlSetMemoryLimits_v1_t's size through the _v1 entry
 // point (nvml.h gives that struct no version member: the version is the
-// entry point's), between nvmlInit_v2 and nvmlShutdown.
+// entry point's), between nvmlInit_v2 and nvmlShutdown; then the reset
+// of the reservation root to 0 (docs/enforcement.md).
 func TestHookSetsLimitsThroughAStandInNVML(t *testing.T) {
 	dir, _ := buildHostBinaries(t)
 	n := newHookNode(t, filepath.Join(dir, "gpufrac-cdi-hook"), true)
@@ -102,6 +104,18 @@ func TestHookSetsLimitsThroughAStandInNVML(t *testing.T) {
 		{Call: "nvmlDeviceSetMemoryLimits_v1", UUID: gpuB, NameSpace: cg, SoftLimit: 1 << 30, HardLimit: 1 << 30, StructSize: 24},
 		{Call: "nvmlShutdown"},
 	}
+	// Then NVIDIA's reservation model: the root (the highest cgroup below
+	// the mount) is read and forced to soft 0 with its own hard limit,
+	// none here (NOT_FOUND: no limit of its own, so NVML's maximum).
+	root := filepath.Join(n.cgroupRoot, strings.Split(scope, "/")[0])
+	want = append(want, nvmlstandin.Call{Call: "nvmlInit_v2"})
+	for _, uuid := range []string{gpuA, gpuB} {
+		want = append(want,
+			nvmlstandin.Call{Call: "nvmlDeviceGetHandleByUUID", UUID: uuid},
+			nvmlstandin.Call{Call: "nvmlDeviceGetMemoryLimits_v1", Ret: int(purenvml.ERROR_NOT_FOUND), UUID: uuid, NameSpace: root, StructSize: 24},
+			nvmlstandin.Call{Call: "nvmlDeviceSetMemoryLimits_v1", UUID: uuid, NameSpace: root, SoftLimit: 0, HardLimit: purenvml.DEVICE_MEMORY_LIMIT_MAX, StructSize: 24})
+	}
+	want = append(want, nvmlstandin.Call{Call: "nvmlShutdown"})
 	got := n.calls(t)
 	if len(got) != len(want) {
 		t.Fatalf("NVML received %d calls, want %d:\n got %+v\nwant %+v", len(got), len(want), got, want)

@@ -82,9 +82,9 @@ func checkCgroupPath(root, path, from string) error {
 // looks at it, and on a simulated node it may not exist at all.
 func resolveExisting(path string) (string, error) {
 	path = filepath.Clean(path)
-	real, err := filepath.EvalSymlinks(path)
+	resolved, err := filepath.EvalSymlinks(path)
 	if err == nil {
-		return real, nil
+		return resolved, nil
 	}
 	parent := filepath.Dir(path)
 	if !errors.Is(err, fs.ErrNotExist) || parent == path {

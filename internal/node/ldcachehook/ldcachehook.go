@@ -218,10 +218,10 @@ func writeIn(rootFD int, rel, body string, replace bool) error {
 }
 
 func capText(b []byte) string {
-	const max = 2048
+	const limit = 2048
 	s := strings.TrimSpace(string(b))
-	if len(s) > max {
-		return s[:max] + "…"
+	if len(s) > limit {
+		return s[:limit] + "…"
 	}
 	return s
 }

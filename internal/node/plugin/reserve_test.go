@@ -39,8 +39,8 @@ func TestPublishedMemoryLeavesRoomForTheServer(t *testing.T) {
 				if a, ok := d.Attributes["mpsServerReserveMiB"]; ok {
 					reserve[uuid] = *a.IntValue
 				}
-				if max := d.Capacity["memory"].RequestPolicy.ValidRange.Max; max.Value() != q.Value() {
-					t.Errorf("%s: the largest request %s is not the capacity %s", uuid, max.String(), q.String())
+				if largest := d.Capacity["memory"].RequestPolicy.ValidRange.Max; largest.Value() != q.Value() {
+					t.Errorf("%s: the largest request %s is not the capacity %s", uuid, largest.String(), q.String())
 				}
 			}
 		}

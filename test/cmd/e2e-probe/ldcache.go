@@ -127,20 +127,20 @@ func resolveLibrary(entries []cacheEntry, name string) string {
 		if e.Name != name {
 			continue
 		}
-		real, err := filepath.EvalSymlinks(e.Path)
+		resolved, err := filepath.EvalSymlinks(e.Path)
 		if err != nil {
 			return "missing " + err.Error()
 		}
-		f, err := elf.Open(real)
+		f, err := elf.Open(resolved)
 		if err != nil {
 			return "missing " + err.Error()
 		}
 		defer func() { _ = f.Close() }()
 		soname, err := f.DynString(elf.DT_SONAME)
 		if err != nil || len(soname) != 1 {
-			return fmt.Sprintf("missing %s has no SONAME (%v)", real, err)
+			return fmt.Sprintf("missing %s has no SONAME (%v)", resolved, err)
 		}
-		return e.Path + " " + real + " " + soname[0]
+		return e.Path + " " + resolved + " " + soname[0]
 	}
 	return "missing not in /etc/ld.so.cache"
 }
