@@ -38,7 +38,7 @@ import (
 func TestNoDriftAfterAKill(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	node := e.nodeWith(harness.NodeOptions{GPUs: "h200x2", PluginArgs: []string{"--status-clear-delay=1h"}})
+	node := e.nodeWith(harness.NodeOptions{GPUs: "h200x2", PluginArgs: []string{"--status-clear-delay=10m"}})
 	class := e.classFor("drift", "")
 	tmpl := claimTemplate("drift", class, "10Gi", 1, "")
 	e.createTemplate(tmpl)
