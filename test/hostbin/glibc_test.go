@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/gpufrac/gpufrac/test/hostbin"
+	"github.com/gpufrac/gpufrac/test/mustrun"
 )
 
 const repoRoot = "../.."
@@ -26,7 +27,7 @@ func buildHostBinaries(t *testing.T) (dir string, bins []string) {
 		t.Fatal(err)
 	}
 	if _, err := exec.LookPath("make"); err != nil {
-		t.Skip("make not found: the host binaries are built by the Makefile's build-host target")
+		mustrun.Need(t, false, "make not found: the host binaries are built by the Makefile's build-host target")
 	}
 	dir = t.TempDir()
 	cmd := exec.CommandContext(t.Context(), "make", "-s", "--no-print-directory", "build-host", "BIN="+dir)
@@ -57,7 +58,7 @@ func TestHookRunsOnOldGlibc(t *testing.T) {
 	}
 	t.Run("a cgo build fails", func(t *testing.T) {
 		if _, err := exec.LookPath("gcc"); err != nil {
-			t.Skip("gcc not found: no cgo build here")
+			mustrun.Need(t, false, "gcc not found: no cgo build here")
 		}
 		// The hook as it was built before: with cgo, against this
 		// machine's glibc (2.36 on the Debian bookworm images that build
@@ -80,7 +81,7 @@ func TestHookRunsOnOldGlibc(t *testing.T) {
 	t.Run("a library outside glibc fails", func(t *testing.T) {
 		gcc, err := exec.LookPath("gcc")
 		if err != nil {
-			t.Skip("gcc not found")
+			mustrun.Need(t, false, "gcc not found: the planted C program is compiled with it")
 		}
 		src := filepath.Join(t.TempDir(), "m.c")
 		if err := os.WriteFile(src, []byte("#include <math.h>\nint main(int c, char **v) { (void)v; return (int)cos((double)c); }\n"), 0o644); err != nil {

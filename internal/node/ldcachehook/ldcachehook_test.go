@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gpufrac/gpufrac/internal/node/ldcachehook"
+	"github.com/gpufrac/gpufrac/test/mustrun"
 )
 
 // bundle writes an OCI bundle whose config names root (relative or not)
@@ -51,9 +52,7 @@ func TestContainerRoot(t *testing.T) {
 func stubLibrary(t *testing.T, path, soname string) {
 	t.Helper()
 	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("gcc is needed to build a stub driver library")
-	}
+	mustrun.Need(t, err == nil, "gcc is needed to build a stub driver library")
 	src := filepath.Join(t.TempDir(), "stub.c")
 	if err := os.WriteFile(src, []byte("int gpufrac_stub(void) { return 0; }\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -68,12 +67,9 @@ func stubLibrary(t *testing.T, path, soname string) {
 
 func needRootAndLDConfig(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("ldconfig -r chroots: root only")
-	}
-	if _, err := os.Stat("/sbin/ldconfig"); err != nil {
-		t.Skip("no /sbin/ldconfig on this host")
-	}
+	mustrun.NeedRoot(t, "ldconfig -r chroots")
+	_, err := os.Stat("/sbin/ldconfig")
+	mustrun.Need(t, err == nil, "no /sbin/ldconfig on this host")
 }
 
 // The host's ldconfig, chrooted into the container's root, lists the

@@ -9,18 +9,16 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/gpufrac/gpufrac/test/mustrun"
 )
 
 // A cache written by the host's real ldconfig, over a root holding a
 // library built with gcc, parses to that library's SONAME and path.
 func TestParseLDCacheReadsWhatLdconfigWrote(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("ldconfig -r chroots: root only")
-	}
+	mustrun.NeedRoot(t, "ldconfig -r chroots")
 	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("gcc is needed")
-	}
+	mustrun.Need(t, err == nil, "gcc is needed to build the library the cache indexes")
 	root := t.TempDir()
 	src := filepath.Join(t.TempDir(), "s.c")
 	if err := os.WriteFile(src, []byte("int f(void) { return 1; }\n"), 0o600); err != nil {

@@ -20,6 +20,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpufrac/gpufrac/test/mustrun"
 )
 
 //go:embed testdata/standin.c
@@ -45,13 +47,11 @@ type Call struct {
 
 // Build compiles the stand-in into dir/libnvidia-ml.so.1 and returns its
 // path; withLimits false builds a driver before r615, without the
-// per-cgroup limit entry points. It skips the test where gcc is missing.
+// per-cgroup limit entry points. It skips the test where gcc is missing (fails it where the tests must run: test/mustrun).
 func Build(t testing.TB, dir string, withLimits bool) string {
 	t.Helper()
 	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("gcc not found: the NVML stand-in is compiled from C")
-	}
+	mustrun.Need(t, err == nil, "gcc not found: the NVML stand-in is compiled from C")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
