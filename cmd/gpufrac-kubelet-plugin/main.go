@@ -310,9 +310,6 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 	for _, x := range f.ignoredXIDs {
 		cfg.Health.IgnoredXIDs = append(cfg.Health.IgnoredXIDs, uint64(x))
 	}
-	if f.mpsServerReserveMiB < 0 {
-		return plugin.Config{}, fmt.Errorf("--mps-server-reserve-mib %d: must not be negative", f.mpsServerReserveMiB)
-	}
 	if err := cfg.MPS.DefaultNamespaceLimits.Validate(); err != nil {
 		return plugin.Config{}, fmt.Errorf("--mps-default-namespace-memory-mib, --mps-default-namespace-thread-percentage: %w", err)
 	}
