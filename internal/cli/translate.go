@@ -20,6 +20,7 @@ import (
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/safetext"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // newTranslateCommand previews, offline, what the admission webhook makes of
@@ -28,22 +29,27 @@ import (
 func newTranslateCommand(streams IOStreams) *cobra.Command {
 	var filenames []string
 	var memory []string
+	var kaiReserve, serverReserve int64
 	cmd := &cobra.Command{
-		Use:   "translate -f POD.yaml [--gpu-memory 141Gi ...]",
+		Use:   "translate -f POD.yaml [--gpu-memory 81559Mi ...]",
 		Short: "Show what gpufrac makes of KAI-Scheduler GPU-sharing annotations",
 		Long: "translate prints, for each Pod in the input, what KAI-Scheduler would do with it next to what\n" +
 			"gpufrac does (rows marked != differ), then the claim template and the changed Pod the\n" +
-			"gpufrac admission webhook would produce. --gpu-memory stands in for the GPU memory sizes\n" +
-			"the webhook reads from the cluster's ResourceSlices (needed for gpu-fraction and portions).",
+			"gpufrac admission webhook would produce. --gpu-memory stands in for the GPUs the webhook\n" +
+			"reads from the cluster's ResourceSlices (needed for gpu-fraction and portions): each is a\n" +
+			"GPU's total memory as KAI sees it (the node label nvidia.com/gpu.memory, NVML's total, the\n" +
+			"slice attribute memoryTotalMiB), e.g. 81559Mi for an 80 GB H100. KAI's binder computes\n" +
+			"from that total less --kai-reserved-gpu-memory-mib; the claim draws from the slice's\n" +
+			"capacity, the total less --mps-server-reserve-mib rounded down to 256Mi. Memory figures\n" +
+			"are what the API server allocates (the slice's minimum 1Gi and step 256Mi).",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(filenames) == 0 {
 				return fmt.Errorf("-f is required")
 			}
-			sizes, err := parseGPUMemory(memory)
+			opts, err := translateOptions(memory, kaiReserve, serverReserve)
 			if err != nil {
 				return err
 			}
-			opts := kai.Options{GPUMemorySizes: sizes}
 			inputs, err := readInputs(filenames, streams.In)
 			if err != nil {
 				return err
@@ -63,8 +69,44 @@ func newTranslateCommand(streams IOStreams) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringArrayVarP(&filenames, "filename", "f", nil, "file or directory of Pods (- for stdin); repeatable")
-	cmd.Flags().StringArrayVar(&memory, "gpu-memory", nil, "a GPU memory size in the cluster, e.g. 141Gi; repeatable")
+	cmd.Flags().StringArrayVar(&memory, "gpu-memory", nil, "a GPU's total memory as KAI sees it (node label nvidia.com/gpu.memory, in MiB), e.g. 81559Mi; repeatable")
+	cmd.Flags().Int64Var(&kaiReserve, "kai-reserved-gpu-memory-mib", 0, "MiB KAI's binder holds back from each GPU before a portion becomes memory, as gpufrac-controller's flag of that name")
+	cmd.Flags().Int64Var(&serverReserve, "mps-server-reserve-mib", 0, "MiB the node's gpufrac plugin keeps back per GPU for its MPS server (its flag of that name; 0 for a node that runs no daemon)")
 	return cmd
+}
+
+// translateOptions turns translate's flags into the facts the webhook
+// reads from the cluster: per GPU, the capacity its slice would publish
+// (domain.OfferedMemory) and its total.
+func translateOptions(memory []string, kaiReserve, serverReserve int64) (kai.Options, error) {
+	totals, err := parseGPUMemory(memory)
+	if err != nil {
+		return kai.Options{}, err
+	}
+	if err := kai.ValidateReservedMiB(kaiReserve); err != nil {
+		return kai.Options{}, fmt.Errorf("--kai-reserved-gpu-memory-mib %d: %w", kaiReserve, err)
+	}
+	if serverReserve < 0 || serverReserve > 1<<20 {
+		return kai.Options{}, fmt.Errorf("--mps-server-reserve-mib %d: must be from 0 to %d", serverReserve, 1<<20)
+	}
+	opts := kai.Options{ReservedMiB: kaiReserve, GPUTotalsMiB: map[int64]int64{}}
+	for _, total := range totals {
+		// A total in whole MiB, as KAI's label and the slice attribute.
+		totalMiB := total.Value() >> 20
+		capacity := domain.OfferedMemory(domain.GPU{MemoryBytes: uint64(totalMiB) << 20, ServerReserveBytes: uint64(serverReserve) << 20})
+		if capacity.Sign() <= 0 {
+			return kai.Options{}, fmt.Errorf("--gpu-memory %s: the MPS server reserve of %d MiB leaves no capacity", total.String(), serverReserve)
+		}
+		if _, dup := opts.GPUTotalsMiB[capacity.Value()]; dup {
+			// Two totals with one capacity: KAI's figure on the larger,
+			// so the claim asks at least KAI's on either.
+			opts.GPUTotalsMiB[capacity.Value()] = max(opts.GPUTotalsMiB[capacity.Value()], totalMiB)
+			continue
+		}
+		opts.GPUMemorySizes = append(opts.GPUMemorySizes, capacity)
+		opts.GPUTotalsMiB[capacity.Value()] = totalMiB
+	}
+	return opts, nil
 }
 
 // maxMessageBytes caps one message taken from a manifest in the output.

@@ -6,7 +6,6 @@ package kai
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -52,24 +51,36 @@ func Compare(pod *corev1.Pod, opts Options) []Row {
 	add("devices", fmt.Sprint(req.count), fmt.Sprint(req.count))
 
 	// gpufrac's side, per alternative, read back from the template.
-	g := gpufracSides(res.Template.Spec.Spec, opts.MemoryStep.Value(), mode)
+	g := gpufracSides(res.Template.Spec.Spec, opts, mode)
 
+	if req.kind == kindPortion {
+		// Both sides compute from the portion as KAI's scheduler hands it
+		// to its binder (binder.go).
+		_, text := receivedPortion(req.portion)
+		add("portion KAI's binder receives (%.2f)", text, text)
+	}
 	// KAI's side: its binder's figures for each GPU size gpufrac knows.
-	sizes := slices.Clone(opts.GPUMemorySizes)
-	slices.SortFunc(sizes, func(a, b resource.Quantity) int { return a.Cmp(b) })
+	sizes := opts.gpuSizes()
 	if len(g) == 1 && g[""] != (gpufracSide{}) {
-		sizes = []resource.Quantity{{}}
+		sizes = []gpuSize{{}}
 	}
 	for _, size := range sizes {
 		label, key := "any GPU", ""
-		if !size.IsZero() {
-			label, key = size.String()+" GPU", lower(size)
+		if !size.capacity.IsZero() {
+			label, key = fmt.Sprintf("%s GPU (%d MiB total)", size.capacity.String(), size.totalMiB), lower(size.capacity)
 		}
 		gs, ok := g[key]
 		if !ok {
 			gs = gpufracSide{memory: "does not fit", limit: "-", sm: "-"}
 		}
 		ks := kaiOn(size, req, opts)
+		switch {
+		case !ok || ks.mib == 0:
+		case ks.mib*mib > size.capacity.Value():
+			gs.memory += fmt.Sprintf(": KAI's figure is more than this GPU's capacity, so the claim asks the whole GPU, %dMi less than KAI", ks.mib-size.capacity.Value()/mib)
+		case !strings.HasPrefix(gs.memory, ks.memory+" ") && gs.memory != ks.memory:
+			gs.memory += fmt.Sprintf(" (KAI's %s rounded up to the step)", ks.memory)
+		}
 		add("memory request, "+label, ks.memory, gs.memory)
 		add("memory limit, "+label, ks.limit, gs.limit)
 		add("SM cap, "+label, ks.sm, gs.sm)
@@ -86,6 +97,10 @@ func admissions(req *request, kerr *Error, res *Result, terr error) (kaiAdmissio
 		kaiAdmission = "refused: " + kerr.Error()
 	case req == nil:
 		kaiAdmission = "admitted, no fractional GPU request"
+	case req.kind == kindPortion:
+		if v, text := receivedPortion(req.portion); v <= 0 {
+			kaiAdmission = fmt.Sprintf("admitted; then its binder fails every bind: %s %q", binderReason, text)
+		}
 	}
 	gAdmission = "admitted"
 	switch {
@@ -104,9 +119,10 @@ func admissions(req *request, kerr *Error, res *Result, terr error) (kaiAdmissio
 type gpufracSide struct{ memory, limit, sm string }
 
 // gpufracSides reads gpufrac's side back from the claim spec of the
-// template, per GPU size ("" for an exact request): memory rounded up to
-// step, the configured limit and SM cap.
-func gpufracSides(spec resourceapi.ResourceClaimSpec, step int64, mode string) map[string]gpufracSide {
+// template, per GPU size ("" for an exact request): the memory the API
+// server allocates (opts.MemoryMin and MemoryStep), the configured limit
+// and SM cap.
+func gpufracSides(spec resourceapi.ResourceClaimSpec, opts Options, mode string) map[string]gpufracSide {
 	g := map[string]gpufracSide{}
 	configs := map[string]v1alpha1.FractionConfig{}
 	for _, c := range spec.Devices.Config {
@@ -117,7 +133,7 @@ func gpufracSides(spec resourceapi.ResourceClaimSpec, step int64, mode string) m
 		}
 	}
 	describe := func(target string, memory resource.Quantity) gpufracSide {
-		s := gpufracSide{memory: roundedUp(memory, step), limit: "= request", sm: "none"}
+		s := gpufracSide{memory: allocatedText(memory, opts), limit: "= request", sm: "none"}
 		if fc, ok := configs[target]; ok {
 			if fc.MemoryLimit != nil {
 				s.limit = fc.MemoryLimit.String()
@@ -143,46 +159,52 @@ func gpufracSides(spec resourceapi.ResourceClaimSpec, step int64, mode string) m
 	return g
 }
 
-type kaiSide struct{ memory, limit, sm string }
+type kaiSide struct {
+	memory, limit, sm string
+	mib               int64 // KAI's memory in MiB, where it computes one
+}
 
 // kaiOn is what KAI's binder and kai-gpu-fractioning's fractiond set for
-// the request on a GPU of the given size (zero: an exact request).
-func kaiOn(size resource.Quantity, req *request, opts Options) kaiSide {
-	memory := req.memory
-	usable := 0.0
-	if !size.IsZero() {
-		usable = float64(size.Value()/mib - opts.ReservedMiB)
+// the request on a GPU of the given size (zero: an exact request), from
+// the portion the binder receives (binder.go).
+func kaiOn(size gpuSize, req *request, opts Options) kaiSide {
+	usable := int64(0)
+	if size.totalMiB > 0 {
+		usable = size.totalMiB - opts.ReservedMiB
 	}
+	out := kaiSide{memory: req.memory.String(), limit: "= request"}
 	if req.kind == kindPortion {
-		memory = *resource.NewQuantity(int64(usable*req.portion)*mib, resource.BinarySI)
+		v, text := receivedPortion(req.portion)
+		switch m := binderMiB(usable, v); {
+		case v <= 0:
+			out.memory = fmt.Sprintf("bind fails: %s %q", binderReason, text)
+		case m == 0:
+			out.memory = "bind fails: calculated gpu memory request is zero"
+		default:
+			out.mib = m
+			out.memory = resource.NewQuantity(m*mib, resource.BinarySI).String()
+		}
 	}
-	out := kaiSide{memory: memory.String(), limit: "= request"}
 	switch {
 	case req.limit != nil:
 		out.limit = req.limit.String()
 	case req.portionLimit > 0 && usable > 0:
-		out.limit = resource.NewQuantity(int64(usable*req.portionLimit)*mib, resource.BinarySI).String()
+		out.limit = resource.NewQuantity(binderMiB(usable, req.portionLimit)*mib, resource.BinarySI).String()
 	}
-	portion := req.compute
-	if portion == 0 {
-		if req.kind == kindPortion {
-			portion = req.portion
-		} else if usable > 0 {
-			portion = min(float64(memory.Value()/mib)/usable, 1)
-		}
-	}
-	if portion > 0 {
+	if portion := computePortion(req, size); portion > 0 {
 		out.sm = fmt.Sprintf("%d%% (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, both modes)", percentOf(portion))
 	} else {
-		out.sm = "memory ÷ the GPU's usable memory, at bind time (both modes)"
+		out.sm = "the memory request's portion of the GPU, at bind time (both modes)"
 	}
 	return out
 }
 
-func roundedUp(q resource.Quantity, step int64) string {
-	v := q.Value()
-	if step <= 0 || v%step == 0 {
+// allocatedText is what the API server allocates for a request of q, and
+// why where that is more than q.
+func allocatedText(q resource.Quantity, opts Options) string {
+	got := allocated(q, opts.MemoryMin, opts.MemoryStep)
+	if got.Cmp(q) == 0 {
 		return q.String()
 	}
-	return resource.NewQuantity((v/step+1)*step, resource.BinarySI).String() + " (" + q.String() + " rounded up to the step)"
+	return fmt.Sprintf("%s (the API server rounds %s up to min %s, step %s)", got.String(), q.String(), opts.MemoryMin.String(), opts.MemoryStep.String())
 }

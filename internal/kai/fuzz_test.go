@@ -5,6 +5,7 @@ package kai_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"testing"
 
@@ -76,8 +77,12 @@ func FuzzTranslate(f *testing.F) {
 			tmpl := templateOf(t, res, "main")
 			for i, sub := range tmpl.Spec.Spec.Devices.Requests[0].FirstAvailable {
 				size := sizesAscending()[i]
-				// KAI's binder: floor(usable MiB x portion), no reserve here.
-				want := int64(float64(size.Value()>>20)*x) << 20
+				// KAI's binder: floor(usable MiB x the portion as %.2f
+				// made it), no reserve here; the claim asks that rounded
+				// up to the 256Mi step, at most the whole GPU.
+				received, _ := strconv.ParseFloat(fmt.Sprintf("%.2f", x), 64)
+				step := int64(256) << 20
+				want := min((int64(float64(size.Value()>>20)*received)<<20+step-1)/step*step, size.Value())
 				got := sub.Capacity.Requests["memory"]
 				if got.Value() != want {
 					t.Fatalf("fraction %s on %s: request %s, want %d bytes", fraction, size.String(), got.String(), want)

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,10 +26,13 @@ const mib = int64(1) << 20
 // share is what one GPU size alternative holds.
 type share struct {
 	size    resource.Quantity // zero: any GPU (an exact request)
-	memory  resource.Quantity
+	memory  resource.Quantity // what the claim asks
 	limit   *resource.Quantity
 	percent int32 // SM cap; 0 = none
-	kaiMiB  int64 // what KAI's binder computes, when it differs by size
+	kaiMiB  int64 // what KAI's binder computes, when it depends on the size
+	// whole: KAI's figure is more than the GPU's capacity, so the claim
+	// asks the whole capacity.
+	whole bool
 }
 
 // build turns an admitted request into the claim template.
@@ -88,9 +90,7 @@ func sharesFor(pod *corev1.Pod, req *request, opts Options, mode string) ([]shar
 		if n := len(opts.GPUMemorySizes); n > resourceapi.FirstAvailableDeviceRequestMaxSize {
 			return nil, Errors{{Rule: fmt.Sprintf("gpufrac: this request takes a share of each GPU size, the cluster publishes %d sizes, and a claim can name at most %d alternatives (resource.k8s.io/v1 FirstAvailableDeviceRequestMaxSize)", n, resourceapi.FirstAvailableDeviceRequestMaxSize)}}
 		}
-		sizes := slices.Clone(opts.GPUMemorySizes)
-		// Smaller GPUs first: the cheaper fit.
-		slices.SortFunc(sizes, func(a, b resource.Quantity) int { return a.Cmp(b) })
+		sizes := opts.gpuSizes()
 		for _, size := range sizes {
 			s, ok, err := shareOn(size, req, opts, mode)
 			if err != nil {
@@ -101,7 +101,11 @@ func sharesFor(pod *corev1.Pod, req *request, opts Options, mode string) ([]shar
 			}
 		}
 		if len(shares) == 0 {
-			return nil, Errors{noSizeFits(pod, req, sizes)}
+			capacities := make([]resource.Quantity, len(sizes))
+			for i := range sizes {
+				capacities[i] = sizes[i].capacity
+			}
+			return nil, Errors{noSizeFits(pod, req, capacities)}
 		}
 	} else {
 		s := share{memory: req.memory, limit: req.limit}
@@ -115,11 +119,10 @@ func sharesFor(pod *corev1.Pod, req *request, opts Options, mode string) ([]shar
 
 // claimSpec is the claim of shares: one request (with a subrequest per GPU
 // size), a config per share with a limit or an SM cap, and distinct GPUs
-// for a multi-GPU ask. rounding notes the shares gpufrac allocates more
-// memory for than KAI would (opts.MemoryStep).
+// for a multi-GPU ask. rounding notes the shares where what the API server
+// allocates differs from KAI's figure (roundingNote).
 func claimSpec(shares []share, req *request, class string, opts Options) (spec resourceapi.ResourceClaimSpec, rounding []string) {
 	dreq := resourceapi.DeviceRequest{Name: RequestName}
-	step := opts.MemoryStep.Value()
 	for _, s := range shares {
 		capacity := &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": s.memory}}
 		target := RequestName
@@ -142,9 +145,8 @@ func claimSpec(shares []share, req *request, class string, opts Options) (spec r
 		if s.limit != nil || s.percent > 0 {
 			spec.Devices.Config = append(spec.Devices.Config, fractionConfig(target, s.limit, s.percent))
 		}
-		if v := s.memory.Value(); step > 0 && v%step != 0 {
-			rounding = append(rounding, fmt.Sprintf("%s: KAI %s, gpufrac allocates %s (%s step)",
-				target, s.memory.String(), resource.NewQuantity((v/step+1)*step, resource.BinarySI).String(), opts.MemoryStep.String()))
+		if note := roundingNote(target, s, opts); note != "" {
+			rounding = append(rounding, note)
 		}
 	}
 	spec.Devices.Requests = []resourceapi.DeviceRequest{dreq}
@@ -156,6 +158,30 @@ func claimSpec(shares []share, req *request, class string, opts Options) (spec r
 		}}
 	}
 	return spec, rounding
+}
+
+// roundingNote says, for one alternative, what the API server allocates
+// (the slice's requestPolicy: min and step) where that differs from what
+// KAI's binder gives, and how much less than KAI the whole capacity is
+// where KAI's figure does not fit; "" where they agree.
+func roundingNote(target string, s share, opts Options) string {
+	got := allocated(s.memory, opts.MemoryMin, opts.MemoryStep)
+	policy := fmt.Sprintf("min %s, step %s", opts.MemoryMin.String(), opts.MemoryStep.String())
+	if s.kaiMiB == 0 {
+		if got.Cmp(s.memory) == 0 {
+			return ""
+		}
+		return fmt.Sprintf("%s: KAI %s, the API server allocates %s (%s)", target, s.memory.String(), got.String(), policy)
+	}
+	kai := resource.NewQuantity(s.kaiMiB*mib, resource.BinarySI)
+	if s.whole {
+		return fmt.Sprintf("%s: KAI %s, more than this GPU's capacity %s: the claim asks the whole capacity, %dMi less than KAI",
+			target, kai.String(), s.size.String(), s.kaiMiB-s.size.Value()/mib)
+	}
+	if got.Cmp(*kai) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s: KAI %s, the API server allocates %s (%s)", target, kai.String(), got.String(), policy)
 }
 
 // noSizeFits names the annotation that makes the request fit no size.
@@ -178,50 +204,72 @@ func noSizeFits(pod *corev1.Pod, req *request, sizes []resource.Quantity) Error 
 }
 
 // shareOn computes the share on one GPU size as KAI's binder does
-// (nvfractions plugin: usableGPUMemoryMiB, setNvFractionsMemoryAnnotation,
-// setGpuMemoryPortionLimitAnnotation, resolveComputePortion); ok is false
+// (binder.go): the portion as the binder receives it (%.2f), times the
+// GPU's total less KAI's reserve, rounded up to the step and at most the
+// capacity; a portion limit from the unrounded annotation. ok is false
 // when the request cannot fit that size.
-func shareOn(size resource.Quantity, req *request, opts Options, mode string) (share, bool, error) {
-	sizeMiB := size.Value() / mib
-	usable := float64(sizeMiB - opts.ReservedMiB)
+func shareOn(size gpuSize, req *request, opts Options, mode string) (share, bool, error) {
+	usable := size.totalMiB - opts.ReservedMiB
 	if usable <= 0 {
-		return share{}, false, Errors{{Rule: fmt.Sprintf("gpufrac: the reserve of %d MiB leaves nothing of a %s GPU", opts.ReservedMiB, size.String())}}
+		return share{}, false, Errors{{Rule: fmt.Sprintf("gpufrac: KAI's reserve of %d MiB (--kai-reserved-gpu-memory-mib) leaves nothing of a %d MiB GPU (KAI's binder: reserved gpu memory leaves no allocatable memory)", opts.ReservedMiB, size.totalMiB)}}
 	}
-	s := share{size: size, memory: req.memory, limit: req.limit}
+	s := share{size: size.capacity, memory: req.memory, limit: req.limit}
 	if req.kind == kindPortion {
-		m := int64(usable * req.portion) // KAI: uint64(usable * portion), a floor
+		v, _ := receivedPortion(req.portion)
+		m := binderMiB(usable, v) // KAI: uint64(usable * portion), a floor
 		if m == 0 {
-			return share{}, false, nil
+			return share{}, false, nil // KAI: "calculated gpu memory request is zero"
 		}
-		s.memory = *resource.NewQuantity(m*mib, resource.BinarySI)
 		s.kaiMiB = m
+		s.memory = *resource.NewQuantity(roundUpMiB(m, opts.MemoryStep), resource.BinarySI)
+		if s.memory.Cmp(size.capacity) > 0 {
+			s.memory, s.whole = size.capacity.DeepCopy(), true
+		}
 	}
-	if s.memory.Cmp(size) > 0 {
+	if s.memory.Cmp(size.capacity) > 0 {
 		return share{}, false, nil
 	}
 	if req.limit == nil && req.portionLimit > 0 {
-		l := int64(usable * req.portionLimit)
-		if l == 0 {
+		l := binderMiB(usable, req.portionLimit) // unrounded, as KAI reads it
+		if l == 0 || (s.kaiMiB > 0 && l < s.kaiMiB) || (s.kaiMiB == 0 && l*mib < s.memory.Value()) {
+			// A limit below the request on this size: gpufrac never lets
+			// a limit fall below the request.
 			return share{}, false, nil
 		}
-		s.limit = resource.NewQuantity(l*mib, resource.BinarySI)
-		if s.limit.Cmp(s.memory) < 0 {
-			// An NvFractions request with a portion limit below it on this
-			// size: gpufrac never lets a limit fall below the request.
-			return share{}, false, nil
-		}
+		// Never below what the claim asks (the step can lift it above
+		// KAI's figure), never above the GPU's capacity.
+		lq := resource.NewQuantity(min(max(l*mib, s.memory.Value()), size.capacity.Value()), resource.BinarySI)
+		s.limit = lq
 	}
 	if mode == "sm-sharing" {
-		switch {
-		case req.compute > 0:
-			s.percent = percentOf(req.compute)
-		case req.kind == kindPortion:
-			s.percent = percentOf(req.portion)
-		default:
-			s.percent = percentOf(math.Min(float64(s.memory.Value()/mib)/usable, 1))
-		}
+		s.percent = percentOf(computePortion(req, size))
 	}
 	return s, true, nil
+}
+
+// computePortion is the compute portion KAI hands the container on a GPU
+// of size (zero size: unknown, for exact requests): gpu-compute.request
+// when set (KAI's later line carries it unrounded to the binder, which
+// reads it first; docs/design/kai.md), else the portion the binder
+// received (resolveComputePortion): the gpu-fraction as %.2f, or for a
+// memory request the scheduler's portion of the GPU's total, rounded up
+// to hundredths. Capped at 1.
+func computePortion(req *request, size gpuSize) float64 {
+	switch {
+	case req.compute > 0:
+		return req.compute
+	case req.kind == kindPortion:
+		v, _ := receivedPortion(req.portion)
+		return math.Min(v, 1)
+	case size.totalMiB > 0:
+		return math.Min(memoryPortion(ceilMiB(req.memory), size.totalMiB), 1)
+	}
+	return 0
+}
+
+// ceilMiB is q in whole MiB, rounded up.
+func ceilMiB(q resource.Quantity) int64 {
+	return (q.Value() + mib - 1) / mib
 }
 
 // percentOf is kai-gpu-fractioning's portion to CUDA_MPS_ACTIVE_THREAD_PERCENTAGE:

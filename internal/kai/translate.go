@@ -22,6 +22,11 @@ type Options struct {
 	// GPUMemorySizes are the distinct `memory` capacities of the gpufrac
 	// GPUs in the cluster; portions of a GPU become one alternative per size.
 	GPUMemorySizes []resource.Quantity
+	// GPUTotalsMiB maps a size in GPUMemorySizes (its bytes) to the GPU's
+	// total memory in MiB, the slice attribute memoryTotalMiB (what KAI's
+	// binder reads from the node label nvidia.com/gpu.memory). A size
+	// without an entry stands for its own total.
+	GPUTotalsMiB map[int64]int64
 	// Class names for each compute mode (defaults: the shipped classes).
 	TimeSlicingClass, SMSharingClass string
 	// ReservedMiB is KAI's binder reservedGpuMemoryMiB: held back from each
@@ -32,6 +37,10 @@ type Options struct {
 	// requests round up to it (default 256Mi). Only used to say where
 	// gpufrac's allocation differs from KAI's figure.
 	MemoryStep resource.Quantity
+	// MemoryMin is the smallest request the slices' requestPolicy allows
+	// (default 1Gi); the API server rounds a smaller one up to it. Only
+	// used to say what the API server allocates.
+	MemoryMin resource.Quantity
 	// MaxGPUsPerNode is the most gpufrac GPUs one node has; 0 when unknown.
 	// A device count above it can never be satisfied and is refused.
 	MaxGPUsPerNode int
@@ -52,12 +61,36 @@ func (o *Options) defaults() {
 	if o.MemoryStep.IsZero() {
 		o.MemoryStep = resource.MustParse("256Mi")
 	}
+	if o.MemoryMin.IsZero() {
+		o.MemoryMin = resource.MustParse("1Gi")
+	}
 	if o.KAISchedulerNames == nil {
 		o.KAISchedulerNames = []string{"kai-scheduler"}
 	}
 	if o.SchedulerName == "" {
 		o.SchedulerName = corev1.DefaultSchedulerName
 	}
+}
+
+// gpuSize is one GPU size: the capacity claims draw from (and select on)
+// and the total KAI's binder computes from.
+type gpuSize struct {
+	capacity resource.Quantity
+	totalMiB int64
+}
+
+// gpuSizes are the sizes of o, smaller capacities first (the cheaper fit).
+func (o *Options) gpuSizes() []gpuSize {
+	out := make([]gpuSize, 0, len(o.GPUMemorySizes))
+	for _, c := range o.GPUMemorySizes {
+		total, ok := o.GPUTotalsMiB[c.Value()]
+		if !ok || total <= 0 {
+			total = c.Value() / mib
+		}
+		out = append(out, gpuSize{capacity: c, totalMiB: total})
+	}
+	slices.SortFunc(out, func(a, b gpuSize) int { return a.capacity.Cmp(b.capacity) })
+	return out
 }
 
 // Result is what a pod needs.
@@ -86,8 +119,36 @@ const ManagedByValue = "gpufrac-controller"
 // Inputs are the facts a template was computed from, recorded on the pod.
 type Inputs struct {
 	GPUMemorySizes []resource.Quantity `json:"gpuMemorySizes,omitempty"`
-	ReservedMiB    int64               `json:"reservedMiB,omitempty"`
-	MemoryStep     resource.Quantity   `json:"memoryStep"`
+	// GPUTotalsMiB are the totals of GPUMemorySizes, in the same order.
+	GPUTotalsMiB []int64           `json:"gpuMemoryTotalsMiB,omitempty"`
+	ReservedMiB  int64             `json:"reservedMiB,omitempty"`
+	MemoryStep   resource.Quantity `json:"memoryStep"`
+}
+
+// inputsOf is what a translation with opts records.
+func inputsOf(opts Options) Inputs {
+	in := Inputs{GPUMemorySizes: opts.GPUMemorySizes, ReservedMiB: opts.ReservedMiB, MemoryStep: opts.MemoryStep}
+	for _, size := range opts.GPUMemorySizes {
+		if t, ok := opts.GPUTotalsMiB[size.Value()]; ok {
+			in.GPUTotalsMiB = append(in.GPUTotalsMiB, t)
+		}
+	}
+	if len(in.GPUTotalsMiB) != len(in.GPUMemorySizes) {
+		in.GPUTotalsMiB = nil // every size its own total
+	}
+	return in
+}
+
+// apply sets the recorded facts on opts.
+func (in Inputs) apply(opts *Options) {
+	opts.GPUMemorySizes, opts.ReservedMiB, opts.MemoryStep = in.GPUMemorySizes, in.ReservedMiB, in.MemoryStep
+	opts.GPUTotalsMiB = nil
+	if len(in.GPUTotalsMiB) == len(in.GPUMemorySizes) && len(in.GPUTotalsMiB) > 0 {
+		opts.GPUTotalsMiB = map[int64]int64{}
+		for i, size := range in.GPUMemorySizes {
+			opts.GPUTotalsMiB[size.Value()] = in.GPUTotalsMiB[i]
+		}
+	}
 }
 
 // decodeInputs reads recorded inputs with every quantity's text bounded
@@ -96,6 +157,7 @@ type Inputs struct {
 func decodeInputs(raw string) (Inputs, error) {
 	var text struct {
 		GPUMemorySizes []string `json:"gpuMemorySizes"`
+		GPUTotalsMiB   []int64  `json:"gpuMemoryTotalsMiB"`
 		ReservedMiB    int64    `json:"reservedMiB"`
 		MemoryStep     string   `json:"memoryStep"`
 	}
@@ -105,7 +167,7 @@ func decodeInputs(raw string) (Inputs, error) {
 	if len(text.GPUMemorySizes) > resourceapi.FirstAvailableDeviceRequestMaxSize {
 		return Inputs{}, fmt.Errorf("gpuMemorySizes: %d sizes, at most %d (resource.k8s.io/v1 FirstAvailableDeviceRequestMaxSize)", len(text.GPUMemorySizes), resourceapi.FirstAvailableDeviceRequestMaxSize)
 	}
-	in := Inputs{ReservedMiB: text.ReservedMiB}
+	in := Inputs{ReservedMiB: text.ReservedMiB, GPUTotalsMiB: text.GPUTotalsMiB}
 	for i, s := range text.GPUMemorySizes {
 		q, err := v1alpha1.ParseQuantity(s)
 		if err != nil {
@@ -126,7 +188,8 @@ func decodeInputs(raw string) (Inputs, error) {
 // validate bounds recorded inputs: at most 8 GPU sizes (a claim's
 // firstAvailable holds at most resource.k8s.io/v1
 // FirstAvailableDeviceRequestMaxSize alternatives, documented), each from
-// 1Mi to 1Pi; a reserve from 0 to 1Pi in MiB; a memory step from 1 byte to
+// 1Mi to 1Pi, with its GPU's total from the size to 1Pi where totals are
+// recorded; a reserve from 0 to 1Pi in MiB; a memory step from 1 byte to
 // 1Gi.
 func (in Inputs) validate() error {
 	if len(in.GPUMemorySizes) > resourceapi.FirstAvailableDeviceRequestMaxSize {
@@ -136,6 +199,17 @@ func (in Inputs) validate() error {
 	for i, q := range in.GPUMemorySizes {
 		if q.Cmp(lo) < 0 || q.Cmp(hi) > 0 {
 			return fmt.Errorf("gpuMemorySizes[%d]: %s: must be from 1Mi to 1Pi", i, q.String())
+		}
+	}
+	if n := len(in.GPUTotalsMiB); n != 0 && n != len(in.GPUMemorySizes) {
+		return fmt.Errorf("gpuMemoryTotalsMiB: %d totals for %d sizes: want one per size", n, len(in.GPUMemorySizes))
+	}
+	for i, t := range in.GPUTotalsMiB {
+		// A capacity is the total less the node's MPS server reserve,
+		// never more than the total (DESIGN.md, "What a slice's memory
+		// means").
+		if c := in.GPUMemorySizes[i]; t > MaxReservedMiB || t*mib < c.Value() {
+			return fmt.Errorf("gpuMemoryTotalsMiB[%d]: %d: must be from the size %s to %d MiB (1Pi)", i, t, c.String(), int64(MaxReservedMiB))
 		}
 	}
 	if err := ValidateReservedMiB(in.ReservedMiB); err != nil {
@@ -200,7 +274,7 @@ func Translate(pod *corev1.Pod, opts Options) (*Result, error) {
 		out.Warnings = append(out.Warnings, fmt.Sprintf("schedulerName %s replaced by %s: gpufrac's claim is placed by the Kubernetes scheduler, and KAI must not act on the pod too", p.Spec.SchedulerName, opts.SchedulerName))
 		p.Spec.SchedulerName = opts.SchedulerName
 	}
-	inputs, err := json.Marshal(Inputs{GPUMemorySizes: opts.GPUMemorySizes, ReservedMiB: opts.ReservedMiB, MemoryStep: opts.MemoryStep})
+	inputs, err := json.Marshal(inputsOf(opts))
 	if err != nil {
 		return nil, fmt.Errorf("recording the translation inputs: %w", err)
 	}
@@ -232,7 +306,7 @@ func TemplateFor(pod *corev1.Pod, opts Options) (*resourceapi.ResourceClaimTempl
 	}
 	// Anyone who may create a pod may write these inputs: decodeInputs
 	// holds them to what the webhook itself could have recorded.
-	opts.GPUMemorySizes, opts.ReservedMiB, opts.MemoryStep = in.GPUMemorySizes, in.ReservedMiB, in.MemoryStep
+	in.apply(&opts)
 	opts.defaults()
 	req, kerr := admit(pod)
 	if kerr != nil {
@@ -278,6 +352,14 @@ func translatedAlready(pod *corev1.Pod) bool {
 func checkBounds(pod *corev1.Pod, req *request, opts Options) *Error {
 	if req.kind == kindPortion && len(opts.GPUMemorySizes) == 0 {
 		return refusal(AnnotationFraction, pod.Annotations[AnnotationFraction], "gpufrac: the cluster has no gpufrac GPUs, so a portion cannot be turned into memory")
+	}
+	if req.kind == kindPortion {
+		// KAI admits the pod and its binder then refuses it at every
+		// bind: refused here at once, with the binder's reason.
+		if e := binderRefusal(req.portion); e != nil {
+			e.Value = pod.Annotations[AnnotationFraction]
+			return e
+		}
 	}
 
 	if bound, source := v1alpha1.MaxDevices(opts.MaxGPUsPerNode); req.count > int64(bound) {

@@ -76,10 +76,10 @@ func TestTranslate(t *testing.T) {
 		container string
 		want      string
 	}{{
-		name:      "gpu-fraction: KAI's binder floors the portion of each GPU size",
+		name:      "gpu-fraction: KAI's binder floors the portion of each GPU size; the claim asks that rounded up to the step",
 		pod:       pod(map[string]string{"gpu-fraction": "0.3"}, "main", "sidecar"),
 		container: "main",
-		want:      "gpu/size-81408mi: gpufrac.dev x1 memory 24422Mi where " + sel81 + "; gpu/size-141gi: gpufrac.dev x1 memory 43315Mi where " + sel141,
+		want:      "gpu/size-81408mi: gpufrac.dev x1 memory 24Gi where " + sel81 + "; gpu/size-141gi: gpufrac.dev x1 memory 43520Mi where " + sel141,
 	}, {
 		name:      "gpu-memory in MiB",
 		pod:       pod(map[string]string{"gpu-memory": "20000"}, "main"),
@@ -101,11 +101,11 @@ func TestTranslate(t *testing.T) {
 		container: "worker",
 		want:      "gpu: gpufrac.dev x1 memory 2Gi",
 	}, {
-		name:      "sm-sharing without a compute request: the SM cap is the memory's share of each GPU size, as KAI's binder derives it",
+		name:      "sm-sharing without a compute request: the SM cap is the memory's share of each GPU size, rounded up to hundredths, as KAI's scheduler hands it to the binder",
 		pod:       pod(map[string]string{"gpu-memory": "20480", "kai.scheduler/gpu-compute-sharing-mode": "sm-sharing"}, "main"),
 		container: "main",
 		want: "gpu/size-81408mi: sm-sharing.gpufrac.dev x1 memory 20Gi where " + sel81 + "; gpu/size-141gi: sm-sharing.gpufrac.dev x1 memory 20Gi where " + sel141 +
-			"; config gpu/size-81408mi SMSharing 25%; config gpu/size-141gi SMSharing 14%",
+			"; config gpu/size-81408mi SMSharing 26%; config gpu/size-141gi SMSharing 15%",
 	}, {
 		name: "NvFractions request, limit, sm-sharing and a compute request: the SM cap of the MPS namespace",
 		pod: pod(map[string]string{
@@ -216,7 +216,7 @@ func TestRoundingAndComputeNotesOnTheTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "gpu/size-81408mi: KAI 24422Mi, gpufrac allocates 24Gi (256Mi step); gpu/size-141gi: KAI 43315Mi, gpufrac allocates 43520Mi (256Mi step)"
+	want := "gpu/size-81408mi: KAI 24422Mi, the API server allocates 24Gi (min 1Gi, step 256Mi); gpu/size-141gi: KAI 43315Mi, the API server allocates 43520Mi (min 1Gi, step 256Mi)"
 	if got := res.Template.Annotations[kai.AnnotationRounding]; got != want {
 		t.Errorf("rounding note\n got: %s\nwant: %s", got, want)
 	}
@@ -335,7 +335,8 @@ func TestRefusals(t *testing.T) {
 // TestBinderArithmetic ports the figures of KAI's binder tests
 // (pkg/binder/plugins/nvfractions: "2000MiB * 0.5 with no reserve" gives
 // 1000Mi, a 0.8 portion limit 1600Mi, a reserve that swallows the GPU fails)
-// and adds the reserve and the derived compute portion.
+// and adds the reserve and the derived compute portion. The claim asks
+// KAI's figure rounded up to the 256Mi step; the rounding note keeps KAI's.
 func TestBinderArithmetic(t *testing.T) {
 	gpu2000 := []resource.Quantity{resource.MustParse("2000Mi")}
 	const sel = `device.capacity["gpufrac.dev"].memory.compareTo(quantity("2000Mi")) == 0`
@@ -346,30 +347,34 @@ func TestBinderArithmetic(t *testing.T) {
 		want        string
 	}{
 		{"2000MiB x 0.5, no reserve", map[string]string{"gpu-fraction": "0.5"}, 0,
-			"gpu/size-2000mi: gpufrac.dev x1 memory 1000Mi where " + sel},
+			"gpu/size-2000mi: gpufrac.dev x1 memory 1Gi where " + sel + "; rounding gpu/size-2000mi: KAI 1000Mi, the API server allocates 1Gi (min 1Gi, step 256Mi)"},
 		{"portion limit 0.8", map[string]string{"gpu-fraction": "0.5", "kai.scheduler/container.main.gpu-memory.portion.limit": "0.8"}, 0,
-			"gpu/size-2000mi: gpufrac.dev x1 memory 1000Mi where " + sel + "; config gpu/size-2000mi memoryLimit 1600Mi"},
+			"gpu/size-2000mi: gpufrac.dev x1 memory 1Gi where " + sel + "; config gpu/size-2000mi memoryLimit 1600Mi; rounding gpu/size-2000mi: KAI 1000Mi, the API server allocates 1Gi (min 1Gi, step 256Mi)"},
 		{"a 500 MiB reserve: floor((2000 - 500) x 0.3)", map[string]string{"gpu-fraction": "0.3"}, 500,
-			"gpu/size-2000mi: gpufrac.dev x1 memory 450Mi where " + sel},
-		{"sm-sharing: the compute portion is memory / usable memory", map[string]string{"gpu-memory": "600", "nvidia.com/container.main.gpu-compute.mode": "sm-sharing"}, 500,
-			"gpu/size-2000mi: sm-sharing.gpufrac.dev x1 memory 600Mi where " + sel + "; config gpu/size-2000mi SMSharing 40%"},
+			"gpu/size-2000mi: gpufrac.dev x1 memory 512Mi where " + sel + "; rounding gpu/size-2000mi: KAI 450Mi, the API server allocates 1Gi (min 1Gi, step 256Mi)"},
+		{"sm-sharing: the compute portion is the scheduler's portion of the GPU's total (600/2000), which the binder receives and uses before memory / usable memory (600/1500)", map[string]string{"gpu-memory": "600", "nvidia.com/container.main.gpu-compute.mode": "sm-sharing"}, 500,
+			"gpu/size-2000mi: sm-sharing.gpufrac.dev x1 memory 600Mi where " + sel + "; config gpu/size-2000mi SMSharing 30%; rounding gpu/size-2000mi: KAI 600Mi, the API server allocates 1Gi (min 1Gi, step 256Mi)"},
 		{"sm-sharing: a compute request wins, rounded to the nearest percent", map[string]string{"gpu-memory": "600", "nvidia.com/container.main.gpu-compute.mode": "sm-sharing", "nvidia.com/container.main.gpu-compute.request": "0.336"}, 0,
-			"gpu: sm-sharing.gpufrac.dev x1 memory 600Mi; config gpu SMSharing 34%"},
+			"gpu: sm-sharing.gpufrac.dev x1 memory 600Mi; config gpu SMSharing 34%; rounding gpu: KAI 600Mi, the API server allocates 1Gi (min 1Gi, step 256Mi)"},
 		{"sm-sharing: a tiny compute request is 1%, never 0 (unlimited to MPS)", map[string]string{"gpu-memory": "600", "nvidia.com/container.main.gpu-compute.mode": "sm-sharing", "nvidia.com/container.main.gpu-compute.request": "0.0049"}, 0,
-			"gpu: sm-sharing.gpufrac.dev x1 memory 600Mi; config gpu SMSharing 1%"},
+			"gpu: sm-sharing.gpufrac.dev x1 memory 600Mi; config gpu SMSharing 1%; rounding gpu: KAI 600Mi, the API server allocates 1Gi (min 1Gi, step 256Mi)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res, err := kai.Translate(pod(tc.annotations, "main"), kai.Options{GPUMemorySizes: gpu2000, ReservedMiB: tc.reserved})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := summary(t, res.Template); got != tc.want {
+			got := summary(t, res.Template)
+			if note := res.Template.Annotations[kai.AnnotationRounding]; note != "" {
+				got += "; rounding " + note
+			}
+			if got != tc.want {
 				t.Errorf("\n got: %s\nwant: %s", got, tc.want)
 			}
 		})
 	}
 	_, err := kai.Translate(pod(map[string]string{"gpu-fraction": "0.5"}, "main"), kai.Options{GPUMemorySizes: gpu2000, ReservedMiB: 2000})
-	if err == nil || !strings.Contains(err.Error(), "gpufrac: the reserve of 2000 MiB leaves nothing of a 2000Mi GPU") {
+	if err == nil || !strings.Contains(err.Error(), "gpufrac: KAI's reserve of 2000 MiB (--kai-reserved-gpu-memory-mib) leaves nothing of a 2000 MiB GPU") {
 		t.Errorf("a reserve that swallows the GPU: %v", err)
 	}
 }
