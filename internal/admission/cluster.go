@@ -6,7 +6,6 @@ package admission
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,7 +40,7 @@ type SizeReporter interface {
 type sizeCache struct {
 	mu       sync.Mutex
 	stale    bool
-	sizes    []resource.Quantity
+	sizes    []GPUSize
 	ignored  []IgnoredSize
 	reported map[string]bool
 	reporter SizeReporter
@@ -56,7 +55,7 @@ func (c *InformerCluster) SetSizeReporter(r SizeReporter) {
 
 // refreshSizes recomputes the sizes after a slice changed, and reports
 // devices newly ignored. Returned slices are not to be modified.
-func (c *InformerCluster) refreshSizes() ([]resource.Quantity, []IgnoredSize) {
+func (c *InformerCluster) refreshSizes() ([]GPUSize, []IgnoredSize) {
 	c.sizes.mu.Lock()
 	defer c.sizes.mu.Unlock()
 	if !c.sizes.stale && c.sizes.reported != nil {
@@ -66,7 +65,7 @@ func (c *InformerCluster) refreshSizes() ([]resource.Quantity, []IgnoredSize) {
 	if err != nil {
 		return nil, nil
 	}
-	c.sizes.sizes, c.sizes.ignored = ConsistentGPUSizes(all)
+	c.sizes.sizes, c.sizes.ignored = ConsistentGPUs(all)
 	c.sizes.stale = false
 	reported := make(map[string]bool, len(c.sizes.ignored))
 	for _, i := range c.sizes.ignored {
@@ -120,11 +119,26 @@ func (c *InformerCluster) WaitForSync(ctx context.Context) error {
 }
 
 // GPUMemorySizes implements Cluster: the sizes the slices of each GPU
-// model agree on (ConsistentGPUSizes); a device publishing another is
+// model agree on (ConsistentGPUs); a device publishing another is
 // ignored and reported.
 func (c *InformerCluster) GPUMemorySizes() []resource.Quantity {
 	sizes, _ := c.refreshSizes()
-	return slices.Clone(sizes)
+	out := make([]resource.Quantity, len(sizes))
+	for i := range sizes {
+		out[i] = sizes[i].Capacity
+	}
+	return out
+}
+
+// GPUTotalsMiB implements GPUTotals: each size's GPU total in MiB, keyed
+// by the size in bytes.
+func (c *InformerCluster) GPUTotalsMiB() map[int64]int64 {
+	sizes, _ := c.refreshSizes()
+	out := make(map[int64]int64, len(sizes))
+	for _, s := range sizes {
+		out[s.Capacity.Value()] = s.TotalMiB
+	}
+	return out
 }
 
 // DeviceClasses implements Cluster.

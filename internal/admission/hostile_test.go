@@ -136,7 +136,7 @@ func TestHostileAdmission(t *testing.T) {
 		{name: "gpu-fraction-num-devices 33 with no GPU published", cluster: "no GPUs", path: admission.PathMutatePods, body: reviewBody("Pod", hostilePod("p", map[string]string{"gpu-memory": "1024", "gpu-fraction-num-devices": "33"})),
 			want: `annotation gpu-fraction-num-devices="33": gpufrac: must be at most 32, the most devices one claim's allocation holds`},
 		{name: "gpu-fraction 1e-300", cluster: "8 x 141Gi", path: admission.PathMutatePods, body: reviewBody("Pod", hostilePod("p", map[string]string{"gpu-fraction": "1e-300"})),
-			want: `annotation gpu-fraction="1e-300": gpufrac: no GPU size the cluster publishes (80Gi, 141Gi) can hold this request`},
+			want: `annotation gpu-fraction="1e-300": KAI's binder refuses this pod: invalid received gpu portion "0.00"`},
 		{name: "gpu-fraction 1", cluster: "8 x 141Gi", path: admission.PathMutatePods, body: reviewBody("Pod", hostilePod("p", map[string]string{"gpu-fraction": "1"})),
 			want: `annotation gpu-fraction="1": gpu-fraction annotation value must be a positive number smaller than 1.0`},
 		{name: "a 300 KiB annotation value with escapes", cluster: "8 x 141Gi", path: admission.PathMutatePods, body: reviewBody("Pod", hostilePod("p", map[string]string{"gpu-memory": "\x1b[2J" + huge})),

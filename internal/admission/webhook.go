@@ -48,6 +48,16 @@ type Cluster interface {
 	ClaimSpec(namespace string, claim corev1.PodResourceClaim) *resourceapi.ResourceClaimSpec
 }
 
+// GPUTotals is a Cluster that also knows each GPU size's total memory
+// (the slices' memoryTotalMiB), which KAI translation computes from
+// (DESIGN.md, "What a slice's memory means"). Without it a size stands
+// for its own total.
+type GPUTotals interface {
+	// GPUTotalsMiB maps a size of GPUMemorySizes, in bytes, to its total
+	// in MiB.
+	GPUTotalsMiB() map[int64]int64
+}
+
 // Server answers admission requests.
 type Server struct {
 	Cluster Cluster
@@ -131,6 +141,9 @@ func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionReques
 	}
 	opts := s.KAI
 	opts.GPUMemorySizes = s.Cluster.GPUMemorySizes()
+	if t, ok := s.Cluster.(GPUTotals); ok {
+		opts.GPUTotalsMiB = t.GPUTotalsMiB()
+	}
 	opts.MaxGPUsPerNode = s.Cluster.MaxGPUsPerNode()
 	res, err := kai.Translate(&pod, opts)
 	if err != nil {
