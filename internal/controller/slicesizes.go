@@ -48,8 +48,8 @@ func watchSliceSizes(ctx context.Context, client kubernetes.Interface, cluster *
 
 func (r *sliceSizeReporter) IgnoredSize(i admission.IgnoredSize) {
 	r.logger.Error(nil, "A ResourceSlice's GPU memory differs from what the other slices of its model publish; ignored for admission and translation",
-		"resourceSlice", i.Slice.Name, "device", i.Device, "productName", i.Product, "memory", i.Size.String(), "agreed", i.Agreed.String())
+		"resourceSlice", i.Slice.Name, "device", i.Device, "productName", i.Product, "memoryTotal", i.Size.String(), "agreed", i.Agreed.String())
 	r.recorder.Eventf(i.Slice, nil, v1.EventTypeWarning, "GPUMemoryIgnored", "Admission",
-		"device %s publishes memory %s, but the other slices of %q agree on %s: ignored for admission and KAI translation (one node cannot change the GPU sizes of the cluster)",
+		"device %s publishes a GPU of %s total memory (memoryTotalMiB, or its capacity plus mpsServerReserveMiB, to the 256Mi step; or a capacity above that total), but the other slices of %q agree on %s: ignored for admission and KAI translation (one node cannot change the GPU sizes of the cluster)",
 		i.Device, i.Size.String(), i.Product, i.Agreed.String())
 }
