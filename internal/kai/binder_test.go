@@ -5,6 +5,9 @@ package kai_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -152,4 +155,59 @@ func compareCell(rows []kai.Row, aspect string) string {
 		}
 	}
 	return ""
+}
+
+// TestKAIBinderGrid compares every portion from 0.001 to 0.999 on three
+// GPUs (an H100 without and with an MPS server reserve, an H200-sized
+// total with KAI's reserve 512) against a model of KAI's code written
+// here from its text: createBindRequest's %.2f, the binder's
+// uint64(usable x received) and "invalid received gpu portion", and
+// resolveComputePortion's received portion. The claim asks at least
+// KAI's figure and less than a step more, or the whole capacity when
+// KAI's figure is more; the SM cap is the received portion's percent.
+func TestKAIBinderGrid(t *testing.T) {
+	const step = int64(256) << 20
+	for _, gpu := range []struct {
+		capacity string
+		totalMiB int64
+		reserve  int64
+	}{{"81408Mi", 81559, 0}, {"80384Mi", 81559, 0}, {"143104Mi", 143771, 512}} {
+		capacity := resource.MustParse(gpu.capacity)
+		opts := kai.Options{GPUMemorySizes: []resource.Quantity{capacity}, GPUTotalsMiB: map[int64]int64{capacity.Value(): gpu.totalMiB}, ReservedMiB: gpu.reserve}
+		for i := 1; i <= 999; i++ {
+			text := strconv.FormatFloat(float64(i)/1000, 'f', -1, 64)
+			p := pod(map[string]string{"gpu-fraction": text, "nvidia.com/container.main.gpu-compute.mode": "sm-sharing"}, "main")
+			res, err := kai.Translate(p, opts)
+			portion, _ := strconv.ParseFloat(text, 64)
+			received, _ := strconv.ParseFloat(fmt.Sprintf("%.2f", portion), 64)
+			if received <= 0 {
+				if err == nil || !strings.Contains(err.Error(), "invalid received gpu portion") {
+					t.Errorf("%s on %s: %v, want the binder's refusal", text, gpu.capacity, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s on %s: %v", text, gpu.capacity, err)
+			}
+			kaiBytes := int64(uint64(float64(gpu.totalMiB-gpu.reserve)*received)) << 20
+			sub := res.Template.Spec.Spec.Devices.Requests[0].FirstAvailable[0]
+			got := sub.Capacity.Requests["memory"]
+			switch {
+			case kaiBytes > capacity.Value():
+				if got.Cmp(capacity) != 0 {
+					t.Errorf("%s on %s: claim %s, want the whole capacity (KAI %d bytes)", text, gpu.capacity, got.String(), kaiBytes)
+				}
+			case got.Value() < kaiBytes || got.Value() >= kaiBytes+step || got.Value()%step != 0:
+				t.Errorf("%s on %s: claim %s, want KAI's %d bytes rounded up to the step", text, gpu.capacity, got.String(), kaiBytes)
+			}
+			var cfg v1alpha1.FractionConfig
+			if err := json.Unmarshal(res.Template.Spec.Spec.Devices.Config[0].Opaque.Parameters.Raw, &cfg); err != nil {
+				t.Fatal(err)
+			}
+			want := int32(max(1, min(100, math.Round(received*100))))
+			if cfg.ActiveThreadPercentage == nil || *cfg.ActiveThreadPercentage != want {
+				t.Errorf("%s on %s: SM cap %v, want %d%%", text, gpu.capacity, cfg.ActiveThreadPercentage, want)
+			}
+		}
+	}
 }
