@@ -162,7 +162,9 @@ func (cp *ControlPlane) startComponents(ctx context.Context, bins kubebuild.Bina
 	var err error
 	bindAddress := "127.0.0.1"
 	var podIPs []net.IP
-	controllers := []string{"serviceaccount-controller", "resourceclaim-controller", "garbage-collector-controller"}
+	// resourcequota-controller: a ResourceQuota admits nothing until it
+	// has computed the quota's status (TestResourceQuotaLimitsTranslatedClaims).
+	controllers := []string{"serviceaccount-controller", "resourceclaim-controller", "garbage-collector-controller", "resourcequota-controller"}
 	if cp.opts.Workloads {
 		if cp.PodNetwork, err = newPodNetwork(); err != nil {
 			return err
