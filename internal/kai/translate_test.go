@@ -405,6 +405,9 @@ func TestHostileRecordedInputs(t *testing.T) {
 		`{"gpuMemorySizes":["80Gi"],"memoryStep":"1e999999999"}`:                                          `memoryStep: "1e999999999": exponent 999999999 is outside [-30, 30]`,
 		`{"gpuMemorySizes":["80Gi"],"memoryStep":"-1"}`:                                                   `memoryStep: -1: must be from 1 byte to 1Gi`,
 		`{"gpuMemorySizes":["1Gi","2Gi","3Gi","4Gi","5Gi","6Gi","7Gi","8Gi","9Gi"],"memoryStep":"256Mi"}`: `gpuMemorySizes: 9 sizes, at most 8`,
+		`{"gpuMemorySizes":["80Gi"],"gpuMemoryTotalsMiB":[81920,81920],"memoryStep":"256Mi"}`:             `gpuMemoryTotalsMiB: 2 totals for 1 sizes: want one per size`,
+		`{"gpuMemorySizes":["80Gi"],"gpuMemoryTotalsMiB":[1024],"memoryStep":"256Mi"}`:                    `gpuMemoryTotalsMiB[0]: 1024: must be from the size 80Gi to 1073741824 MiB (1Pi)`,
+		`{"gpuMemorySizes":["80Gi"],"gpuMemoryTotalsMiB":[9223372036854775807],"memoryStep":"256Mi"}`:     `gpuMemoryTotalsMiB[0]: 9223372036854775807: must be from the size 80Gi`,
 	} {
 		p := res.Pod.DeepCopy()
 		p.Annotations[kai.AnnotationInputs] = inputs
