@@ -121,6 +121,16 @@ type comparison struct {
 	// even count); MinRatio the lowest.
 	MedianRatio float64 `json:"medianRatio"`
 	MinRatio    float64 `json:"minRatio"`
+	// CPURatios are, per round, on's CPU-seconds per scheduled pod
+	// (kube-apiserver, kube-scheduler and this process, which runs
+	// gpufrac-controller) over off's: the mechanism's cost, which a shared
+	// machine disturbs less than pods per second. MedianCPURatio is their
+	// median (the mean of the two middle ones of an even count), MaxCPURatio
+	// the highest. OnFirst says, per round, whether on ran first.
+	CPURatios      []float64 `json:"cpuRatios,omitempty"`
+	MedianCPURatio float64   `json:"medianCPURatio,omitempty"`
+	MaxCPURatio    float64   `json:"maxCPURatio,omitempty"`
+	OnFirst        []bool    `json:"onFirst,omitempty"`
 }
 
 // compareResults pairs each round's off and on phases.
@@ -148,6 +158,10 @@ func compareResults(results []*result) (*comparison, error) {
 			continue
 		}
 		c.Ratios = append(c.Ratios, on.PodsPerSecond/off.PodsPerSecond)
+		c.OnFirst = append(c.OnFirst, round%2 == 0)
+		if off.CPUPerPod > 0 && on.CPUPerPod > 0 {
+			c.CPURatios = append(c.CPURatios, round3(on.CPUPerPod/off.CPUPerPod))
+		}
 	}
 	if len(c.Ratios) == 0 {
 		return nil, fmt.Errorf("no round has both phases with pods placed")
@@ -156,6 +170,11 @@ func compareResults(results []*result) (*comparison, error) {
 	sorted := slices.Clone(c.Ratios)
 	slices.Sort(sorted)
 	c.MedianRatio, c.MinRatio = sorted[(len(sorted)-1)/2], sorted[0]
+	if n := len(c.CPURatios); n > 0 {
+		cpu := slices.Clone(c.CPURatios)
+		slices.Sort(cpu)
+		c.MedianCPURatio, c.MaxCPURatio = round3((cpu[(n-1)/2]+cpu[n/2])/2), cpu[n-1]
+	}
 	return c, nil
 }
 
