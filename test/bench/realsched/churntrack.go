@@ -235,14 +235,14 @@ func ownerPod(c *resourceapi.ResourceClaim) types.UID {
 }
 
 // waitPlaced returns once the informer holds at least want pods and none
-// is pending, or pods are pending and none was bound for settle (the
-// scheduler placed what it can).
+// is pending, or every pending pod is one the scheduler found
+// unschedulable and none was bound for settle (it placed what it can).
 func (t *churnTracker) waitPlaced(ctx context.Context, want int, settle time.Duration) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	begin := time.Now()
 	for {
-		pending, live := 0, 0
+		pending, unschedulable, live := 0, 0, 0
 		t.mu.Lock()
 		for _, obj := range t.pods.GetStore().List() {
 			p := obj.(*v1.Pod)
@@ -252,11 +252,14 @@ func (t *churnTracker) waitPlaced(ctx context.Context, want int, settle time.Dur
 			live++
 			if p.Spec.NodeName == "" {
 				pending++
+				if isUnschedulable(p) {
+					unschedulable++
+				}
 			}
 		}
 		changed := t.changed
 		t.mu.Unlock()
-		if live >= want && (pending == 0 || time.Since(later(changed, begin)) > settle) {
+		if live >= want && (pending == 0 || (pending == unschedulable && time.Since(later(changed, begin)) > settle)) {
 			return
 		}
 		select {
@@ -265,6 +268,15 @@ func (t *churnTracker) waitPlaced(ctx context.Context, want int, settle time.Dur
 		case <-tick.C:
 		}
 	}
+}
+
+func isUnschedulable(p *v1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionFalse && c.Reason == v1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
 }
 
 func later(a, b time.Time) time.Time {

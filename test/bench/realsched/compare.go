@@ -59,14 +59,27 @@ func (b *bench) reset(ctx context.Context, mode string) error {
 		}
 	}
 	grace := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
-	if err := b.client.CoreV1().Pods(namespace).DeleteCollection(ctx, grace, metav1.ListOptions{}); err != nil {
-		return fmt.Errorf("deleting the phase's pods: %w", err)
+	// A loaded API server can drop a large delete (a stream error): it is
+	// retried, as what it already deleted stays deleted.
+	var delErr error
+	for range 3 {
+		if delErr = b.client.CoreV1().Pods(namespace).DeleteCollection(ctx, grace, metav1.ListOptions{}); delErr == nil {
+			break
+		}
+	}
+	if delErr != nil {
+		return fmt.Errorf("deleting the phase's pods: %w", delErr)
 	}
 	// The controller-manager deletes claims generated for pods that are
 	// gone; deleting them here too does not wait for it. Their
 	// delete-protection finalizer is its to remove once no pod holds them.
-	if err := b.client.ResourceV1().ResourceClaims(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		return fmt.Errorf("deleting the phase's claims: %w", err)
+	for range 3 {
+		if delErr = b.client.ResourceV1().ResourceClaims(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); delErr == nil {
+			break
+		}
+	}
+	if delErr != nil {
+		return fmt.Errorf("deleting the phase's claims: %w", delErr)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods, err := b.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{Limit: 1})
@@ -181,6 +194,7 @@ func compareResults(results []*result) (*comparison, error) {
 // printProgress reports a finished phase on stderr while a comparison
 // runs.
 func printProgress(r *result) {
-	fmt.Fprintf(os.Stderr, "realsched: round %d, packing %s: %d/%d placed on %d GPUs (lower bound %d), %.1f pods/s\n",
-		r.Round, r.Packing, r.Placed, r.Total, r.GPUsUsed, r.LowerBound, r.PodsPerSecond)
+	fmt.Fprintf(os.Stderr, "realsched: round %d, packing %s: %d/%d placed on %d GPUs (lower bound %d), %.1f pods/s, %.3f ms CPU a pod (API server %.2f s, scheduler %.2f s, realsched %.2f s), load %.1f\n",
+		r.Round, r.Packing, r.Placed, r.Total, r.GPUsUsed, r.LowerBound, r.PodsPerSecond, 1000*r.CPUPerPod,
+		r.CPUSeconds["kube-apiserver"], r.CPUSeconds["kube-scheduler"], r.CPUSeconds[benchProcess], r.LoadAverage)
 }
