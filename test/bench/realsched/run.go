@@ -56,8 +56,8 @@ type config struct {
 	churn  int
 	rate   float64
 	sample time.Duration
-	qps      int
-	settle   time.Duration
+	qps    int
+	settle time.Duration
 	// schedulerFlags are extra kube-scheduler flags.
 	schedulerFlags []string
 	// schedulerConfig is a KubeSchedulerConfiguration (YAML) or empty for
