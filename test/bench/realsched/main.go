@@ -17,6 +17,13 @@
 //	go run ./test/bench/realsched -trace 400 -nodes 64 -packing=compare -rounds 6
 //	go run ./test/bench/realsched -trace 400 -nodes 64 -packing=extender
 //	go run ./test/bench/realsched -trace 400 -nodes 64 -scheduler-config test/bench/realsched/testdata/scheduler-pct10.yaml
+//	go run ./test/bench/realsched -trace 400 -nodes 64 -packing compare -churn 800 -rate 10 -o json
+//
+// -churn N (churn.go) places the workload as a steady population, then
+// replaces N running pods in a seeded Poisson process and samples GPUs in
+// use against the live lower bound (docs/packing.md). Every phase reports
+// the CPU-seconds per scheduled pod of the API server, the scheduler and
+// this process (gpufrac-controller runs in it).
 package main
 
 import (
