@@ -14,7 +14,7 @@ LOGCHECK      := sigs.k8s.io/logtools/logcheck@v0.11.0
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
 
-.PHONY: all build build-host build-cli test test-unit test-helm lint docs demo clean fuzz bench bench-realsched bench-prepcompare soak kube-binaries e2e
+.PHONY: all build build-host build-cli test test-unit test-helm lint docs demo clean fuzz bench bench-realsched bench-churn bench-prepcompare soak kube-binaries e2e
 
 all: build
 
@@ -120,6 +120,8 @@ fuzz:
 bench:
 	$(MAKE) bench-realsched
 	cd test/bench/packing && $(GO) run . -chart $(CURDIR)/docs/packing.png -realsched $(BIN)/realsched.jsonl
+	$(MAKE) bench-churn
+	cd test/bench/packing && $(GO) run . -churn $(BIN)/realsched-churn.jsonl -churn-chart $(CURDIR)/docs/packing-churn.png
 	$(GO) test -run '^$$' -bench 'DurableWriteFloor|Encode500|PrepareUnprepare' -benchtime 1000x -cpu 1,4 ./internal/node/checkpoint ./internal/node/preparer
 	$(GO) test -run '^$$' -bench PrepareOverGRPC -benchtime 500x ./internal/node/plugin
 	$(GO) test -run '^$$' -bench WebhookTranslation -benchtime 2000x ./internal/controller
@@ -164,6 +166,30 @@ bench-realsched:
 				{ tail -30 $(BIN)/realsched.log; exit 1; }; \
 			cat $(BIN)/realsched.out; cat $(BIN)/realsched.out >>$(BIN)/realsched.jsonl; \
 		done; \
+	done
+
+# Packing under churn in the real kube-scheduler (docs/packing.md): the
+# trace placed as a steady population, then CHURN_EVENTS events at
+# CHURN_RATE a second (a seeded Poisson process), each deleting a random
+# running pod and creating one drawn from the trace; off and on alternating
+# on one cluster, CHURN_ROUNDS rounds. JSON lines with the samples in
+# bin/realsched-churn.jsonl, which `make bench` charts into
+# docs/packing-churn.png. `make test` runs a smoke version (TestChurnSmoke:
+# 8 nodes, 50 events).
+CHURN_RUNS ?= 400:64
+CHURN_EVENTS ?= 800
+CHURN_RATE ?= 10
+CHURN_ROUNDS ?= 1
+bench-churn:
+	@$(GO) run ./test/cmd/kube-binaries -q
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/realsched ./test/bench/realsched
+	@: > $(BIN)/realsched-churn.jsonl
+	@for run in $(CHURN_RUNS); do \
+		$(BIN)/realsched -trace $${run%%:*} -nodes $${run#*:} -packing compare -rounds $(CHURN_ROUNDS) -churn $(CHURN_EVENTS) -rate $(CHURN_RATE) -o json 2>$(BIN)/realsched-churn.log >$(BIN)/realsched-churn.out || \
+			{ tail -30 $(BIN)/realsched-churn.log; exit 1; }; \
+		cat $(BIN)/realsched-churn.out >>$(BIN)/realsched-churn.jsonl; \
+		grep -v '"samples"' $(BIN)/realsched-churn.out || true; \
 	done
 
 # 10,000 Prepare/Unprepare cycles over 500 claims through the real plugin's

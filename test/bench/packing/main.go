@@ -6,6 +6,7 @@
 // the lower bound ceil(sum of requests / GPU memory).
 //
 //	go run ./test/bench/packing -pods 400 -seed 1 -nodes 64 -chart docs/packing.png
+//	go run ./test/bench/packing -churn bin/realsched-churn.jsonl -churn-chart docs/packing-churn.png
 package main
 
 import (
@@ -31,7 +32,20 @@ func main() {
 	replicas := flag.Int("replicas", 4, "time-slicing replicas per GPU")
 	chart := flag.String("chart", "", "also draw the table as a chart into this file (.png, .svg or .pdf)")
 	realsched := flag.String("realsched", "", "JSON lines of test/bench/realsched -o json runs of this trace; the first of each -packing mode on -nodes nodes is shown as the real scheduler's placement")
+	churn := flag.String("churn", "", "instead of the comparison: JSON lines of test/bench/realsched -churn N -o json runs, whose ratio over time is drawn into -churn-chart")
+	churnChartPath := flag.String("churn-chart", "", "with -churn: the chart's file (.png, .svg or .pdf)")
 	flag.Parse()
+	if *churn != "" {
+		if *churnChartPath == "" {
+			fmt.Fprintln(os.Stderr, "packing: -churn needs -churn-chart")
+			os.Exit(2)
+		}
+		if err := churnChart(*churn, *churnChartPath); err != nil {
+			fmt.Fprintln(os.Stderr, "packing:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*pods, *seed, *nodes, *replicas, *chart, *realsched); err != nil {
 		fmt.Fprintln(os.Stderr, "packing:", err)
 		os.Exit(1)

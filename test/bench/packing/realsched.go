@@ -24,6 +24,8 @@ type realschedRun struct {
 	Placed   int    `json:"placed"`
 	Total    int    `json:"total"`
 	GPUsUsed int    `json:"gpusUsed"`
+	// Events is set on churn phases (-churn), which are not placements.
+	Events int `json:"events"`
 }
 
 // realschedOrder is the modes' order in the table and chart.
@@ -60,7 +62,7 @@ func realschedOutcomes(path string, asks []simulate.Ask, nodes int, gpuBytes int
 		if err := json.Unmarshal([]byte(text), &r); err != nil {
 			return nil, fmt.Errorf("-realsched %s:%d: %w", path, line, err)
 		}
-		if _, ok := realschedNames[r.Packing]; !ok || r.Nodes != nodes || r.Total != len(asks) || r.GPUs != "h200x8" {
+		if _, ok := realschedNames[r.Packing]; !ok || r.Events > 0 || r.Nodes != nodes || r.Total != len(asks) || r.GPUs != "h200x8" {
 			continue
 		}
 		if r.Placed != r.Total {

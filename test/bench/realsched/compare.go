@@ -59,14 +59,27 @@ func (b *bench) reset(ctx context.Context, mode string) error {
 		}
 	}
 	grace := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
-	if err := b.client.CoreV1().Pods(namespace).DeleteCollection(ctx, grace, metav1.ListOptions{}); err != nil {
-		return fmt.Errorf("deleting the phase's pods: %w", err)
+	// A loaded API server can drop a large delete (a stream error): it is
+	// retried, as what it already deleted stays deleted.
+	var delErr error
+	for range 3 {
+		if delErr = b.client.CoreV1().Pods(namespace).DeleteCollection(ctx, grace, metav1.ListOptions{}); delErr == nil {
+			break
+		}
+	}
+	if delErr != nil {
+		return fmt.Errorf("deleting the phase's pods: %w", delErr)
 	}
 	// The controller-manager deletes claims generated for pods that are
 	// gone; deleting them here too does not wait for it. Their
 	// delete-protection finalizer is its to remove once no pod holds them.
-	if err := b.client.ResourceV1().ResourceClaims(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
-		return fmt.Errorf("deleting the phase's claims: %w", err)
+	for range 3 {
+		if delErr = b.client.ResourceV1().ResourceClaims(namespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); delErr == nil {
+			break
+		}
+	}
+	if delErr != nil {
+		return fmt.Errorf("deleting the phase's claims: %w", delErr)
 	}
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		pods, err := b.client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{Limit: 1})
@@ -121,6 +134,16 @@ type comparison struct {
 	// even count); MinRatio the lowest.
 	MedianRatio float64 `json:"medianRatio"`
 	MinRatio    float64 `json:"minRatio"`
+	// CPURatios are, per round, on's CPU-seconds per scheduled pod
+	// (kube-apiserver, kube-scheduler and this process, which runs
+	// gpufrac-controller) over off's: the mechanism's cost, which a shared
+	// machine disturbs less than pods per second. MedianCPURatio is their
+	// median (the mean of the two middle ones of an even count), MaxCPURatio
+	// the highest. OnFirst says, per round, whether on ran first.
+	CPURatios      []float64 `json:"cpuRatios,omitempty"`
+	MedianCPURatio float64   `json:"medianCPURatio,omitempty"`
+	MaxCPURatio    float64   `json:"maxCPURatio,omitempty"`
+	OnFirst        []bool    `json:"onFirst,omitempty"`
 }
 
 // compareResults pairs each round's off and on phases.
@@ -148,6 +171,10 @@ func compareResults(results []*result) (*comparison, error) {
 			continue
 		}
 		c.Ratios = append(c.Ratios, on.PodsPerSecond/off.PodsPerSecond)
+		c.OnFirst = append(c.OnFirst, round%2 == 0)
+		if off.CPUPerPod > 0 && on.CPUPerPod > 0 {
+			c.CPURatios = append(c.CPURatios, round3(on.CPUPerPod/off.CPUPerPod))
+		}
 	}
 	if len(c.Ratios) == 0 {
 		return nil, fmt.Errorf("no round has both phases with pods placed")
@@ -156,12 +183,18 @@ func compareResults(results []*result) (*comparison, error) {
 	sorted := slices.Clone(c.Ratios)
 	slices.Sort(sorted)
 	c.MedianRatio, c.MinRatio = sorted[(len(sorted)-1)/2], sorted[0]
+	if n := len(c.CPURatios); n > 0 {
+		cpu := slices.Clone(c.CPURatios)
+		slices.Sort(cpu)
+		c.MedianCPURatio, c.MaxCPURatio = round3((cpu[(n-1)/2]+cpu[n/2])/2), cpu[n-1]
+	}
 	return c, nil
 }
 
 // printProgress reports a finished phase on stderr while a comparison
 // runs.
 func printProgress(r *result) {
-	fmt.Fprintf(os.Stderr, "realsched: round %d, packing %s: %d/%d placed on %d GPUs (lower bound %d), %.1f pods/s\n",
-		r.Round, r.Packing, r.Placed, r.Total, r.GPUsUsed, r.LowerBound, r.PodsPerSecond)
+	fmt.Fprintf(os.Stderr, "realsched: round %d, packing %s: %d/%d placed on %d GPUs (lower bound %d), %.1f pods/s, %.3f ms CPU a pod (API server %.2f s, scheduler %.2f s, realsched %.2f s), load %.1f\n",
+		r.Round, r.Packing, r.Placed, r.Total, r.GPUsUsed, r.LowerBound, r.PodsPerSecond, 1000*r.CPUPerPod,
+		r.CPUSeconds["kube-apiserver"], r.CPUSeconds["kube-scheduler"], r.CPUSeconds[benchProcess], r.LoadAverage)
 }

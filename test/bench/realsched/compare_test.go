@@ -78,3 +78,23 @@ func TestCompareResults(t *testing.T) {
 		})
 	}
 }
+
+func TestCompareResultsCPU(t *testing.T) {
+	phase := func(round int, mode string, cpu float64) *result {
+		return &result{Round: round, Packing: mode, PodsPerSecond: 100, cpuFigures: cpuFigures{CPUPerPod: cpu}}
+	}
+	c, err := compareResults([]*result{
+		phase(1, "off", 0.010), phase(1, "on", 0.012),
+		phase(2, "on", 0.011), phase(2, "off", 0.010),
+		phase(3, "off", 0.010), phase(3, "on", 0.013),
+		phase(4, "on", 0.010), phase(4, "off", 0.010),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.CPURatios, []float64{1.2, 1.1, 1.3, 1}) || c.MedianCPURatio != 1.15 || c.MaxCPURatio != 1.3 ||
+		!slices.Equal(c.OnFirst, []bool{false, true, false, true}) {
+		t.Errorf("CPU ratios %v median %v max %v on first %v; want [1.2 1.1 1.3 1], 1.15 (mean of the middle two), 1.3, alternating",
+			c.CPURatios, c.MedianCPURatio, c.MaxCPURatio, c.OnFirst)
+	}
+}

@@ -17,6 +17,13 @@
 //	go run ./test/bench/realsched -trace 400 -nodes 64 -packing=compare -rounds 6
 //	go run ./test/bench/realsched -trace 400 -nodes 64 -packing=extender
 //	go run ./test/bench/realsched -trace 400 -nodes 64 -scheduler-config test/bench/realsched/testdata/scheduler-pct10.yaml
+//	go run ./test/bench/realsched -trace 400 -nodes 64 -packing compare -churn 800 -rate 10 -o json
+//
+// -churn N (churn.go) places the workload as a steady population, then
+// replaces N running pods in a seeded Poisson process and samples GPUs in
+// use against the live lower bound (docs/packing.md). Every phase reports
+// the CPU-seconds per scheduled pod of the API server, the scheduler and
+// this process (gpufrac-controller runs in it).
 package main
 
 import (
@@ -64,6 +71,7 @@ type result struct {
 	// sent to the packing webhook and packed with the packing policy.
 	WebhookCalls    int `json:"webhookCalls"`
 	PolicyMutations int `json:"policyMutations"`
+	cpuFigures
 }
 
 func main() {
@@ -84,7 +92,14 @@ func main() {
 	var schedulerFlags stringList
 	flag.Var(&schedulerFlags, "scheduler-flag", "extra kube-scheduler flag, repeatable (e.g. --authorization-always-allow-paths=/healthz,/debug/pprof/profile to profile it)")
 	schedulerConfig := flag.String("scheduler-config", "", "a KubeSchedulerConfiguration file kube-scheduler runs with (--config); the harness fills in clientConnection.kubeconfig, and qps/burst from -qps unless the file sets them")
+	churn := flag.Int("churn", 0, "after placing the workload, run this many churn events, each deleting a random running pod and creating one drawn from the workload, at -rate a second (a seeded Poisson process), sampling GPUs in use against the live lower bound; with -packing compare, off and on alternate on one cluster")
+	rate := flag.Float64("rate", 10, "with -churn: events a second")
+	sample := flag.Duration("sample", time.Second, "with -churn: how often the cluster is sampled")
 	flag.Parse()
+	if *churn < 0 || (*churn > 0 && (*rate <= 0 || *sample <= 0)) {
+		fmt.Fprintln(os.Stderr, "realsched: -churn, -rate and -sample must be positive")
+		os.Exit(2)
+	}
 	if err := check(*file, *trace, *packing, *against, *output, *rounds, *extenderDown); err != nil {
 		fmt.Fprintln(os.Stderr, "realsched:", err)
 		os.Exit(2)
@@ -102,7 +117,15 @@ func main() {
 		}
 	}
 	cfg := config{schedulerConfig: schedConfig, file: *file, trace: *trace, seed: *seed, nodes: *nodes, gpus: *gpus,
-		packing: *packing, rounds: *rounds, against: *against, extenderDown: *extenderDown, optOut: *optOut, qps: *qps, settle: *settle, schedulerFlags: schedulerFlags}
+		packing: *packing, rounds: *rounds, against: *against, extenderDown: *extenderDown, optOut: *optOut, qps: *qps, settle: *settle, schedulerFlags: schedulerFlags,
+		churn: *churn, rate: *rate, sample: *sample}
+	if *churn > 0 {
+		if err := printChurn(ctx, cfg, *output); err != nil {
+			fmt.Fprintln(os.Stderr, "realsched:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *packing == compare {
 		cfg.progress = printProgress
 	}
@@ -124,9 +147,9 @@ func main() {
 			fmt.Println(string(out))
 			continue
 		}
-		fmt.Printf("packing %-3s  nodes %4d  placed %4d/%-4d  GPUs used %4d  lower bound %4d (%.2fx)  nodes used %4d  %.1f s  %.1f pods/s (steady %.1f; created in %.1f s)\n",
+		fmt.Printf("packing %-3s  nodes %4d  placed %4d/%-4d  GPUs used %4d  lower bound %4d (%.2fx)  nodes used %4d  %.1f s  %.1f pods/s (steady %.1f; created in %.1f s)  CPU %.2f ms a pod (load %.1f)\n",
 			res.Packing, res.Nodes, res.Placed, res.Total, res.GPUsUsed, res.LowerBound, ratio(res.GPUsUsed, res.LowerBound),
-			res.NodesUsed, res.Seconds, res.PodsPerSecond, res.SteadyPodsPerSecond, res.CreateSeconds)
+			res.NodesUsed, res.Seconds, res.PodsPerSecond, res.SteadyPodsPerSecond, res.CreateSeconds, 1000*res.CPUPerPod, res.LoadAverage)
 	}
 	if summary == nil {
 		return
@@ -138,6 +161,8 @@ func main() {
 	}
 	fmt.Printf("pods/s on over off, same cluster, by round: %s  median %.2f  lowest %.2f\n",
 		strings.Trim(fmt.Sprintf("%.2f", summary.Ratios), "[]"), summary.MedianRatio, summary.MinRatio)
+	fmt.Printf("CPU-seconds a scheduled pod (API server, scheduler, controller), on over off, by round: %s  median %.2f  highest %.2f\n",
+		strings.Trim(fmt.Sprintf("%.2f", summary.CPURatios), "[]"), summary.MedianCPURatio, summary.MaxCPURatio)
 }
 
 func check(file string, trace int, packing, against, output string, rounds int, extenderDown bool) error {

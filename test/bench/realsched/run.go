@@ -51,8 +51,13 @@ type config struct {
 	against string
 	// progress, when set, hears of each phase of a comparison as it ends.
 	progress func(*result)
-	qps      int
-	settle   time.Duration
+	// churn, when above 0, runs that many churn events after placing the
+	// workload (churn.go), rate a second, sampling every sample.
+	churn  int
+	rate   float64
+	sample time.Duration
+	qps    int
+	settle time.Duration
 	// schedulerFlags are extra kube-scheduler flags.
 	schedulerFlags []string
 	// schedulerConfig is a KubeSchedulerConfiguration (YAML) or empty for
@@ -216,26 +221,11 @@ func setUp(ctx context.Context, cfg config) (_ *bench, closeBench func(error), f
 // webhook configuration removed.
 func (b *bench) phase(ctx context.Context, mode string, round int) (*result, error) {
 	cfg := b.cfg
-	if mode != "off" && !cfg.extenderDown {
-		var ctrl *harness.Controller
-		var err error
-		switch mode {
-		case "extender":
-			ctrl, err = b.cp.StartExtender(ctx, b.extenderAddr)
-		case "webhook":
-			ctrl, err = b.cp.StartPacking(ctx, namespace, harness.PackingOptions{NoPolicy: true})
-		default:
-			ctrl, err = b.cp.StartPacking(ctx, namespace, harness.PackingOptions{PolicyTemplate: b.fractionTemplate()})
-		}
-		if err != nil {
-			return nil, err
-		}
-		defer func() {
-			if err := ctrl.Close(); err != nil {
-				fmt.Fprintln(os.Stderr, "realsched: stopping gpufrac-controller:", err)
-			}
-		}()
+	stop, err := b.startMode(ctx, mode)
+	if err != nil {
+		return nil, err
 	}
+	defer stop()
 
 	w := newWatcher(b.client, len(b.wl.pods))
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -255,6 +245,10 @@ func (b *bench) phase(ctx context.Context, mode string, round int) (*result, err
 		}
 	}
 	counters := b.admissionCounters(ctx)
+	cpuBefore, err := b.cp.CPUSeconds()
+	if err != nil {
+		return nil, err
+	}
 	// Marks the start of the measured phase for tools that sample the
 	// processes' CPU from outside (docs/design/packing.md).
 	fmt.Fprintf(os.Stderr, "realsched: placing %d pods\n", len(pods))
@@ -267,6 +261,10 @@ func (b *bench) phase(ctx context.Context, mode string, round int) (*result, err
 	fmt.Fprintf(os.Stderr, "realsched: %d pods created in %s\n", len(pods), created.Round(100*time.Millisecond))
 	last := w.wait(ctx, cfg.settle)
 	stopWatch()
+	cpuAfter, err := b.cp.CPUSeconds()
+	if err != nil {
+		return nil, err
+	}
 	p, err := b.cp.PlacementOf(ctx, namespace)
 	if err != nil {
 		return nil, err
@@ -281,6 +279,7 @@ func (b *bench) phase(ctx context.Context, mode string, round int) (*result, err
 		res.PodsPerSecond = float64(p.Bound) / res.Seconds
 		res.SteadyPodsPerSecond = w.steadyRate()
 	}
+	res.cpuFigures = cpuSpent(cpuBefore, cpuAfter, p.Bound)
 	return res, ctx.Err()
 }
 
