@@ -317,6 +317,7 @@ func TestDemoManifests(t *testing.T) {
 	want := map[string][]string{
 		"deployments/deviceclasses.yaml": {"DeviceClass/gpufrac.dev: valid", "DeviceClass/sm-sharing.gpufrac.dev: valid"},
 		"demo/claim-template-40g.yaml":   {"ResourceClaimTemplate/llm-40g: valid"},
+		"demo/monitor.yaml":              {"Namespace/gpufrac-monitoring: ignored", "ResourceClaimTemplate/gpu-monitor: valid"},
 	}
 	for name, wantLines := range want {
 		f, err := os.Open(filepath.Join("..", "..", filepath.FromSlash(name)))

@@ -1,0 +1,34 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package main
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+)
+
+// applyMonitor applies demo/monitor.yaml (a namespace labelled for DRA's
+// adminAccess and a monitoring claim template) and its pod, and waits until
+// the pod runs, so that `kubectl gpufrac status` shows it beside the
+// fractions. On real nodes the pod runs the node image's probe, as the
+// other demo pods do.
+func applyMonitor(real bool, cluster, demoDir string, kubectl func(args ...string) *exec.Cmd) error {
+	step("A monitoring pod with an adminAccess claim (demo/monitor.yaml): sees GPU 0 of demo-node-1, takes no share of it")
+	pod := filepath.Join(demoDir, "monitor-pod.yaml")
+	if real {
+		file, err := realNodePods(cluster, pod)
+		if err != nil {
+			return err
+		}
+		pod = file
+	}
+	if err := kubectl("apply", "-f", filepath.Join(demoDir, "monitor.yaml"), "-f", pod).Run(); err != nil {
+		return fmt.Errorf("kubectl apply of the monitoring pod: %w", err)
+	}
+	if err := kubectl("wait", "--namespace=gpufrac-monitoring", "--for=condition=Ready", "pod/dcgm-exporter", "--timeout=120s").Run(); err != nil {
+		return fmt.Errorf("the monitoring pod did not become Ready: %w", err)
+	}
+	return nil
+}
