@@ -76,28 +76,7 @@ type GPU struct {
 
 // Build lists every gpufrac GPU (optionally of one node) with its claims.
 func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClaim, node string) []GPU {
-	gpus := map[string]*GPU{}
-	for _, s := range slices {
-		if s.Spec.Driver != v1alpha1.DriverName || s.Spec.NodeName == nil || (node != "" && *s.Spec.NodeName != node) {
-			continue
-		}
-		for _, d := range s.Spec.Devices {
-			capacity := d.Capacity[resourceslices.MemoryCapacity].Value
-			g := &GPU{Node: *s.Spec.NodeName, Device: d.Name, Memory: capacity.Value()}
-			g.UUID = ptr.Deref(d.Attributes[resourceslices.AttrUUID].StringValue, "")
-			g.Model = ptr.Deref(d.Attributes[resourceslices.AttrProductName].StringValue, "")
-			// A reserve the slice states, within what a GPU can have (the
-			// bound keeps the shift from overflowing on a hostile slice).
-			if r := ptr.Deref(d.Attributes[resourceslices.AttrMPSServerReserveMiB].IntValue, 0); r > 0 && r < 1<<32 {
-				g.ServerReserve = r << 20
-			}
-			g.Enforcement, g.Enforced = enforced(d)
-			for _, t := range d.Taints {
-				g.Taints = append(g.Taints, t.Key+"="+t.Value+":"+string(t.Effect))
-			}
-			gpus[s.Spec.Pool.Name+"/"+d.Name] = g
-		}
-	}
+	gpus := gpusOf(slices, node)
 	for _, c := range claims {
 		if c.Status.Allocation == nil {
 			continue
@@ -174,6 +153,34 @@ func enforced(d resourceapi.Device) (string, string) {
 		e = domain.EnforcedOn(parsed, str(resourceslices.AttrMPSVersion))
 	}
 	return enf, fmt.Sprintf("guarantee: %s; TimeSlicing limit: %s; SMSharing limit: %s", e.Guarantee, e.TimeSlicingLimit, e.SMSharingLimit)
+}
+
+// gpusOf lists the gpufrac GPUs of the slices (of one node, when node is
+// set), by pool/device.
+func gpusOf(slices []resourceapi.ResourceSlice, node string) map[string]*GPU {
+	gpus := map[string]*GPU{}
+	for _, s := range slices {
+		if s.Spec.Driver != v1alpha1.DriverName || s.Spec.NodeName == nil || (node != "" && *s.Spec.NodeName != node) {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			capacity := d.Capacity[resourceslices.MemoryCapacity].Value
+			g := &GPU{Node: *s.Spec.NodeName, Device: d.Name, Memory: capacity.Value()}
+			g.UUID = ptr.Deref(d.Attributes[resourceslices.AttrUUID].StringValue, "")
+			g.Model = ptr.Deref(d.Attributes[resourceslices.AttrProductName].StringValue, "")
+			// A reserve the slice states, within what a GPU can have (the
+			// bound keeps the shift from overflowing on a hostile slice).
+			if r := ptr.Deref(d.Attributes[resourceslices.AttrMPSServerReserveMiB].IntValue, 0); r > 0 && r < 1<<32 {
+				g.ServerReserve = r << 20
+			}
+			g.Enforcement, g.Enforced = enforced(d)
+			for _, t := range d.Taints {
+				g.Taints = append(g.Taints, t.Key+"="+t.Value+":"+string(t.Effect))
+			}
+			gpus[s.Spec.Pool.Name+"/"+d.Name] = g
+		}
+	}
+	return gpus
 }
 
 // outside describes a share's figure that no share of a GPU of memory
