@@ -31,7 +31,8 @@ import (
 // no limits, no hook, no MPS route; it is not counted: a further fraction
 // of the smallest share then fills the GPU exactly (the scheduler does not
 // count it either), and `kubectl gpufrac status` lists it apart, the
-// GPU's guaranteed memory being the fractions' alone.
+// GPU's guaranteed memory being the fractions' alone. A second monitor
+// on the now full GPU stays unschedulable (below).
 //
 // Why not a GPU filled completely first: kube-scheduler v1.37.2's
 // allocator checks an adminAccess request's capacity against what the
@@ -63,6 +64,17 @@ func TestAdminAccessClaimIsNotCounted(t *testing.T) {
 	mon := e.waitRunning("mon")
 	e.createPod("c", "frac-c", node.Name)
 	e.waitRunning("c")
+
+	// The GPU is now full of fractions; a second monitor cannot be placed
+	// there (kube-scheduler v1.37.2 checks its smallest share against the
+	// fractions' consumption, see above): pinned, so that an upstream change
+	// is noticed and the docs follow.
+	e.createMonitorPod("mon2", "monitor", node.Name)
+	e.poll("monitor mon2 to be unschedulable on the full GPU", func() (bool, error) {
+		_, ok := unschedulable(e.pod("mon2"))
+		return ok, nil
+	})
+	e.deletePod("mon2")
 
 	claim := e.claimOf(mon)
 	if r := claim.Status.Allocation.Devices.Results; len(r) != 1 || !ptr.Deref(r[0].AdminAccess, false) || r[0].Device != "gpu-0" {
