@@ -5,6 +5,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 )
@@ -18,13 +19,25 @@ func applyMonitor(real bool, cluster, demoDir string, kubectl func(args ...strin
 	step("A monitoring pod with an adminAccess claim (demo/monitor.yaml): sees GPU 0 of demo-node-1, takes no share of it")
 	pod := filepath.Join(demoDir, "monitor-pod.yaml")
 	if real {
-		file, err := realNodePods(cluster, pod)
+		dir := filepath.Join(cluster, "monitor")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		file, err := realNodePods(dir, pod)
 		if err != nil {
 			return err
 		}
 		pod = file
 	}
-	if err := kubectl("apply", "-f", filepath.Join(demoDir, "monitor.yaml"), "-f", pod).Run(); err != nil {
+	if err := kubectl("apply", "-f", filepath.Join(demoDir, "monitor.yaml")).Run(); err != nil {
+		return fmt.Errorf("kubectl apply of demo/monitor.yaml: %w", err)
+	}
+	// The API server admits a pod only once its namespace has its default
+	// ServiceAccount, which the controller manager creates.
+	if err := kubectl("wait", "--namespace=gpufrac-monitoring", "--for=create", "serviceaccount/default", "--timeout=60s").Run(); err != nil {
+		return fmt.Errorf("the monitoring namespace has no default ServiceAccount: %w", err)
+	}
+	if err := kubectl("apply", "-f", pod).Run(); err != nil {
 		return fmt.Errorf("kubectl apply of the monitoring pod: %w", err)
 	}
 	if err := kubectl("wait", "--namespace=gpufrac-monitoring", "--for=condition=Ready", "pod/dcgm-exporter", "--timeout=120s").Run(); err != nil {
