@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"time"
 )
 
 // applyMonitor applies demo/monitor.yaml (a namespace labelled for DRA's
@@ -29,7 +30,17 @@ func applyMonitor(real bool, cluster, demoDir string, kubectl func(args ...strin
 		}
 		pod = file
 	}
-	if err := kubectl("apply", "-f", filepath.Join(demoDir, "monitor.yaml")).Run(); err != nil {
+	// The API server checks the namespace's admin-access label from its
+	// cache, which may not hold a namespace created a moment ago: apply
+	// again until the template is accepted.
+	var err error
+	for range 20 {
+		if err = kubectl("apply", "-f", filepath.Join(demoDir, "monitor.yaml")).Run(); err == nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if err != nil {
 		return fmt.Errorf("kubectl apply of demo/monitor.yaml: %w", err)
 	}
 	// The API server admits a pod only once its namespace has its default
