@@ -76,7 +76,7 @@ func printStatus(out io.Writer, gpus []status.GPU) error {
 				bytesQ(c.Request), bytesQ(c.Limit), mode)
 		}
 		for _, m := range g.Monitors {
-			what := "monitor (adminAccess): sees the GPU, no limit, not counted"
+			what := "monitor (adminAccess, not counted)"
 			if !m.Prepared {
 				what = "monitor (adminAccess, not prepared yet)"
 			}
