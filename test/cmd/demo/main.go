@@ -259,8 +259,7 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		return fail(err)
 	}
 	if err := applyMonitor(o.real, cluster, demoDir, kubectl); err != nil {
-		// Said loudly, but the fractions' part of the demo still runs.
-		fmt.Fprintf(os.Stderr, "\ndemo: FAILED: the monitoring pod (demo/monitor.yaml): %v\n", err)
+		return fail(err)
 	}
 	step("kubectl gpufrac status: what each GPU holds")
 	status := exec.CommandContext(ctx, filepath.Join(root, "bin", "kubectl-gpufrac"), "status", "--kubeconfig="+cp.Kubeconfig)
