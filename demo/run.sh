@@ -11,7 +11,8 @@
 #    containers print what they see) or a kubelet stand-in (otherwise; the
 #    demo says which and why), the manifests in demo/ and the DeviceClasses
 #    of deployments/deviceclasses.yaml applied with kubectl,
-#    pods Running on GPU shares, `kubectl gpufrac status`, the plugin's
+#    pods Running on GPU shares, a monitoring pod with an adminAccess claim
+#    (demo/monitor.yaml), `kubectl gpufrac status`, the plugin's
 #    metrics for one pod and `kubectl describe resourceclaim`, and a pod too
 #    large for any GPU (demo/too-large.yaml) explained by `kubectl gpufrac why`,
 #    and (on the real node) pod llm borrowing above its request: the Warning
@@ -26,7 +27,7 @@ cd "$(dirname "$0")/.."
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
 step "Checking the demo manifests with kubectl-gpufrac validate"
-bin/kubectl-gpufrac validate -f deployments/deviceclasses.yaml -f demo/claim-template-40g.yaml -f demo/claim-templates.yaml
+bin/kubectl-gpufrac validate -f deployments/deviceclasses.yaml -f demo/claim-template-40g.yaml -f demo/claim-templates.yaml -f demo/monitor.yaml
 
 step "Checking a broken claim (memoryLimit below the request): it must be refused"
 if bin/kubectl-gpufrac validate -f demo/invalid/limit-below-request.yaml; then

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
@@ -122,24 +123,31 @@ func (s *Server) claimSource(ctx context.Context, namespace string, pc corev1.Po
 
 // asksGPUFrac: allocated to gpufrac, or a request of a gpufrac DeviceClass
 // (one whose selectors or config name the driver), or a gpufrac config.
+// Devices and requests with adminAccess (monitoring pods) do not count:
+// they hold no guarantee, so any number of containers may use them.
 func (s *Server) asksGPUFrac(spec resourceapi.ResourceClaimSpec, alloc *resourceapi.AllocationResult) bool {
 	if alloc != nil {
+		ours, counted := false, false
 		for _, r := range alloc.Devices.Results {
 			if r.Driver == v1alpha1.DriverName {
-				return true
+				ours = true
+				counted = counted || !ptr.Deref(r.AdminAccess, false)
 			}
 		}
-	}
-	for _, c := range spec.Devices.Config {
-		if c.Opaque != nil && c.Opaque.Driver == v1alpha1.DriverName {
-			return true
+		if ours {
+			return counted
 		}
 	}
 	classes := map[string]bool{}
 	for _, c := range s.Cluster.DeviceClasses() {
 		classes[c.Name] = isGPUFracClass(c)
 	}
+	monitorsOnly := len(spec.Devices.Requests) > 0
 	for _, r := range spec.Devices.Requests {
+		if r.Exactly != nil && ptr.Deref(r.Exactly.AdminAccess, false) {
+			continue
+		}
+		monitorsOnly = false
 		if r.Exactly != nil && classes[r.Exactly.DeviceClassName] {
 			return true
 		}
@@ -147,6 +155,14 @@ func (s *Server) asksGPUFrac(spec resourceapi.ResourceClaimSpec, alloc *resource
 			if classes[sub.DeviceClassName] {
 				return true
 			}
+		}
+	}
+	if monitorsOnly {
+		return false
+	}
+	for _, c := range spec.Devices.Config {
+		if c.Opaque != nil && c.Opaque.Driver == v1alpha1.DriverName {
+			return true
 		}
 	}
 	return false

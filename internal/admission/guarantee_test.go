@@ -28,12 +28,22 @@ func TestValidatePodOneGuaranteePerClaim(t *testing.T) {
 		return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{Name: "gpu",
 			Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: class}}}}}
 	}
+	adminSpec := spec("gpufrac.dev")
+	adminSpec.Devices.Requests[0].Exactly.AdminAccess = ptr.To(true)
 	client := fake.NewClientset(
 		&resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "team"}, Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec("gpufrac.dev")}},
 		&resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "nic", Namespace: "team"}, Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec("nic")}},
 		&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: "team"}, Spec: spec("gpufrac.dev"),
 			Status: resourceapi.ResourceClaimStatus{ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "first", UID: "u1"}}}},
 		&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "free", Namespace: "team"}, Spec: spec("gpufrac.dev")},
+		// A monitoring claim (adminAccess) guarantees nothing: shared by
+		// containers and pods, it passes, allocated or not.
+		&resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "dcgm", Namespace: "team"}, Spec: resourceapi.ResourceClaimTemplateSpec{Spec: adminSpec}},
+		&resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "monitor", Namespace: "team"}, Spec: adminSpec,
+			Status: resourceapi.ResourceClaimStatus{
+				Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+					Request: "gpu", Driver: "gpufrac.dev", Pool: "n", Device: "gpu-0", AdminAccess: ptr.To(true)}}}},
+				ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "first", UID: "u1"}}}},
 	)
 	// "cached" is in the informer cache only: the webhook must answer
 	// from it, without asking the API server.
@@ -75,6 +85,8 @@ func TestValidatePodOneGuaranteePerClaim(t *testing.T) {
 				{Name: "helper", Image: "x", Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "b"}}}},
 			}}},
 			want: `ResourceClaim team/free is used by container main (as "a") and container helper (as "b") at once`},
+		{name: "two containers share a monitoring template's claim", pod: pod(tmpl("dcgm"), use("exporter"), use("sidecar"))},
+		{name: "a monitoring claim another pod holds", pod: pod(named("monitor"), use("exporter"), use("sidecar"))},
 		{name: "a cached template's claim shared", pod: pod(tmpl("cached"), use("main"), use("helper")),
 			want: `spec.resourceClaims[0]: gpufrac claim "gpu" is used by container main and container helper at once`},
 	} {

@@ -75,6 +75,33 @@ func printStatus(out io.Writer, gpus []status.GPU) error {
 			fmt.Fprintf(w, "  %s/%s\tpods: %s\t%s\t\t\t%s\t%s\t%s\t\t\n", c.Namespace, c.Name, strings.Join(c.Pods, ","), "",
 				bytesQ(c.Request), bytesQ(c.Limit), mode)
 		}
+		for _, m := range g.Monitors {
+			what := "monitor (adminAccess, not counted)"
+			if !m.Prepared {
+				what = "monitor (adminAccess, not prepared yet)"
+			}
+			fmt.Fprintf(w, "  %s/%s\tpods: %s\t\t\t\t-\t-\t%s\t\t\n", m.Namespace, m.Name, strings.Join(m.Pods, ","), what)
+		}
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return printEnforced(out, gpus)
+}
+
+// printEnforced says, below the table, what each node without per-cgroup
+// limits (an older driver, or cgroup v1) does and does not enforce, once
+// per node.
+func printEnforced(out io.Writer, gpus []status.GPU) error {
+	said := map[string]bool{}
+	for _, g := range gpus {
+		if g.Enforcement == "" || g.Enforcement == "dmem" || said[g.Node] {
+			continue
+		}
+		said[g.Node] = true
+		if _, err := fmt.Fprintf(out, "%s (memoryEnforcement %s): %s\n", g.Node, g.Enforcement, g.Enforced); err != nil {
+			return err
+		}
+	}
+	return nil
 }

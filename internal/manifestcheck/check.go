@@ -126,6 +126,7 @@ func (cc classConfigs) mode(class string) v1alpha1.ComputeMode {
 type request struct {
 	name, parent string
 	class        string
+	admin        bool               // adminAccess: a monitoring request, no limits
 	memory       *resource.Quantity // nil: the claim states none
 	path         *field.Path        // of the memory capacity request
 }
@@ -146,7 +147,8 @@ func requestsOf(spec *resourceapi.ResourceClaimSpec, root *field.Path) []request
 	for i, r := range spec.Devices.Requests {
 		if r.Exactly != nil {
 			out = append(out, request{name: r.Name, parent: r.Name, class: r.Exactly.DeviceClassName, memory: memoryOf(r.Exactly.Capacity),
-				path: memoryPath(reqs.Index(i).Child("exactly"))})
+				admin: r.Exactly.AdminAccess != nil && *r.Exactly.AdminAccess,
+				path:  memoryPath(reqs.Index(i).Child("exactly"))})
 		}
 		for j, s := range r.FirstAvailable {
 			out = append(out, request{name: r.Name + "/" + s.Name, parent: r.Name, class: s.DeviceClassName, memory: memoryOf(s.Capacity),
@@ -195,6 +197,12 @@ func checkClaimSpec(spec *resourceapi.ResourceClaimSpec, root *field.Path, class
 		reqs := covered(requests, c.Requests)
 		for _, r := range reqs {
 			ourRequests[r.name] = true
+			if r.admin {
+				// As the node refuses it (internal/core/plan): a monitor
+				// gets the GPU without limits, MPS or a compute mode.
+				errs = append(errs, field.Forbidden(p, fmt.Sprintf(
+					"applies to request %s, which asks for adminAccess (a monitoring pod): it gets the GPU without memory limits, MPS or a compute mode, so a FractionConfig cannot apply to it; list only the fraction requests in this config's requests", r.name)))
+			}
 		}
 		errs = append(errs, validateUnderClasses(cfg, reqs, classes, p)...)
 		errs = append(errs, b.checkLimit(cfg, p)...)

@@ -104,6 +104,16 @@ func TestCheck(t *testing.T) {
 		docs: []string{strings.Replace(claim(`{apiVersion: gpufrac.dev/v1alpha1, kind: FractionConfig, memoryLimit: 30Gi}`), "        capacity: {requests: {memory: 40Gi}}\n", "", 1)},
 		want: []string{`ResourceClaim/c: spec.devices.config[0].opaque.parameters.memoryLimit: Invalid value: "30Gi": needs a memory request on request gpu (spec.devices.requests[0].exactly.capacity.requests[memory]): without one the request is the whole GPU, and a limit cannot be below the request; set the request, or drop memoryLimit to have the whole GPU`},
 	}, {
+		// A monitoring request gets no limits (internal/core/plan refuses
+		// the same claim at Prepare); without a config it is valid.
+		name: "a FractionConfig on an adminAccess request",
+		docs: []string{strings.Replace(claim(`{apiVersion: gpufrac.dev/v1alpha1, kind: FractionConfig, memoryLimit: 40Gi}`), "        deviceClassName: gpufrac.dev\n", "        deviceClassName: gpufrac.dev\n        adminAccess: true\n", 1)},
+		want: []string{`ResourceClaim/c: spec.devices.config[0].opaque.parameters: Forbidden: applies to request gpu, which asks for adminAccess (a monitoring pod): it gets the GPU without memory limits, MPS or a compute mode, so a FractionConfig cannot apply to it; list only the fraction requests in this config's requests`},
+	}, {
+		name: "an adminAccess request without a config",
+		docs: []string{strings.Replace(strings.Split(claim(""), "    config:")[0], "        deviceClassName: gpufrac.dev\n", "        deviceClassName: gpufrac.dev\n        adminAccess: true\n", 1)},
+		want: []string{"ResourceClaim/c: valid"},
+	}, {
 		name: "a kind with no apiVersion",
 		docs: []string{"kind: ResourceClaim\nmetadata: {name: bare}\n"},
 		want: []string{"ResourceClaim/bare: ignored (no apiVersion: checked are only resource.k8s.io/v1 ResourceClaim, ResourceClaimTemplate and DeviceClass; add apiVersion: resource.k8s.io/v1)"},
@@ -307,6 +317,7 @@ func TestDemoManifests(t *testing.T) {
 	want := map[string][]string{
 		"deployments/deviceclasses.yaml": {"DeviceClass/gpufrac.dev: valid", "DeviceClass/sm-sharing.gpufrac.dev: valid"},
 		"demo/claim-template-40g.yaml":   {"ResourceClaimTemplate/llm-40g: valid"},
+		"demo/monitor.yaml":              {"Namespace/gpufrac-monitoring: ignored", "ResourceClaimTemplate/gpu-monitor: valid"},
 	}
 	for name, wantLines := range want {
 		f, err := os.Open(filepath.Join("..", "..", filepath.FromSlash(name)))

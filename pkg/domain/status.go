@@ -28,4 +28,10 @@ type DeviceData struct {
 	// the GPU daemon's, or (MPS v3) the claim's namespace's on it.
 	MPSServer              string `json:"mpsServer,omitempty"`
 	ActiveThreadPercentage *int32 `json:"activeThreadPercentage,omitempty"`
+	// Enforced says plainly what is and is not enforced for the share on
+	// its node (ShareEnforced, AdminEnforced).
+	Enforced string `json:"enforced,omitempty"`
+	// AdminAccess marks a device allocated with DRA's adminAccess (a
+	// monitoring pod): no limits, no MPS, not counted.
+	AdminAccess bool `json:"adminAccess,omitempty"`
 }

@@ -640,12 +640,45 @@ driverfiles_check() {
 	esac
 }
 
+# multigpu_check: docs/design/nvidia-contract.md M1-M2 (issue 35 item 4): a
+# v3 server whose allowed_devices lists two GPUs starts, and `server list`
+# shows both (documented, v3cfg); a client of it reaching both devices is
+# inferred (NVIDIA ran its multi-GPU guide on one GPU) and gpufrac does not
+# rely on it yet: the FACT line prints what the server lists.
+multigpu_check() {
+	uuids=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n2 | paste -sd, -)
+	case $uuids in *,*) ;; *) echo "SKIP: multi-GPU MPS server: this host has one GPU"; return ;; esac
+	rm -rf "$work/mpipe" "$work/mlog"; mkdir -p "$work/mpipe" "$work/mlog"
+	printf 'schema_version = "1.0"\n\n[servers.gpufrac]\nallowed_devices = "%s"\n' "$uuids" >"$work/multi.toml"
+	# In -f the v3 daemon stops at the end of its stdin (row 3): hold it open.
+	rm -f "$work/mstdin"; mkfifo "$work/mstdin"; exec 8<>"$work/mstdin"
+	CUDA_MPS_PIPE_DIRECTORY=$work/mpipe CUDA_MPS_LOG_DIRECTORY=$work/mlog \
+		nvidia-cuda-mps-control -f -p 3 -m -a "$work/multi.toml" <&8 >"$work/multi.out" 2>&1 &
+	mdaemon=$!
+	listed=""
+	for _ in $(seq 1 50); do
+		listed=$(CUDA_MPS_PIPE_DIRECTORY=$work/mpipe nvidia-cuda-mps-control -p 3 server list gpufrac --format=csv,noheader 2>/dev/null) && [ -n "$listed" ] && break
+		sleep 0.2
+	done
+	fact "multi-GPU MPS server lists: $listed"
+	first=${uuids%%,*} second=${uuids#*,}
+	if echo "$listed" | grep -q "$first" && echo "$listed" | grep -q "$second"; then
+		pass "multi-GPU MPS server: allowed_devices with two GPUs accepted, both listed (M1)"
+	else
+		fail "multi-GPU MPS server: allowed_devices = \"$uuids\" not served as documented (M1): $(tail -n3 "$work/multi.out")"
+	fi
+	CUDA_MPS_PIPE_DIRECTORY=$work/mpipe nvidia-cuda-mps-control -q >/dev/null 2>&1 || kill -TERM "$mdaemon"
+	wait "$mdaemon" 2>/dev/null
+	exec 8>&-
+}
+
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)
 driverfiles_check
 mps_check legacy
 if [ "${driver%%.*}" -ge 615 ]; then
 	mps_check v3
 	eviction_check
+	multigpu_check
 else
 	echo "SKIP: MPS v3 needs driver r615 or later (have $driver)"
 fi

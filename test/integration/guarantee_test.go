@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/test/harness"
 )
@@ -118,5 +119,20 @@ func TestOneGuaranteePolicy(t *testing.T) {
 		Request: "gpu", Driver: "nic.example.com", Pool: "probe-node", Device: "nic-0"}}}}
 	if _, err := reserve(other, "a", "b"); err != nil {
 		t.Errorf("another driver's claim reserved for two pods: %v", err)
+	}
+
+	// A monitoring claim (every gpufrac device allocated with adminAccess)
+	// guarantees nothing: the policy lets any number of pods hold it.
+	labelAdminNamespace(e)
+	mc := harness.GuaranteeProbeClaim("monitor")
+	mc.Spec.Devices.Requests[0].Exactly.AdminAccess = ptr.To(true)
+	monitor, err := claims.Create(e.ctx, mc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	monitor.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "gpu", Driver: "gpufrac.dev", Pool: "probe-node", Device: "gpu-0", AdminAccess: ptr.To(true)}}}}
+	if _, err := reserve(monitor, "a", "b"); err != nil {
+		t.Errorf("a monitoring (adminAccess) claim reserved for two pods: %v", err)
 	}
 }

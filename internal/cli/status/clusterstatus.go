@@ -38,6 +38,16 @@ type Claim struct {
 	Invalid string `json:"invalid,omitempty"`
 }
 
+// Monitor is a claim allocated the GPU with DRA's adminAccess (a
+// monitoring pod): it sees the GPU and holds no share of it, so it is
+// listed apart from the claims and never summed.
+type Monitor struct {
+	Namespace string   `json:"namespace"`
+	Name      string   `json:"name"`
+	Pods      []string `json:"pods"`
+	Prepared  bool     `json:"prepared"`
+}
+
 // GPU is one device of a node.
 type GPU struct {
 	Node   string `json:"node"`
@@ -47,37 +57,26 @@ type GPU struct {
 	Memory int64  `json:"memoryBytes"`
 	// ServerReserve is what the GPU keeps back beyond Memory for the MPS
 	// server's context (the slice's mpsServerReserveMiB); 0 where none.
-	ServerReserve int64    `json:"serverReserveBytes,omitempty"`
-	Guaranteed    int64    `json:"guaranteedBytes"`
-	LimitSum      int64    `json:"limitSumBytes"`
-	Overcommit    float64  `json:"overcommit"`
-	Claims        []Claim  `json:"claims"`
-	Taints        []string `json:"taints,omitempty"`
+	ServerReserve int64   `json:"serverReserveBytes,omitempty"`
+	Guaranteed    int64   `json:"guaranteedBytes"`
+	LimitSum      int64   `json:"limitSumBytes"`
+	Overcommit    float64 `json:"overcommit"`
+	Claims        []Claim `json:"claims"`
+	// Enforcement is the node's memoryEnforcement (dmem, mps, none), and
+	// Enforced what that means, from the slice's guaranteeHeldBy,
+	// timeSlicingLimit and smSharingLimit (computed from memoryEnforcement
+	// for a slice an older plugin wrote); empty when the slice says
+	// neither.
+	Enforcement string `json:"memoryEnforcement,omitempty"`
+	Enforced    string `json:"enforced,omitempty"`
+	// Monitors are the adminAccess claims on the GPU, apart from Claims.
+	Monitors []Monitor `json:"monitors,omitempty"`
+	Taints   []string  `json:"taints,omitempty"`
 }
 
 // Build lists every gpufrac GPU (optionally of one node) with its claims.
 func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClaim, node string) []GPU {
-	gpus := map[string]*GPU{}
-	for _, s := range slices {
-		if s.Spec.Driver != v1alpha1.DriverName || s.Spec.NodeName == nil || (node != "" && *s.Spec.NodeName != node) {
-			continue
-		}
-		for _, d := range s.Spec.Devices {
-			capacity := d.Capacity[resourceslices.MemoryCapacity].Value
-			g := &GPU{Node: *s.Spec.NodeName, Device: d.Name, Memory: capacity.Value()}
-			g.UUID = ptr.Deref(d.Attributes[resourceslices.AttrUUID].StringValue, "")
-			g.Model = ptr.Deref(d.Attributes[resourceslices.AttrProductName].StringValue, "")
-			// A reserve the slice states, within what a GPU can have (the
-			// bound keeps the shift from overflowing on a hostile slice).
-			if r := ptr.Deref(d.Attributes[resourceslices.AttrMPSServerReserveMiB].IntValue, 0); r > 0 && r < 1<<32 {
-				g.ServerReserve = r << 20
-			}
-			for _, t := range d.Taints {
-				g.Taints = append(g.Taints, t.Key+"="+t.Value+":"+string(t.Effect))
-			}
-			gpus[s.Spec.Pool.Name+"/"+d.Name] = g
-		}
-	}
+	gpus := gpusOf(slices, node)
 	for _, c := range claims {
 		if c.Status.Allocation == nil {
 			continue
@@ -91,6 +90,14 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 		for _, r := range c.Status.Allocation.Devices.Results {
 			g := gpus[r.Pool+"/"+r.Device]
 			if r.Driver != v1alpha1.DriverName || g == nil {
+				continue
+			}
+			if ptr.Deref(r.AdminAccess, false) {
+				// The scheduler does not count it against the GPU, and
+				// the node gives it no limit: whatever memory the
+				// allocation records is not the GPU's.
+				_, prepared := deviceData(c, r)
+				g.Monitors = append(g.Monitors, Monitor{Namespace: c.Namespace, Name: c.Name, Pods: pods, Prepared: prepared})
 				continue
 			}
 			// The API server accepts any consumedCapacity in a status
@@ -130,6 +137,50 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 		return deviceOrder(out[i].Device) < deviceOrder(out[j].Device)
 	})
 	return out
+}
+
+// enforced reads what a slice device says its node enforces.
+func enforced(d resourceapi.Device) (string, string) {
+	str := func(name resourceapi.QualifiedName) string { return ptr.Deref(d.Attributes[name].StringValue, "") }
+	enf := str(resourceslices.AttrMemoryEnforcement)
+	e := domain.Enforced{Guarantee: str(resourceslices.AttrGuaranteeHeldBy),
+		TimeSlicingLimit: str(resourceslices.AttrTimeSlicingLimit), SMSharingLimit: str(resourceslices.AttrSMSharingLimit)}
+	if e.Guarantee == "" || e.TimeSlicingLimit == "" || e.SMSharingLimit == "" {
+		parsed, err := domain.ParseEnforcement(enf)
+		if err != nil {
+			return "", ""
+		}
+		e = domain.EnforcedOn(parsed, str(resourceslices.AttrMPSVersion))
+	}
+	return enf, fmt.Sprintf("guarantee: %s; TimeSlicing limit: %s; SMSharing limit: %s", e.Guarantee, e.TimeSlicingLimit, e.SMSharingLimit)
+}
+
+// gpusOf lists the gpufrac GPUs of the slices (of one node, when node is
+// set), by pool/device.
+func gpusOf(slices []resourceapi.ResourceSlice, node string) map[string]*GPU {
+	gpus := map[string]*GPU{}
+	for _, s := range slices {
+		if s.Spec.Driver != v1alpha1.DriverName || s.Spec.NodeName == nil || (node != "" && *s.Spec.NodeName != node) {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			capacity := d.Capacity[resourceslices.MemoryCapacity].Value
+			g := &GPU{Node: *s.Spec.NodeName, Device: d.Name, Memory: capacity.Value()}
+			g.UUID = ptr.Deref(d.Attributes[resourceslices.AttrUUID].StringValue, "")
+			g.Model = ptr.Deref(d.Attributes[resourceslices.AttrProductName].StringValue, "")
+			// A reserve the slice states, within what a GPU can have (the
+			// bound keeps the shift from overflowing on a hostile slice).
+			if r := ptr.Deref(d.Attributes[resourceslices.AttrMPSServerReserveMiB].IntValue, 0); r > 0 && r < 1<<32 {
+				g.ServerReserve = r << 20
+			}
+			g.Enforcement, g.Enforced = enforced(d)
+			for _, t := range d.Taints {
+				g.Taints = append(g.Taints, t.Key+"="+t.Value+":"+string(t.Effect))
+			}
+			gpus[s.Spec.Pool.Name+"/"+d.Name] = g
+		}
+	}
+	return gpus
 }
 
 // outside describes a share's figure that no share of a GPU of memory

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sort"
 
+	"k8s.io/utils/ptr"
+
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -183,6 +185,9 @@ func (w *world) used(leaving sets.Set[types.UID]) (map[deviceKey]int64, map[devi
 			continue
 		}
 		for _, r := range c.Status.Allocation.Devices.Results {
+			if ptr.Deref(r.AdminAccess, false) {
+				continue // as the scheduler: a monitor holds nothing
+			}
 			k := deviceKey{r.Pool, r.Device}
 			info, ok := w.devices[k]
 			if !ok || r.Driver != info.driver {

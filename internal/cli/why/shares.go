@@ -47,8 +47,8 @@ func (w *world) shares(_ context.Context, target Target) ([]Share, []Reason) {
 		name := c.Namespace + "/" + c.Name
 		unprepared := ""
 		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.Driver != v1alpha1.DriverName {
-				continue
+			if r.Driver != v1alpha1.DriverName || ptr.Deref(r.AdminAccess, false) {
+				continue // a monitor (adminAccess) is no share
 			}
 			mem := r.ConsumedCapacity[resourceslices.MemoryCapacity]
 			s := Share{Claim: name, Request: r.Request, Node: r.Pool, Device: r.Device, RequestBytes: mem.Value()}

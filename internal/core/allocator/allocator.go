@@ -14,6 +14,8 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/utils/ptr"
+
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -89,6 +91,9 @@ func AllocatedState(allocations ...resourceapi.AllocationResult) structured.Allo
 	}
 	for _, a := range allocations {
 		for _, r := range a.Devices.Results {
+			if ptr.Deref(r.AdminAccess, false) {
+				continue // as kube-scheduler's foreachAllocatedDevice: not in use
+			}
 			id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
 			if r.ShareID == nil {
 				st.AllocatedDevices.Insert(id)

@@ -43,13 +43,16 @@ func (e *ModeConflictError) Error() string {
 // shared server, so the modes mix.
 func CheckModeConflicts(c *Claim, prepared []Claim) error {
 	for _, d := range c.Devices {
+		if !d.Counted() {
+			continue // an adminAccess device runs in no compute mode
+		}
 		var conflicts []string
 		for _, p := range prepared {
 			if p.UID == c.UID {
 				continue
 			}
 			for _, pd := range p.Devices {
-				if pd.GPU.UUID == d.GPU.UUID && pd.ComputeMode != d.ComputeMode && !mpsV3(d, pd) {
+				if pd.Counted() && pd.GPU.UUID == d.GPU.UUID && pd.ComputeMode != d.ComputeMode && !mpsV3(d, pd) {
 					conflicts = append(conflicts, p.Namespace+"/"+p.Name)
 					break
 				}

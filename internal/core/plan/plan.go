@@ -62,7 +62,19 @@ type Device struct {
 	// MPS is set for SMSharing shares, and on nodes with per-cgroup
 	// limits and an MPS v3 daemon for every share (see Compute).
 	MPS *domain.MPSBinding `json:"mps,omitempty"`
+	// AdminAccess marks a device allocated with DRA's adminAccess (a
+	// monitoring pod): it gets the GPU's device node and the driver's
+	// files, and nothing else: no limits (both are zero), no MPS route, no
+	// compute mode, and no share of the node's accounting (Counted).
+	AdminAccess bool `json:"adminAccess,omitempty"`
 }
+
+// Counted tells whether d takes part in the node's memory accounting: the
+// per-GPU guaranteed and limit sums, the one-guarantee rule, compute-mode
+// conflicts, MPS and incidents. An adminAccess device does not, as DRA
+// intends: the scheduler does not count it either (kube-scheduler's
+// foreachAllocatedDevice skips adminAccess results).
+func (d Device) Counted() bool { return !d.AdminAccess }
 
 // InvalidError is a claim that can never be prepared on this node as it
 // stands: retrying will not help until the claim or the node changes.
@@ -105,7 +117,13 @@ func Compute(claim *resourceapi.ResourceClaim, inv *domain.Inventory, opts Optio
 		if r.Driver != v1alpha1.DriverName {
 			continue
 		}
-		dev, devErrs := planDevice(r, resultsPath.Index(i), alloc.Devices.Config, configsPath, inv, opts)
+		var dev *Device
+		var devErrs field.ErrorList
+		if r.AdminAccess != nil && *r.AdminAccess {
+			dev, devErrs = planAdminDevice(r, resultsPath.Index(i), alloc.Devices.Config, configsPath, inv, opts)
+		} else {
+			dev, devErrs = planDevice(r, resultsPath.Index(i), alloc.Devices.Config, configsPath, inv, opts)
+		}
 		errs = append(errs, devErrs...)
 		if dev != nil {
 			if dev.MPS != nil && dev.MPS.Version == domain.MPSVersionV3 && dev.ComputeMode == v1alpha1.SMSharing {
@@ -126,18 +144,9 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 	allConfigs []resourceapi.DeviceAllocationConfiguration, configsPath *field.Path,
 	inv *domain.Inventory, opts Options) (*Device, field.ErrorList) {
 	var errs field.ErrorList
-	if r.Pool != opts.NodeName {
-		return nil, field.ErrorList{field.Invalid(path.Child("pool"), r.Pool,
-			fmt.Sprintf("allocated from another node's pool; this is node %s", opts.NodeName))}
-	}
-	gpu, ok := gpuForDevice(inv, r.Device)
-	if !ok {
-		return nil, field.ErrorList{field.NotFound(path.Child("device"), r.Device)}
-	}
-	if r.ShareID != nil {
-		if err := checkUID(string(*r.ShareID), path.Child("shareID")); err != nil {
-			return nil, field.ErrorList{err}
-		}
+	gpu, err := locate(r, path, inv, opts)
+	if err != nil {
+		return nil, field.ErrorList{err}
 	}
 	consumedPath := path.Child("consumedCapacity").Key(string(domain.MemoryCapacity))
 	request, ok := r.ConsumedCapacity[domain.MemoryCapacity]
@@ -182,6 +191,58 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 	}
 	errs = append(errs, enforce(dev, inv, opts, cfg.MemoryLimit != nil, request, limit, cfgPath)...)
 	return dev, errs
+}
+
+// locate finds the GPU of an allocation result on this node, checking the
+// pool and the share ID before anything is named after them.
+func locate(r resourceapi.DeviceRequestAllocationResult, path *field.Path, inv *domain.Inventory, opts Options) (domain.GPU, *field.Error) {
+	if r.Pool != opts.NodeName {
+		return domain.GPU{}, field.Invalid(path.Child("pool"), r.Pool,
+			fmt.Sprintf("allocated from another node's pool; this is node %s", opts.NodeName))
+	}
+	gpu, ok := gpuForDevice(inv, r.Device)
+	if !ok {
+		return domain.GPU{}, field.NotFound(path.Child("device"), r.Device)
+	}
+	if r.ShareID != nil {
+		if err := checkUID(string(*r.ShareID), path.Child("shareID")); err != nil {
+			return domain.GPU{}, err
+		}
+	}
+	return gpu, nil
+}
+
+// planAdminDevice plans a device allocated with adminAccess (a monitoring
+// pod, DRA's "administrative access ... ignore all ordinary claims to the
+// device with respect to access modes and any resource allocations",
+// k8s.io/api resource/v1 ExactDeviceRequest.AdminAccess): the GPU's device
+// node and the driver's files, with no limit, no MPS route and no compute
+// mode, whatever memory the scheduler recorded for it (the scheduler does
+// not count it against the GPU once allocated). A FractionConfig of the
+// claim that applies to it is refused: it would promise limits the node
+// does not apply. DeviceClass configs (the SMSharing class's) are not the
+// claim author's and are ignored.
+func planAdminDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
+	allConfigs []resourceapi.DeviceAllocationConfiguration, configsPath *field.Path,
+	inv *domain.Inventory, opts Options) (*Device, field.ErrorList) {
+	gpu, err := locate(r, path, inv, opts)
+	if err != nil {
+		return nil, field.ErrorList{err}
+	}
+	var errs field.ErrorList
+	for i, c := range allConfigs {
+		if c.Source != resourceapi.AllocationConfigSourceClaim || c.Opaque == nil || c.Opaque.Driver != v1alpha1.DriverName ||
+			len(resourceclaim.ConfigForResult(allConfigs[i:i+1], r)) == 0 {
+			continue
+		}
+		errs = append(errs, field.Forbidden(configsPath.Index(i), fmt.Sprintf(
+			"request %s asks for adminAccess (a monitoring pod): it gets GPU %s without memory limits, MPS or a compute mode, so a gpufrac.dev FractionConfig cannot apply to it; list only the fraction requests in this config's requests",
+			r.Request, r.Device)))
+	}
+	return &Device{
+		Request: r.Request, Pool: r.Pool, Device: r.Device, ShareID: r.ShareID,
+		GPU: gpu, Enforcement: domain.EnforcementNone, AdminAccess: true,
+	}, errs
 }
 
 // enforce sets how the node upholds dev's memory (its enforcement) and
@@ -324,16 +385,43 @@ func (c *Claim) PerGPU() []GPULimits {
 	var out []GPULimits
 	index := map[string]int{}
 	for _, d := range c.Devices {
+		// An adminAccess device names its GPU (NVIDIA_VISIBLE_DEVICES) and
+		// adds nothing to the sums.
 		i, ok := index[d.GPU.UUID]
 		if !ok {
 			i = len(out)
 			index[d.GPU.UUID] = i
 			out = append(out, GPULimits{UUID: d.GPU.UUID, Minor: d.GPU.Minor})
 		}
-		out[i].SoftLimitBytes += d.SoftLimitBytes
-		out[i].HardLimitBytes += d.HardLimitBytes
+		if d.Counted() {
+			out[i].SoftLimitBytes += d.SoftLimitBytes
+			out[i].HardLimitBytes += d.HardLimitBytes
+		}
 	}
 	return out
+}
+
+// Counted is the claim with its adminAccess devices left out: what the
+// node accounts for (Device.Counted).
+func (c *Claim) Counted() *Claim {
+	out := &Claim{UID: c.UID, Namespace: c.Namespace, Name: c.Name}
+	for _, d := range c.Devices {
+		if d.Counted() {
+			out.Devices = append(out.Devices, d)
+		}
+	}
+	return out
+}
+
+// AdminOnly tells whether every device of the claim was allocated with
+// adminAccess: a monitoring claim, which guarantees nothing.
+func (c *Claim) AdminOnly() bool {
+	for _, d := range c.Devices {
+		if d.Counted() {
+			return false
+		}
+	}
+	return len(c.Devices) > 0
 }
 
 // MPS returns the claim's MPS binding, if it has SMSharing shares (at most

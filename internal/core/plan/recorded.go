@@ -62,6 +62,13 @@ func checkRecordedDevice(d Device, inv *domain.Inventory, opts Options) error {
 	if d.ShareID != nil && !ValidUID(string(*d.ShareID)) {
 		return fmt.Errorf("shareID %q is not a UID", safetext.Cap(string(*d.ShareID), 64))
 	}
+	if d.AdminAccess {
+		// A monitoring device holds nothing: no limit, no MPS route.
+		if d.SoftLimitBytes != 0 || d.HardLimitBytes != 0 || d.MPS != nil {
+			return fmt.Errorf("adminAccess device on GPU %s with limits (%d, %d bytes) or an MPS route; it has neither", gpu.UUID, d.SoftLimitBytes, d.HardLimitBytes)
+		}
+		return nil
+	}
 	offeredQ := domain.PublishedMemory(gpu.MemoryBytes)
 	offered := offeredQ.Value()
 	if d.SoftLimitBytes <= 0 || d.SoftLimitBytes > offered {

@@ -106,6 +106,7 @@ func Device(gpu domain.GPU, inv *domain.Inventory) (resourceapi.Device, error) {
 	if gpu.ServerReserveBytes > 0 {
 		attrs[AttrMPSServerReserveMiB] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(gpu.ServerReserveBytes >> 20))}
 	}
+	addEnforced(attrs, inv)
 	if inv.EnforcementNote != "" {
 		attrs[AttrMemoryEnforcementNote] = resourceapi.DeviceAttribute{StringValue: ptr.To(truncate(inv.EnforcementNote))}
 	}

@@ -52,6 +52,10 @@ func understoodV1(key string, e *v1.Entry) error {
 		}
 		switch v1alpha1.ComputeMode(d.ComputeMode) {
 		case v1alpha1.TimeSlicing, v1alpha1.SMSharing:
+		case "":
+			if !d.AdminAccess {
+				errs = append(errs, fmt.Errorf("plan.devices[%d].computeMode is empty on a device without adminAccess", i))
+			}
 		default:
 			errs = append(errs, fmt.Errorf("plan.devices[%d].computeMode %q is not one of %s, %s", i, d.ComputeMode, v1alpha1.TimeSlicing, v1alpha1.SMSharing))
 		}
@@ -82,6 +86,7 @@ func fromV1(e *v1.Entry) Entry {
 			ComputeMode:            v1alpha1.ComputeMode(d.ComputeMode),
 			ActiveThreadPercentage: d.ActiveThreadPercentage,
 			Enforcement:            domain.Enforcement(d.Enforcement),
+			AdminAccess:            d.AdminAccess,
 		}
 		if d.ShareID != nil {
 			id := types.UID(*d.ShareID)
@@ -113,6 +118,7 @@ func toV1(e *Entry) v1.Entry {
 			ComputeMode:            string(d.ComputeMode),
 			ActiveThreadPercentage: d.ActiveThreadPercentage,
 			Enforcement:            string(d.Enforcement),
+			AdminAccess:            d.AdminAccess,
 		}
 		if d.ShareID != nil {
 			id := string(*d.ShareID)

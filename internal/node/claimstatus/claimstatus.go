@@ -67,6 +67,15 @@ func Data(d plan.Device) domain.DeviceData {
 	if d.MPS != nil {
 		out.MPSServer = d.MPS.ClientPipeDir()
 	}
+	if d.AdminAccess {
+		out.AdminAccess, out.Enforced = true, domain.AdminEnforced
+		return out
+	}
+	mps := domain.MPSVersionNone
+	if d.MPS != nil && d.MPS.Version == domain.MPSVersionV3 {
+		mps = domain.MPSVersionV3
+	}
+	out.Enforced = domain.ShareEnforced(d.Enforcement, string(d.ComputeMode), mps)
 	return out
 }
 
@@ -76,9 +85,14 @@ func quantity(bytes int64) string {
 
 // readyMessage says in one line what the share got.
 func readyMessage(d plan.Device) string {
-	switch d.Enforcement {
-	case domain.EnforcementNone:
-		return fmt.Sprintf("%s guaranteed on GPU %s, %s; no limit enforced on this node", quantity(d.SoftLimitBytes), d.GPU.UUID, d.ComputeMode)
+	switch {
+	case d.AdminAccess:
+		return fmt.Sprintf("GPU %s for monitoring (adminAccess): device node and driver files; no memory limit, no MPS, not counted in the GPU's guaranteed memory", d.GPU.UUID)
+	case d.Enforcement == domain.EnforcementNone:
+		return fmt.Sprintf("%s guaranteed by the scheduler on GPU %s, %s; no hard limit on this node (no per-cgroup limits: driver before r615, or cgroup v1)", quantity(d.SoftLimitBytes), d.GPU.UUID, d.ComputeMode)
+	case d.Enforcement == domain.EnforcementMPS:
+		return fmt.Sprintf("%s guaranteed by the scheduler, %s legacy MPS pinned limit on GPU %s, %s; a tenant can undo that limit (no per-cgroup limits on this node)",
+			quantity(d.SoftLimitBytes), quantity(d.HardLimitBytes), d.GPU.UUID, d.ComputeMode)
 	default:
 		return fmt.Sprintf("%s guaranteed, %s limit enforced by %s on GPU %s, %s",
 			quantity(d.SoftLimitBytes), quantity(d.HardLimitBytes), d.Enforcement, d.GPU.UUID, d.ComputeMode)

@@ -138,6 +138,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, claim := range prepared {
 		live[claim.UID] = true
 		for _, d := range claim.Devices {
+			if !d.Counted() {
+				continue // adminAccess: no share of the GPU's accounting
+			}
 			share := ""
 			if d.ShareID != nil {
 				share = string(*d.ShareID)

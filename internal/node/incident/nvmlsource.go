@@ -91,8 +91,8 @@ func shareOnGPU(c plan.Claim, uuid string) (Share, bool) {
 	var out Share
 	found := false
 	for _, d := range c.Devices {
-		if d.GPU.UUID != uuid {
-			continue
+		if d.GPU.UUID != uuid || !d.Counted() {
+			continue // an adminAccess device is no share: incidents never name it
 		}
 		s := ShareOf(c, d)
 		if found {

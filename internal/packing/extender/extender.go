@@ -10,6 +10,8 @@ import (
 	"io"
 	"net/http"
 
+	"k8s.io/utils/ptr"
+
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -225,8 +227,8 @@ func NodeOf(slices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceC
 		}
 		memory, fraction := nodelabel.FractionMemory(&c.Spec)
 		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.Driver != v1alpha1.DriverName {
-				continue
+			if r.Driver != v1alpha1.DriverName || ptr.Deref(r.AdminAccess, false) {
+				continue // adminAccess: a monitor holds no part of the GPU
 			}
 			key := r.Pool + "/" + r.Device
 			g, ok := n[key]

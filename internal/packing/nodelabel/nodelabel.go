@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/utils/ptr"
+
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -91,7 +93,8 @@ func GPUsInUse(claims []*resourceapi.ResourceClaim) int {
 			continue
 		}
 		for _, r := range c.Status.Allocation.Devices.Results {
-			if r.Driver == v1alpha1.DriverName {
+			// A monitoring device (adminAccess) holds no part of the GPU.
+			if r.Driver == v1alpha1.DriverName && !ptr.Deref(r.AdminAccess, false) {
 				devices.Insert(r.Pool + "/" + r.Device)
 			}
 		}

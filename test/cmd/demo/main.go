@@ -258,6 +258,9 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 	if err := r.waitPrepared(); err != nil {
 		return fail(err)
 	}
+	if err := applyMonitor(o.real, cluster, demoDir, kubectl); err != nil {
+		return fail(err)
+	}
 	step("kubectl gpufrac status: what each GPU holds")
 	status := exec.CommandContext(ctx, filepath.Join(root, "bin", "kubectl-gpufrac"), "status", "--kubeconfig="+cp.Kubeconfig)
 	status.Stdout, status.Stderr = os.Stdout, os.Stderr

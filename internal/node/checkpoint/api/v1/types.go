@@ -57,6 +57,12 @@ type Device struct {
 	ActiveThreadPercentage *int32      `json:"activeThreadPercentage,omitempty"`
 	Enforcement            string      `json:"enforcement"`
 	MPS                    *MPSBinding `json:"mps,omitempty"`
+	// AdminAccess (added in the same version, omitted when false, so
+	// earlier entries read the same): a monitoring device, with no limits,
+	// no MPS and an empty computeMode. A release that predates it
+	// quarantines such an entry (its computeMode is not one it knows)
+	// rather than take it for a share.
+	AdminAccess bool `json:"adminAccess,omitempty"`
 }
 
 // GPU is the physical GPU a share is on. The names are the Go field names
