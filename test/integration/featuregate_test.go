@@ -62,6 +62,7 @@ func TestRefusesToStartWithoutConsumableCapacity(t *testing.T) {
 		"--kubeconfig="+off.Kubeconfig, "--namespace="+ns,
 		"--webhook-address=127.0.0.1:0", "--metrics-address=")
 	for name, out := range map[string]string{"gpufrac-kubelet-plugin": plugin, "gpufrac-controller": controller} {
+		t.Logf("%s refused to start:\n%s", name, tail([]byte(out), 2))
 		for _, want := range []string{"the Kubernetes API server " + off.KubeVersion, "DRAConsumableCapacity", "Kubernetes 1.36 or later"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("%s's refusal does not say %q:\n%s", name, want, out)
