@@ -27,6 +27,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
 	"github.com/gpufrac/gpufrac/internal/buildinfo"
 	"github.com/gpufrac/gpufrac/internal/controller"
+	"github.com/gpufrac/gpufrac/internal/featureprobe"
 	"github.com/gpufrac/gpufrac/internal/flagcheck"
 	"github.com/gpufrac/gpufrac/internal/kai"
 )
@@ -71,6 +72,11 @@ func newCommand() *cobra.Command {
 			restConfig.QPS, restConfig.Burst = qps, burst
 			if cfg.Client, err = kubernetes.NewForConfig(restConfig); err != nil {
 				return fmt.Errorf("creating the Kubernetes client: %w", err)
+			}
+			// Before serving: templates whose capacity the API server
+			// drops would make every KAI fraction a whole GPU.
+			if err := featureprobe.Controller(ctx, cfg.Client, cfg.Cert.Namespace); err != nil {
+				return err
 			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

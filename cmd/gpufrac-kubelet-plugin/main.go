@@ -30,6 +30,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/internal/buildinfo"
+	"github.com/gpufrac/gpufrac/internal/featureprobe"
 	"github.com/gpufrac/gpufrac/internal/flagcheck"
 	"github.com/gpufrac/gpufrac/internal/metricsserver"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
@@ -216,6 +217,11 @@ func run(ctx context.Context, f *flags) error {
 		return printSlices(ctx, cfg)
 	}
 	if cfg.KubeClient, err = newKubeClient(f); err != nil {
+		return err
+	}
+	// Before anything is published: an API server that would drop the
+	// slices' capacity or taints refuses the plugin here, by name.
+	if err := featureprobe.Plugin(ctx, cfg.KubeClient, f.nodeName); err != nil {
 		return err
 	}
 

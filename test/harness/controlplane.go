@@ -56,6 +56,9 @@ type Options struct {
 	// kube-scheduler and kube-controller-manager (benchmarks lift their
 	// client QPS with --kube-api-qps and --kube-api-burst).
 	SchedulerArgs, ControllerManagerArgs []string
+	// APIServerArgs are extra flags for kube-apiserver (a test turns a
+	// feature gate off with --feature-gates).
+	APIServerArgs []string
 	// SchedulerConfig, when set, is a KubeSchedulerConfiguration (YAML)
 	// kube-scheduler runs with (--config) in place of --kubeconfig; the
 	// harness fills in clientConnection.kubeconfig (schedconfig.go).
@@ -83,6 +86,9 @@ type ControlPlane struct {
 	// PodNetwork is the real nodes' pod network; nil without
 	// Options.Workloads.
 	PodNetwork *PodNetwork
+	// KubeVersion is the Kubernetes release of the control plane and of
+	// the real nodes' kubelets (kubebuild.VersionEnv selects it).
+	KubeVersion string
 
 	opts     Options
 	runDir   string // short path for sockets, etcd's data and an owned Dir
@@ -130,9 +136,12 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, finalErr error) 
 		return cp, fmt.Errorf("creating %s: %w", cp.Dir, err)
 	}
 
+	if cp.KubeVersion, err = kubebuild.Selected(); err != nil {
+		return cp, err
+	}
 	bins := opts.Binaries
 	if bins == nil {
-		if bins, err = kubebuild.Ensure(ctx, kubebuild.Options{Progress: opts.Progress}); err != nil {
+		if bins, err = kubebuild.Ensure(ctx, kubebuild.Options{Progress: opts.Progress, Version: cp.KubeVersion}); err != nil {
 			return cp, err
 		}
 	}
@@ -149,7 +158,7 @@ func Start(ctx context.Context, opts Options) (_ *ControlPlane, finalErr error) 
 		cp.PluginBinary = filepath.Join(binDir, "gpufrac-kubelet-plugin")
 	}
 
-	end := cp.progress.Step("Starting etcd, kube-apiserver, kube-scheduler and kube-controller-manager " + kubebuild.KubeVersion + " on 127.0.0.1")
+	end := cp.progress.Step("Starting etcd, kube-apiserver, kube-scheduler and kube-controller-manager " + cp.KubeVersion + " on 127.0.0.1")
 	err = cp.startComponents(ctx, bins)
 	end(err)
 	if err != nil {
@@ -213,24 +222,24 @@ func (cp *ControlPlane) startComponents(ctx context.Context, bins kubebuild.Bina
 		return err
 	}
 
-	apiserver, err := cp.start("kube-apiserver", bins[kubebuild.KubeAPIServer],
-		"--etcd-servers="+etcdURL,
-		"--bind-address="+bindAddress, "--advertise-address=127.0.0.1", "--secure-port="+strconv.Itoa(ports[2]),
+	apiserver, err := cp.start("kube-apiserver", bins[kubebuild.KubeAPIServer], append([]string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=" + bindAddress, "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(ports[2]),
 		// No kubernetes Service endpoints to maintain: nothing runs in pods.
 		"--endpoint-reconciler-type=none",
-		"--cert-dir="+filepath.Join(cp.Dir, "kube-apiserver"),
-		"--tls-cert-file="+p.ServingCert, "--tls-private-key-file="+p.ServingKey,
-		"--client-ca-file="+p.CAFile,
+		"--cert-dir=" + filepath.Join(cp.Dir, "kube-apiserver"),
+		"--tls-cert-file=" + p.ServingCert, "--tls-private-key-file=" + p.ServingKey,
+		"--client-ca-file=" + p.CAFile,
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+p.SAPublic, "--service-account-signing-key-file="+p.SAPrivate,
-		"--service-cluster-ip-range="+serviceCIDR,
+		"--service-account-key-file=" + p.SAPublic, "--service-account-signing-key-file=" + p.SAPrivate,
+		"--service-cluster-ip-range=" + serviceCIDR,
 		"--authorization-mode=RBAC",
 		// As kubeadm and every real cluster: the plugin's MPS daemon Pods
 		// run privileged.
 		"--allow-privileged=true",
 		"--profiling=false",
 		// Workloads: Services are reached at their endpoints (no kube-proxy).
-		"--enable-aggregator-routing="+strconv.FormatBool(cp.opts.Workloads))
+		"--enable-aggregator-routing=" + strconv.FormatBool(cp.opts.Workloads)}, cp.opts.APIServerArgs...)...)
 	if err != nil {
 		return err
 	}

@@ -243,7 +243,7 @@ func (cp *ControlPlane) createNode(ctx context.Context, opts NodeOptions) error 
 		}},
 		Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "127.0.0.1"}, {Type: v1.NodeHostName, Address: opts.Name}},
 		NodeInfo: v1.NodeSystemInfo{
-			KubeletVersion: kubebuild.KubeVersion, OperatingSystem: "linux", Architecture: "amd64",
+			KubeletVersion: cp.KubeVersion, OperatingSystem: "linux", Architecture: "amd64",
 			ContainerRuntimeVersion: "kubelet-standin://cdi",
 		},
 	}

@@ -132,7 +132,7 @@ func (cp *ControlPlane) AddRealNode(ctx context.Context, opts RealNodeOptions) (
 	if opts.ChartPlugin && cp.PodNetwork == nil {
 		return nil, errors.New("a real node for a chart's plugin needs a control plane started with Options.Workloads")
 	}
-	bins, err := nodebuild.Ensure(ctx, nodebuild.Options{Progress: cp.opts.Progress})
+	bins, err := nodebuild.Ensure(ctx, nodebuild.Options{Progress: cp.opts.Progress, Version: cp.KubeVersion})
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func (cp *ControlPlane) AddRealNode(ctx context.Context, opts RealNodeOptions) (
 		return nil, err
 	}
 	end := cp.progress.Step(fmt.Sprintf("Starting real node %s (%s): containerd %s, runc %s, kubelet %s, gpufrac-kubelet-plugin",
-		opts.Name, opts.GPUs, nodebuild.ContainerdVersion, nodebuild.RuncVersion, kubebuild.KubeVersion))
+		opts.Name, opts.GPUs, nodebuild.ContainerdVersion, nodebuild.RuncVersion, cp.KubeVersion))
 	defer func() { end(finalErr) }()
 
 	sweepStaleCgroups(klog.FromContext(ctx))
@@ -616,7 +616,7 @@ func (n *RealNode) ReadDir(path string) ([]string, error) {
 // ImportImage imports an OCI archive into the node's containerd, as the
 // node image is at start: the node never pulls.
 func (n *RealNode) ImportImage(ctx context.Context, archive string) error {
-	bins, err := nodebuild.Ensure(ctx, nodebuild.Options{})
+	bins, err := nodebuild.Ensure(ctx, nodebuild.Options{Version: n.cp.KubeVersion})
 	if err != nil {
 		return err
 	}

@@ -12,11 +12,26 @@
 # replaces do not apply to a module that requires it. We carry one
 #   replace k8s.io/X => k8s.io/X v0.<minor>.<patch>
 # line for each of them instead, generated here so that nothing is typed by
-# hand. Usage: test/kube/update-go-mod.sh [v1.37.2]
+# hand. Usage: test/kube/update-go-mod.sh [version]
+#
+# The version test/kube requires (v1.37.2, the default) regenerates test/kube
+# and test/kube/kubelet; any other regenerates the compatibility tier's
+# recipes test/kube<major><minor> and test/kube<major><minor>/kubelet beside
+# it (v1.36.3: test/kube136, which test/kubebuild builds when
+# GPUFRAC_KUBE_VERSION=v1.36.3).
 set -euo pipefail
 cd "$(dirname "$0")"
 version=${1:-v1.37.2}
 staging=v0.${version#v1.}
+out=.
+module=github.com/gpufrac/gpufrac/test/kube
+if [ "$version" != v1.37.2 ]; then
+	minor=${version#v1.}
+	minor=${minor%%.*}
+	out=../kube1$minor
+	module=$module"1$minor"
+	mkdir -p "$out"
+fi
 
 upstream=$(go mod download -json "k8s.io/kubernetes@$version" | sed -n 's/^\s*"GoMod": "\(.*\)",\?$/\1/p')
 [ -f "$upstream" ] || { echo "cannot find the go.mod of k8s.io/kubernetes@$version" >&2; exit 1; }
@@ -52,13 +67,13 @@ generate() {
 	echo "$dir/go.mod: k8s.io/kubernetes $version, $(grep -c ' => ' "$dir/go.mod") staging replaces"
 }
 
-generate . github.com/gpufrac/gpufrac/test/kube \
+generate "$out" "$module" \
 	"// The build recipe of kube-apiserver, kube-scheduler, kube-controller-manager
 // and kubectl $version for the integration harness (test/harness). A
 // separate module, so that the main module never depends on k8s.io/kubernetes." \
 	kube-apiserver kube-scheduler kube-controller-manager kubectl
-mkdir -p kubelet
-generate kubelet github.com/gpufrac/gpufrac/test/kube/kubelet \
+mkdir -p "$out/kubelet"
+generate "$out/kubelet" "$module/kubelet" \
 	"// The build recipe of the kubelet $version of the end-to-end node (test/e2e,
 // test/harness). A separate module, so that the main module never depends on
 // k8s.io/kubernetes, and so that adding the kubelet left the control plane's

@@ -29,20 +29,20 @@ func TestRecipeHashFollowsTheRecipe(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	writeRecipe(t, dir, "module x\n\nrequire k8s.io/kubernetes v1.37.2\n")
-	a, err := recipeHash(ctx, dir, controlPlane)
+	a, err := recipeHash(ctx, dir, controlPlane, LDFlags())
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := recipeHash(ctx, dir, controlPlane)
+	again, err := recipeHash(ctx, dir, controlPlane, LDFlags())
 	if err != nil || again != a {
 		t.Fatalf("the same recipe hashes differently: %s, %s (%v)", a, again, err)
 	}
-	etcd, err := recipeHash(ctx, dir, etcdGroup)
+	etcd, err := recipeHash(ctx, dir, etcdGroup, LDFlags())
 	if err != nil || etcd == a {
 		t.Fatalf("etcd's recipe hash %s equals the control plane's %s (%v)", etcd, a, err)
 	}
 	writeRecipe(t, dir, "module x\n\nrequire k8s.io/kubernetes v1.37.3\n")
-	b, err := recipeHash(ctx, dir, controlPlane)
+	b, err := recipeHash(ctx, dir, controlPlane, LDFlags())
 	if err != nil || b == a {
 		t.Fatalf("a changed go.mod kept the recipe hash %s (%v)", a, err)
 	}

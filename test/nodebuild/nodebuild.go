@@ -74,6 +74,9 @@ type Options struct {
 	RepoRoot string
 	// CacheDir overrides ${XDG_CACHE_HOME:-$HOME/.cache}/gpufrac/node-<version>.
 	CacheDir string
+	// Version is the kubelet's release, one of kubebuild.Versions; empty
+	// means kubebuild.Selected (kubebuild.VersionEnv, or the default).
+	Version string
 	// Progress receives step names and elapsed times; nil discards them.
 	Progress io.Writer
 }
@@ -100,10 +103,12 @@ type group struct {
 	ldflags string
 }
 
-func groups() []group {
+// groups are the node's pieces with the kubelet of version, whose recipe is
+// the kubelet module in kubeletRecipe (relative to the checkout).
+func groups(version, kubeletRecipe string) []group {
 	return []group{
-		{name: "kubelet", module: "test/kube/kubelet", version: kubebuild.KubeVersion,
-			pkgs: map[string]string{Kubelet: "k8s.io/kubernetes/cmd/kubelet"}, ldflags: kubebuild.LDFlags()},
+		{name: "kubelet", module: kubeletRecipe, version: version,
+			pkgs: map[string]string{Kubelet: "k8s.io/kubernetes/cmd/kubelet"}, ldflags: kubebuild.LDFlagsFor(version)},
 		{name: "containerd", version: ContainerdVersion, pkgs: map[string]string{
 			Containerd: "github.com/containerd/containerd/v2/cmd/containerd",
 			Ctr:        "github.com/containerd/containerd/v2/cmd/ctr",
@@ -127,13 +132,26 @@ func groups() []group {
 	}
 }
 
-// CacheDir is the default cache directory of the node's binaries.
+// CacheDir is the default cache directory of the node's binaries with the
+// selected release's kubelet (kubebuild.Selected).
 func CacheDir() (string, error) {
-	kube, err := kubebuild.CacheDir()
+	version, err := kubebuild.Selected()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(filepath.Dir(kube), "node-"+kubebuild.KubeVersion), nil
+	return CacheDirFor(version)
+}
+
+// CacheDirFor is the default cache directory of the node with version's
+// kubelet: every piece is there (containerd finds its shim and the CNI
+// plugins beside it), so another release links them once more, from Go's
+// build cache.
+func CacheDirFor(version string) (string, error) {
+	kube, err := kubebuild.CacheDirFor(version)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(filepath.Dir(kube), "node-"+version), nil
 }
 
 // Ensure returns the node's binaries, building those that are missing or
@@ -149,10 +167,24 @@ func Ensure(ctx context.Context, opts Options) (*Binaries, error) {
 			return nil, err
 		}
 	}
+	version := opts.Version
+	if version == "" {
+		var err error
+		if version, err = kubebuild.Selected(); err != nil {
+			return nil, err
+		}
+	}
+	recipeDir, err := kubebuild.RecipeDir(root, version)
+	if err != nil {
+		return nil, err
+	}
+	kubeletRecipe, err := filepath.Rel(root, filepath.Join(recipeDir, "kubelet"))
+	if err != nil {
+		return nil, fmt.Errorf("locating the kubelet's recipe: %w", err)
+	}
 	cache := opts.CacheDir
 	if cache == "" {
-		var err error
-		if cache, err = CacheDir(); err != nil {
+		if cache, err = CacheDirFor(version); err != nil {
 			return nil, err
 		}
 	}
@@ -166,7 +198,7 @@ func Ensure(ctx context.Context, opts Options) (*Binaries, error) {
 	}
 	b := &builder{p: p, root: root, cache: cache, goVersion: strings.TrimSpace(string(goVersion))}
 	out := &Binaries{Dir: cache, Paths: map[string]string{}}
-	for _, g := range groups() {
+	for _, g := range groups(version, kubeletRecipe) {
 		if err := b.ensure(ctx, g); err != nil {
 			return nil, err
 		}

@@ -28,7 +28,7 @@ func TestNoPkgConfigMakesRuncUnavailable(t *testing.T) {
 func TestRecipeKeysTheCache(t *testing.T) {
 	b := &builder{goVersion: "go1.26.8"}
 	var runc group
-	for _, g := range groups() {
+	for _, g := range groups(kubebuild.KubeVersion, "test/kube/kubelet") {
 		if g.name == "runc" {
 			runc = g
 		}
