@@ -28,6 +28,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
 	"github.com/gpufrac/gpufrac/internal/clientauth"
+	"github.com/gpufrac/gpufrac/internal/hami"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/metricsserver"
 	"github.com/gpufrac/gpufrac/internal/packing/extender"
@@ -62,6 +63,9 @@ type Config struct {
 	CertDir string
 	Cert    webhookcert.Config
 	KAI     kai.Options
+	// HAMi translation's options (its class defaults to KAI's
+	// TimeSlicingClass, the --time-slicing-class flag).
+	HAMi hami.Options
 	// PackingLabels keeps the node label the packing webhook's node
 	// affinity prefers (internal/packing/nodelabel); it needs nodes patch rights.
 	PackingLabels bool
@@ -88,6 +92,9 @@ type Config struct {
 // stopped.
 func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
+	if cfg.HAMi.Class == "" {
+		cfg.HAMi.Class = cfg.KAI.TimeSlicingClass
+	}
 	certs, err := newCertSource(cfg)
 	if err != nil {
 		return err
@@ -137,9 +144,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	// The templates translated pods name are created here, from the pods
-	// the API server holds, never by the webhook.
-	loop, loopFactories := newTemplateLoop(ctx, cfg.Client, cfg.KAI)
-	for _, f := range loopFactories {
+	// the API server holds, never by the webhook: one loop per language.
+	loop, loopFactories := newTemplateLoop(ctx, cfg.Client, kaiTranslation(cfg.KAI))
+	hamiLoop, hamiFactories := newTemplateLoop(ctx, cfg.Client, hamiTranslation(cfg.HAMi))
+	for _, f := range append(loopFactories, hamiFactories...) {
 		f.Start(ctx.Done())
 		defer func() {
 			cancel()
@@ -147,6 +155,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}()
 	}
 	wg.Go(func() { loop.run(ctx, 2) })
+	wg.Go(func() { hamiLoop.run(ctx, 2) })
 	wg.Go(func() { afterSync(ctx, cfg, loop) })
 	if packing.labels != nil {
 		wg.Go(func() { packing.labels.Run(ctx, 2) })
@@ -217,7 +226,7 @@ func newPackingLoops(factory informers.SharedInformerFactory, cfg Config) (packi
 // flight) or the server fails.
 func serveWebhooks(ctx context.Context, cfg Config, certs certSource, cluster *admission.InformerCluster, claims *podterms.InformerClaims) error {
 	logger := klog.FromContext(ctx)
-	srv := &admission.Server{Cluster: cluster, Reader: cfg.Client, KAI: cfg.KAI, Claims: claims}
+	srv := &admission.Server{Cluster: cluster, Reader: cfg.Client, KAI: cfg.KAI, HAMi: cfg.HAMi, Claims: claims}
 	lis, err := net.Listen("tcp", cfg.WebhookAddress)
 	if err != nil {
 		return fmt.Errorf("listening for admission on %s: %w", cfg.WebhookAddress, err)
