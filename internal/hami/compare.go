@@ -46,7 +46,8 @@ func Compare(pod *corev1.Pod, opts Options) []kai.Row {
 		r := &reqs[i]
 		tmpl := res.Templates[i]
 		c := "container " + r.container + ": "
-		add(c+"GPUs", fmt.Sprint(r.count), fmt.Sprintf("%d (template %s)", r.count, tmpl.Name))
+		add(c+"GPUs", fmt.Sprint(r.count), fmt.Sprint(r.count))
+		add(c+"claim template", "-", tmpl.Name)
 		add(c+"gpucores", coresHAMi(r), coresGpufrac(r))
 		if r.exclusive() {
 			add(c+"memory", "the GPU alone; memory "+hamiMemory(r), "the whole capacity of the GPU (no share beside it)")
