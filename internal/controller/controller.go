@@ -143,19 +143,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("waiting for the webhook certificate: %w", err)
 	}
 
-	// The templates translated pods name are created here, from the pods
-	// the API server holds, never by the webhook: one loop per language.
-	loop, loopFactories := newTemplateLoop(ctx, cfg.Client, kaiTranslation(cfg.KAI))
-	hamiLoop, hamiFactories := newTemplateLoop(ctx, cfg.Client, hamiTranslation(cfg.HAMi))
-	for _, f := range append(loopFactories, hamiFactories...) {
-		f.Start(ctx.Done())
-		defer func() {
-			cancel()
-			f.Shutdown()
-		}()
-	}
-	wg.Go(func() { loop.run(ctx, 2) })
-	wg.Go(func() { hamiLoop.run(ctx, 2) })
+	loop, stopLoops := startTemplateLoops(ctx, cfg, &wg)
+	defer func() {
+		cancel()
+		stopLoops()
+	}()
 	wg.Go(func() { afterSync(ctx, cfg, loop) })
 	if packing.labels != nil {
 		wg.Go(func() { packing.labels.Run(ctx, 2) })
@@ -172,6 +164,26 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	return serveWebhooks(ctx, cfg, certs, cluster, claims)
+}
+
+// startTemplateLoops starts the loops that create the templates translated
+// pods name, from the pods the API server holds (never the webhook): one
+// per request language, KAI's returned for afterSync. stop shuts their
+// informers down once ctx is cancelled.
+func startTemplateLoops(ctx context.Context, cfg Config, wg *sync.WaitGroup) (kaiLoop *templateLoop, stop func()) {
+	kaiLoop, kaiFactories := newTemplateLoop(ctx, cfg.Client, kaiTranslation(cfg.KAI))
+	hamiLoop, hamiFactories := newTemplateLoop(ctx, cfg.Client, hamiTranslation(cfg.HAMi))
+	factories := append(kaiFactories, hamiFactories...)
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
+	wg.Go(func() { kaiLoop.run(ctx, 2) })
+	wg.Go(func() { hamiLoop.run(ctx, 2) })
+	return kaiLoop, func() {
+		for _, f := range factories {
+			f.Shutdown()
+		}
+	}
 }
 
 // afterSync runs, once the template loop's caches hold the cluster, the
