@@ -35,6 +35,9 @@ if bin/kubectl-gpufrac validate -f demo/invalid/limit-below-request.yaml; then
 	exit 1
 fi
 
+step "Previewing a HAMi pod: what HAMi would give it, what gpufrac's claim asks"
+bin/kubectl-gpufrac translate -f demo/hami-pods.yaml --gpu-memory 144384Mi
+
 step "Building the demo driver (test/cmd/demo)"
 go build -o bin/gpufrac-demo ./test/cmd/demo
 exec bin/gpufrac-demo "$@"

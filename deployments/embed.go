@@ -30,6 +30,21 @@ var DeviceClasses string
 //go:embed webhooks.yaml
 var Webhooks string
 
+// WholeGPUDeviceClass is deployments/whole-gpu-deviceclass.yaml: the
+// class that serves nvidia.com/gpu with whole gpufrac GPUs, off by default.
+//
+//go:embed whole-gpu-deviceclass.yaml
+var WholeGPUDeviceClass string
+
+// WholeGPUDeviceClassObject parses WholeGPUDeviceClass.
+func WholeGPUDeviceClassObject() (*resourceapi.DeviceClass, error) {
+	var c resourceapi.DeviceClass
+	if err := yaml.UnmarshalStrict([]byte(WholeGPUDeviceClass), &c); err != nil {
+		return nil, fmt.Errorf("the whole-GPU DeviceClass: %w", err)
+	}
+	return &c, nil
+}
+
 // DeviceClassObjects parses DeviceClasses, for code that places claims
 // without an API server (the simulator, tests).
 func DeviceClassObjects() ([]*resourceapi.DeviceClass, error) {

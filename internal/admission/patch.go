@@ -40,7 +40,9 @@ type rawPod struct {
 
 type rawContainer struct {
 	Resources *struct {
-		Claims []json.RawMessage `json:"claims"`
+		Claims   []json.RawMessage          `json:"claims"`
+		Limits   map[string]json.RawMessage `json:"limits"`
+		Requests map[string]json.RawMessage `json:"requests"`
 	} `json:"resources"`
 }
 
@@ -88,6 +90,7 @@ func podPatch(raw []byte, before, after *corev1.Pod) ([]patchOp, error) {
 					}
 				}
 			}
+			ops = append(ops, removedResources(base, group.raw[i], b, a)...)
 			// Removed variables, last first so indices stay valid.
 			kept := map[string]bool{}
 			for _, e := range a.Env {
@@ -108,6 +111,33 @@ func podPatch(raw []byte, before, after *corev1.Pod) ([]patchOp, error) {
 		ops = append(ops, patchOp{Op: op, Path: "/spec/schedulerName", Value: after.Spec.SchedulerName})
 	}
 	return ops, nil
+}
+
+// removedResources removes the requests and limits a translation took
+// out of a container (HAMi's resources), present in the raw pod.
+func removedResources(base string, raw rawContainer, before, after *corev1.Container) []patchOp {
+	if raw.Resources == nil {
+		return nil
+	}
+	var ops []patchOp
+	for _, l := range []struct {
+		field         string
+		raw           map[string]json.RawMessage
+		before, after corev1.ResourceList
+	}{
+		{"limits", raw.Resources.Limits, before.Resources.Limits, after.Resources.Limits},
+		{"requests", raw.Resources.Requests, before.Resources.Requests, after.Resources.Requests},
+	} {
+		for _, name := range slices.Sorted(maps.Keys(l.before)) {
+			if _, kept := l.after[name]; kept {
+				continue
+			}
+			if _, ok := l.raw[string(name)]; ok {
+				ops = append(ops, patchOp{Op: "remove", Path: base + "/resources/" + l.field + "/" + escapePointer(string(name))})
+			}
+		}
+	}
+	return ops
 }
 
 // mapOps adds or changes the keys of after that before lacks or differs in.

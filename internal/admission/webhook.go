@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/internal/hami"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 )
@@ -67,6 +68,9 @@ type Server struct {
 	Reader kubernetes.Interface
 	// Options for class names; GPU sizes come from Cluster.
 	KAI kai.Options
+	// HAMi translation's options, for the pods of opted-in namespaces
+	// (PathMutateHAMiPods); GPU kinds come from Cluster.
+	HAMi hami.Options
 	// Claims, when set, serves the packing webhook (packing.go).
 	Claims podterms.ClaimSpecs
 }
@@ -75,6 +79,7 @@ type Server struct {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(PathMutatePods, s.serve(podKinds, s.mutatePod))
+	mux.HandleFunc(PathMutateHAMiPods, s.serve(podKinds, s.mutateHAMiPod))
 	mux.HandleFunc(PathValidate, s.serve(validatedKinds, s.validate))
 	mux.HandleFunc(PathValidatePods, s.serve(podKinds, s.validatePod))
 	s.handlePacking(mux)

@@ -166,6 +166,14 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 		// The name and the messages come from the file: bounded (a name
 		// the API server accepts is at most 253 bytes, documented).
 		name := safetext.Cap(pod.Name, 253)
+		if isHAMiPod(&pod) {
+			hok, err := translateHAMi(out, errOut, name, &pod, opts.GPUMemorySizes)
+			if err != nil {
+				return false, err
+			}
+			ok = ok && hok
+			continue
+		}
 		printComparison(out, name, kai.Compare(&pod, opts))
 		res, err := kai.Translate(&pod, opts)
 		switch {

@@ -28,6 +28,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
 	"github.com/gpufrac/gpufrac/internal/clientauth"
+	"github.com/gpufrac/gpufrac/internal/hami"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/metricsserver"
 	"github.com/gpufrac/gpufrac/internal/packing/extender"
@@ -62,6 +63,9 @@ type Config struct {
 	CertDir string
 	Cert    webhookcert.Config
 	KAI     kai.Options
+	// HAMi translation's options (its class defaults to KAI's
+	// TimeSlicingClass, the --time-slicing-class flag).
+	HAMi hami.Options
 	// PackingLabels keeps the node label the packing webhook's node
 	// affinity prefers (internal/packing/nodelabel); it needs nodes patch rights.
 	PackingLabels bool
@@ -88,6 +92,9 @@ type Config struct {
 // stopped.
 func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
+	if cfg.HAMi.Class == "" {
+		cfg.HAMi.Class = cfg.KAI.TimeSlicingClass
+	}
 	certs, err := newCertSource(cfg)
 	if err != nil {
 		return err
@@ -136,17 +143,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("waiting for the webhook certificate: %w", err)
 	}
 
-	// The templates translated pods name are created here, from the pods
-	// the API server holds, never by the webhook.
-	loop, loopFactories := newTemplateLoop(ctx, cfg.Client, cfg.KAI)
-	for _, f := range loopFactories {
-		f.Start(ctx.Done())
-		defer func() {
-			cancel()
-			f.Shutdown()
-		}()
-	}
-	wg.Go(func() { loop.run(ctx, 2) })
+	loop, stopLoops := startTemplateLoops(ctx, cfg, &wg)
+	defer func() {
+		cancel()
+		stopLoops()
+	}()
 	wg.Go(func() { afterSync(ctx, cfg, loop) })
 	if packing.labels != nil {
 		wg.Go(func() { packing.labels.Run(ctx, 2) })
@@ -163,6 +164,26 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	return serveWebhooks(ctx, cfg, certs, cluster, claims)
+}
+
+// startTemplateLoops starts the loops that create the templates translated
+// pods name, from the pods the API server holds (never the webhook): one
+// per request language, KAI's returned for afterSync. stop shuts their
+// informers down once ctx is cancelled.
+func startTemplateLoops(ctx context.Context, cfg Config, wg *sync.WaitGroup) (kaiLoop *templateLoop, stop func()) {
+	kaiLoop, kaiFactories := newTemplateLoop(ctx, cfg.Client, kaiTranslation(cfg.KAI))
+	hamiLoop, hamiFactories := newTemplateLoop(ctx, cfg.Client, hamiTranslation(cfg.HAMi))
+	factories := append(kaiFactories, hamiFactories...)
+	for _, f := range factories {
+		f.Start(ctx.Done())
+	}
+	wg.Go(func() { kaiLoop.run(ctx, 2) })
+	wg.Go(func() { hamiLoop.run(ctx, 2) })
+	return kaiLoop, func() {
+		for _, f := range factories {
+			f.Shutdown()
+		}
+	}
 }
 
 // afterSync runs, once the template loop's caches hold the cluster, the
@@ -217,7 +238,7 @@ func newPackingLoops(factory informers.SharedInformerFactory, cfg Config) (packi
 // flight) or the server fails.
 func serveWebhooks(ctx context.Context, cfg Config, certs certSource, cluster *admission.InformerCluster, claims *podterms.InformerClaims) error {
 	logger := klog.FromContext(ctx)
-	srv := &admission.Server{Cluster: cluster, Reader: cfg.Client, KAI: cfg.KAI, Claims: claims}
+	srv := &admission.Server{Cluster: cluster, Reader: cfg.Client, KAI: cfg.KAI, HAMi: cfg.HAMi, Claims: claims}
 	lis, err := net.Listen("tcp", cfg.WebhookAddress)
 	if err != nil {
 		return fmt.Errorf("listening for admission on %s: %w", cfg.WebhookAddress, err)

@@ -6,9 +6,12 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +28,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/internal/hami"
 	"github.com/gpufrac/gpufrac/internal/kai"
 )
 
@@ -40,18 +44,56 @@ type templateLoop struct {
 	pods      corelisters.PodLister
 	templates resourcelisters.ResourceClaimTemplateLister
 	queue     workqueue.TypedRateLimitingInterface[cache.ObjectName]
-	opts      kai.Options
+	tr        translation
 	recorder  events.EventRecorder
 	// broadcaster sends recorder's Events; run shuts it down on return.
 	broadcaster events.EventBroadcaster
 	synced      []cache.InformerSynced
 }
 
-// newTemplateLoop registers its informers: translated pods only (by label)
-// and the templates gpufrac made (by label), so it caches nothing else.
-func newTemplateLoop(ctx context.Context, client kubernetes.Interface, opts kai.Options) (*templateLoop, []informers.SharedInformerFactory) {
+// translation is one request language the loop makes templates for.
+type translation struct {
+	// name prefixes the Events' reasons (KAI, HAMi) and names the queue.
+	name string
+	// label selects the pods it translated (value "true").
+	label string
+	// templates recomputes the templates a translated pod names.
+	templates func(*corev1.Pod) ([]*resourceapi.ResourceClaimTemplate, error)
+	// names lists the templates a translated pod names.
+	names func(*corev1.Pod) []string
+}
+
+// kaiTranslation is KAI's: one template per pod.
+func kaiTranslation(opts kai.Options) translation {
+	return translation{
+		name: "KAI", label: kai.LabelTranslated,
+		templates: func(p *corev1.Pod) ([]*resourceapi.ResourceClaimTemplate, error) {
+			t, err := kai.TemplateFor(p, opts)
+			if err != nil {
+				return nil, err
+			}
+			return []*resourceapi.ResourceClaimTemplate{t}, nil
+		},
+		names: func(p *corev1.Pod) []string { return []string{p.Annotations[kai.AnnotationTranslated]} },
+	}
+}
+
+// hamiTranslation is HAMi's: one template per container that gets GPUs.
+func hamiTranslation(opts hami.Options) translation {
+	return translation{
+		name: "HAMi", label: hami.LabelTranslated,
+		templates: func(p *corev1.Pod) ([]*resourceapi.ResourceClaimTemplate, error) {
+			return hami.TemplatesFor(p, opts)
+		},
+		names: hami.TemplateNames,
+	}
+}
+
+// newTemplateLoop registers its informers: the pods tr translated only (by
+// label) and the templates gpufrac made (by label), so it caches nothing else.
+func newTemplateLoop(ctx context.Context, client kubernetes.Interface, tr translation) (*templateLoop, []informers.SharedInformerFactory) {
 	podFactory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = kai.LabelTranslated + "=true" }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = tr.label + "=true" }))
 	tmplFactory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = kai.LabelManagedBy + "=" + kai.ManagedByValue }))
 	pods := podFactory.Core().V1().Pods()
@@ -59,9 +101,9 @@ func newTemplateLoop(ctx context.Context, client kubernetes.Interface, opts kai.
 	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})
 	b.StartRecordingToSink(ctx.Done())
 	l := &templateLoop{
-		client: client, pods: pods.Lister(), templates: tmpls.Lister(), opts: opts,
+		client: client, pods: pods.Lister(), templates: tmpls.Lister(), tr: tr,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[cache.ObjectName](),
-			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: "kai-templates"}),
+			workqueue.TypedRateLimitingQueueConfig[cache.ObjectName]{Name: strings.ToLower(tr.name) + "-templates"}),
 		recorder: b.NewRecorder(scheme.Scheme, "gpufrac-controller"), broadcaster: b,
 		synced: []cache.InformerSynced{pods.Informer().HasSynced, tmpls.Informer().HasSynced},
 	}
@@ -83,7 +125,7 @@ func newTemplateLoop(ctx context.Context, client kubernetes.Interface, opts kai.
 			if key, err := cache.ObjectToName(obj); err == nil {
 				all, _ := l.pods.Pods(key.Namespace).List(labels.Everything())
 				for _, p := range all {
-					if p.Annotations[kai.AnnotationTranslated] == key.Name {
+					if slices.Contains(tr.names(p), key.Name) {
 						enqueue(p)
 					}
 				}
@@ -117,7 +159,7 @@ func (l *templateLoop) next(ctx context.Context) bool {
 	}
 	defer l.queue.Done(key)
 	if err := l.sync(ctx, key); err != nil {
-		klog.FromContext(ctx).Error(err, "Creating a KAI claim template; will retry", "pod", key)
+		klog.FromContext(ctx).Error(err, "Creating a claim template; will retry", "translation", l.tr.name, "pod", key)
 		l.queue.AddRateLimited(key)
 		return true
 	}
@@ -139,28 +181,38 @@ func (l *templateLoop) sync(ctx context.Context, key cache.ObjectName) error {
 		// Scheduled (its claim exists) or going away.
 		return nil
 	}
-	tmpl, err := kai.TemplateFor(pod, l.opts)
+	tmpls, err := l.tr.templates(pod)
 	if err != nil {
-		l.recorder.Eventf(pod, nil, corev1.EventTypeWarning, "KAITemplateFailed", "Translate", "%v", err)
+		l.recorder.Eventf(pod, nil, corev1.EventTypeWarning, l.tr.name+"TemplateFailed", "Translate", "%v", err)
 		return nil
 	}
+	for _, tmpl := range tmpls {
+		if err := l.ensure(ctx, pod, tmpl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensure creates tmpl unless it exists.
+func (l *templateLoop) ensure(ctx context.Context, pod *corev1.Pod, tmpl *resourceapi.ResourceClaimTemplate) error {
 	if _, err := l.templates.ResourceClaimTemplates(pod.Namespace).Get(tmpl.Name); err == nil {
 		return nil
 	}
-	_, err = l.client.ResourceV1().ResourceClaimTemplates(pod.Namespace).Create(ctx, tmpl, metav1.CreateOptions{})
+	_, err := l.client.ResourceV1().ResourceClaimTemplates(pod.Namespace).Create(ctx, tmpl, metav1.CreateOptions{})
 	switch {
 	case err == nil:
-		l.recorder.Eventf(pod, nil, corev1.EventTypeNormal, "KAITemplateCreated", "Translate",
-			"Created ResourceClaimTemplate %s from the pod's KAI GPU-sharing annotations", tmpl.Name)
-		klog.FromContext(ctx).V(2).Info("Created a KAI claim template", "pod", klog.KObj(pod), "template", tmpl.Name)
+		l.recorder.Eventf(pod, nil, corev1.EventTypeNormal, l.tr.name+"TemplateCreated", "Translate",
+			"Created ResourceClaimTemplate %s from the pod's %s GPU request", tmpl.Name, l.tr.name)
+		klog.FromContext(ctx).V(2).Info("Created a claim template", "translation", l.tr.name, "pod", klog.KObj(pod), "template", tmpl.Name)
 	case apierrors.IsAlreadyExists(err):
 		// Equal names are equal specs (the name is a hash of the spec),
 		// unless someone else made the template first; the webhook refuses
 		// such pods, this catches one made after admission.
 		existing, gerr := l.client.ResourceV1().ResourceClaimTemplates(pod.Namespace).Get(ctx, tmpl.Name, metav1.GetOptions{})
 		if gerr == nil && !equality.Semantic.DeepEqual(existing.Spec.Spec, tmpl.Spec.Spec) {
-			l.recorder.Eventf(pod, nil, corev1.EventTypeWarning, "KAITemplateDiffers", "Translate",
-				"ResourceClaimTemplate %s exists with a spec other than the one the pod's KAI annotations give", tmpl.Name)
+			l.recorder.Eventf(pod, nil, corev1.EventTypeWarning, l.tr.name+"TemplateDiffers", "Translate",
+				"ResourceClaimTemplate %s exists with a spec other than the one the pod's %s GPU request gives", tmpl.Name, l.tr.name)
 		}
 	default:
 		return fmt.Errorf("creating ResourceClaimTemplate %s/%s: %w", pod.Namespace, tmpl.Name, err)

@@ -14,11 +14,14 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
+	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/controller"
 	"github.com/gpufrac/gpufrac/internal/kai"
 )
@@ -36,7 +39,19 @@ func (w *Webhook) Stop() error { return w.stop() }
 // in this process) behind TLS on loopback and registers its pod webhook for
 // namespace alone, failing closed, as the reference configuration does for
 // migrated namespaces. It returns once the API server calls the webhook.
-func (cp *ControlPlane) StartWebhook(ctx context.Context, namespace string, opts kai.Options) (_ *Webhook, finalErr error) {
+func (cp *ControlPlane) StartWebhook(ctx context.Context, namespace string, opts kai.Options) (*Webhook, error) {
+	return cp.startWebhook(ctx, namespace, opts, false)
+}
+
+// StartHAMiWebhook is StartWebhook for a namespace opted in to HAMi
+// translation: after the KAI webhook, the reference configuration's
+// hami.pods.gpufrac.dev (deployments/webhooks.yaml: its objectSelector and
+// matchConditions as shipped), pointed at this server and namespace.
+func (cp *ControlPlane) StartHAMiWebhook(ctx context.Context, namespace string, opts kai.Options) (*Webhook, error) {
+	return cp.startWebhook(ctx, namespace, opts, true)
+}
+
+func (cp *ControlPlane) startWebhook(ctx context.Context, namespace string, opts kai.Options, withHAMi bool) (_ *Webhook, finalErr error) {
 	dir, certPEM, err := loopbackCertDir(cp.Dir, "webhook-")
 	if err != nil {
 		return nil, err
@@ -88,6 +103,15 @@ func (cp *ControlPlane) StartWebhook(ctx context.Context, namespace string, opts
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": namespace}},
 		}},
 	}
+	if withHAMi {
+		h, err := referenceWebhook("hami.pods.gpufrac.dev")
+		if err != nil {
+			return nil, err
+		}
+		h.ClientConfig = admissionregistrationv1.WebhookClientConfig{URL: ptr.To("https://" + addr + "/mutate-pods-hami"), CABundle: certPEM}
+		h.NamespaceSelector = mwc.Webhooks[0].NamespaceSelector
+		mwc.Webhooks = append(mwc.Webhooks, h)
+	}
 	if _, err := cp.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mwc, metav1.CreateOptions{}); err != nil {
 		return nil, fmt.Errorf("registering the webhook: %w", err)
 	}
@@ -104,7 +128,37 @@ func (cp *ControlPlane) StartWebhook(ctx context.Context, namespace string, opts
 	if err != nil {
 		return nil, fmt.Errorf("waiting for the API server to call the webhook: %w", err)
 	}
+	if withHAMi {
+		probe := &v1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "gpufrac-hami-webhook-probe"},
+			Spec: v1.PodSpec{Containers: []v1.Container{{Name: "main", Image: "busybox", Resources: v1.ResourceRequirements{
+				Limits: v1.ResourceList{"nvidia.com/gpu": resource.MustParse("1"), "nvidia.com/gpumem-percentage": resource.MustParse("101")}}}}},
+		}
+		err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+			_, err := cp.Client.CoreV1().Pods(namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err != nil && strings.Contains(err.Error(), "cannot translate HAMi GPU resources"), nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("waiting for the API server to call the HAMi webhook: %w", err)
+		}
+	}
 	return w, nil
+}
+
+// referenceWebhook is the named pod webhook of deployments/webhooks.yaml.
+func referenceWebhook(name string) (admissionregistrationv1.MutatingWebhook, error) {
+	for _, doc := range strings.Split(deployments.Webhooks, "\n---\n") {
+		var c admissionregistrationv1.MutatingWebhookConfiguration
+		if err := yaml.Unmarshal([]byte(doc), &c); err != nil || c.Kind != "MutatingWebhookConfiguration" {
+			continue
+		}
+		for _, w := range c.Webhooks {
+			if w.Name == name {
+				return w, nil
+			}
+		}
+	}
+	return admissionregistrationv1.MutatingWebhook{}, fmt.Errorf("deployments/webhooks.yaml has no pod webhook %s", name)
 }
 
 // loopbackCertDir writes a self-signed serving certificate for 127.0.0.1

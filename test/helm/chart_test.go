@@ -126,6 +126,39 @@ func TestChartMatchesTheRepository(t *testing.T) {
 	}
 }
 
+// TestChartWholeGPUClassMatchesTheRepository: with
+// deviceClasses.nvidiaGPU the chart renders
+// deployments/whole-gpu-deviceclass.yaml, and without it (the default) no
+// class of the chart takes nvidia.com/gpu.
+func TestChartWholeGPUClassMatchesTheRepository(t *testing.T) {
+	ch := loadChart(t)
+	whole, err := deployments.WholeGPUDeviceClassObject()
+	if err != nil {
+		t.Fatal(err)
+	}
+	on, _, err := render(ch, valueSets()[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var class resourceapi.DeviceClass
+	if got := find(on, "DeviceClass", whole.Name); got == nil {
+		t.Errorf("deviceClasses.nvidiaGPU: the chart lacks DeviceClass %s", whole.Name)
+	} else if err := convert(got, &class); err != nil || !equality.Semantic.DeepEqual(class.Spec, whole.Spec) {
+		t.Errorf("DeviceClass %s differs from deployments/whole-gpu-deviceclass.yaml (%v):\nchart: %+v\nrepository: %+v", whole.Name, err, class.Spec, whole.Spec)
+	}
+	off, _, err := render(ch, valueSets()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range off {
+		if o.GetKind() == "DeviceClass" {
+			if name, _, _ := unstructured.NestedString(o.Object, "spec", "extendedResourceName"); name != "" {
+				t.Errorf("by default DeviceClass %s takes %s", o.GetName(), name)
+			}
+		}
+	}
+}
+
 // TestChartCopyDiffsFindsAPlantedDifference: the comparison above reports a
 // chart whose copy differs, planted in memory, in each kind it compares,
 // and a copy missing from either side.

@@ -58,8 +58,8 @@ func valueSets() []valueSet {
 				"nodeSelector": map[string]any{"node.kubernetes.io/instance-type": "p5.48xlarge"},
 			},
 			"mps":        map[string]any{"enabled": true, "template": mps.DaemonTemplate, "readyTimeout": "2m"},
-			"controller": map[string]any{"replicas": 1, "kaiTranslation": false, "excludedNamespaces": []any{"monitoring"}},
-			"deviceClasses": map[string]any{"extra": []any{map[string]any{
+			"controller": map[string]any{"replicas": 1, "kaiTranslation": false, "excludedNamespaces": []any{"monitoring"}, "hamiTranslation": "all"},
+			"deviceClasses": map[string]any{"nvidiaGPU": true, "extra": []any{map[string]any{
 				"name": "dmem.gpufrac.dev",
 				"spec": map[string]any{"selectors": []any{map[string]any{"cel": map[string]any{
 					"expression": `device.driver == "gpufrac.dev" && device.attributes["gpufrac.dev"].memoryEnforcement == "dmem"`,

@@ -104,6 +104,24 @@ func cdiIDsFor(pod *v1.Pod, container *v1.Container, prepared map[string]Prepare
 			}
 		}
 	}
+	// Extended resources a DeviceClass maps: the container's requests in
+	// the scheduler's claim (RequestMappings), as the kubelet reads them.
+	if st := pod.Status.ExtendedResourceClaimStatus; st != nil {
+		claim, ok := prepared[st.ResourceClaimName]
+		for _, m := range st.RequestMappings {
+			if m.ContainerName != container.Name {
+				continue
+			}
+			if !ok {
+				return nil, fmt.Errorf("container %s: ResourceClaim %s was not prepared", container.Name, st.ResourceClaimName)
+			}
+			for _, d := range claim.Devices {
+				if slices.Contains(d.RequestNames, m.RequestName) {
+					ids = append(ids, d.CDIDeviceIDs...)
+				}
+			}
+		}
+	}
 	return ids, nil
 }
 

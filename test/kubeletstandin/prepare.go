@@ -27,12 +27,23 @@ import (
 func (s *StandIn) prepare(ctx context.Context, pod *v1.Pod) (map[string]PreparedClaim, error) {
 	logger := klog.FromContext(ctx)
 	var claims []*drapb.Claim
+	names := make([]*string, 0, len(pod.Spec.ResourceClaims)+1)
+	owned := make([]bool, 0, cap(names))
 	for i := range pod.Spec.ResourceClaims {
-		podClaim := &pod.Spec.ResourceClaims[i]
-		name, mustCheckOwner, err := resourceclaim.Name(pod, podClaim)
+		name, mustCheckOwner, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
 		if err != nil {
 			return nil, err // e.g. the claim controller has not created it yet
 		}
+		names, owned = append(names, name), append(owned, mustCheckOwner)
+	}
+	// The claim the scheduler made for extended resources a DeviceClass
+	// maps (KEP-5004), as the kubelet reads it from the pod's status; it is
+	// owned by the pod.
+	if st := pod.Status.ExtendedResourceClaimStatus; st != nil {
+		names, owned = append(names, &st.ResourceClaimName), append(owned, true)
+	}
+	for i, name := range names {
+		mustCheckOwner := owned[i]
 		if name == nil {
 			continue
 		}

@@ -51,6 +51,12 @@ const (
 	// AttrMPSServerReserveMiB is what the GPU keeps back from its
 	// capacity for the MPS server's context (MiB); absent when nothing.
 	AttrMPSServerReserveMiB resourceapi.QualifiedName = "mpsServerReserveMiB"
+	// AttrType is "gpu" (a whole GPU, shared by fractions) or "mig";
+	// consumers treat a device without it as "gpu" (an older plugin's).
+	AttrType resourceapi.QualifiedName = "type"
+	// AttrMemoryTotalMiB is NVML's total memory of the device (MiB), before
+	// any MPS server reserve: the base KAI and HAMi translation compute on.
+	AttrMemoryTotalMiB resourceapi.QualifiedName = "memoryTotalMiB"
 )
 
 // The device's kind and its total memory (DESIGN.md, "What a slice's
@@ -99,6 +105,8 @@ func Device(gpu domain.GPU, inv *domain.Inventory) (resourceapi.Device, error) {
 		AttrMemoryEnforcement:     {StringValue: ptr.To(string(inv.Enforcement))},
 		AttrMPSVersion:            {StringValue: ptr.To(inv.MPSVersion)},
 		AttrComputeModes:          {StringValue: ptr.To(computeModes(gpu))},
+		AttrType:                  {StringValue: ptr.To("gpu")},
+		AttrMemoryTotalMiB:        {IntValue: ptr.To(int64(gpu.MemoryBytes >> 20))},
 	}
 	if inv.VisibleDevicesEnvvar != "" {
 		attrs[AttrNVIDIAVisibleDevicesEnvvar] = resourceapi.DeviceAttribute{StringValue: ptr.To(string(inv.VisibleDevicesEnvvar))}

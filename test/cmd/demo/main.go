@@ -213,8 +213,8 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 	if err := waitDefaultServiceAccount(ctx, cp); err != nil {
 		return fail(err)
 	}
-	step("Starting gpufrac-controller's admission webhook: KAI annotations become claims")
-	webhook, err := cp.StartWebhook(ctx, "default", kai.Options{})
+	step("Starting gpufrac-controller's admission webhook: KAI annotations and HAMi resources become claims")
+	webhook, err := cp.StartHAMiWebhook(ctx, "default", kai.Options{})
 	if err != nil {
 		return fail(err)
 	}
@@ -222,10 +222,10 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 
 	step("Applying the demo manifests with kubectl apply")
 	demoDir := filepath.Join(root, "demo")
-	pods := []string{"-f", filepath.Join(demoDir, "pods.yaml"), "-f", filepath.Join(demoDir, "kai-pods.yaml")}
+	pods := []string{"-f", filepath.Join(demoDir, "pods.yaml"), "-f", filepath.Join(demoDir, "kai-pods.yaml"), "-f", filepath.Join(demoDir, "hami-pods.yaml")}
 	if o.real {
 		// No registry: the pods run the probe of the node's own image.
-		file, err := realNodePods(cluster, filepath.Join(demoDir, "pods.yaml"), filepath.Join(demoDir, "kai-pods.yaml"))
+		file, err := realNodePods(cluster, filepath.Join(demoDir, "pods.yaml"), filepath.Join(demoDir, "kai-pods.yaml"), filepath.Join(demoDir, "hami-pods.yaml"))
 		if err != nil {
 			return fail(err)
 		}

@@ -1,0 +1,81 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gpufrac/gpufrac/internal/hami"
+	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/safetext"
+	"github.com/gpufrac/gpufrac/pkg/domain"
+)
+
+// isHAMiPod: HAMi's resources and no KAI annotation (a pod with both is
+// refused by either path; KAI's preview says why).
+func isHAMiPod(pod *corev1.Pod) bool {
+	return hami.HasResources(pod) && !kai.HasAnnotations(pod.Annotations)
+}
+
+// hamiGPUs reads each --gpu-memory size as a GPU's memoryTotalMiB, with a
+// slice capacity of the total rounded down to the step (a node that keeps
+// no MPS server reserve).
+func hamiGPUs(sizes []resource.Quantity) []hami.GPU {
+	step := domain.MemoryStep.Value()
+	var out []hami.GPU
+	for _, s := range sizes {
+		total := s.Value() >> 20
+		out = append(out, hami.GPU{TotalMiB: total, Capacity: *resource.NewQuantity(s.Value()/step*step, resource.BinarySI)})
+	}
+	return out
+}
+
+// translateHAMi prints, for a pod asking HAMi's resources, what HAMi would
+// give next to what gpufrac does, then the templates and the changed pod,
+// as the webhook of an opted-in namespace makes them; it reports false
+// when the pod is refused.
+func translateHAMi(out, errOut io.Writer, name string, pod *corev1.Pod, sizes []resource.Quantity) (bool, error) {
+	opts := hami.Options{GPUs: hamiGPUs(sizes)}
+	fmt.Fprintf(out, "# Pod/%s: HAMi vs gpufrac (namespaces opted in to HAMi translation; --gpu-memory is each GPU's memoryTotalMiB, no MPS reserve assumed)\n", name)
+	rows := hami.Compare(pod, opts)
+	cell := func(s string) string { return safetext.Cap(s, maxMessageBytes) }
+	width := [2]int{len("aspect"), len("HAMi")}
+	for _, r := range rows {
+		width[0], width[1] = max(width[0], len(r.Aspect)), max(width[1], len(cell(r.KAI)))
+	}
+	fmt.Fprintf(out, "# %-2s %-*s | %-*s | %s\n", "", width[0], "aspect", width[1], "HAMi", "gpufrac")
+	for _, r := range rows {
+		mark := ""
+		if r.Differs() {
+			mark = "!="
+		}
+		fmt.Fprintf(out, "# %-2s %-*s | %-*s | %s\n", mark, width[0], r.Aspect, width[1], cell(r.KAI), cell(r.Gpufrac))
+	}
+	res, err := hami.Translate(pod, opts)
+	switch {
+	case err != nil:
+		fmt.Fprintf(out, "# Pod/%s: refused: %s\n", name, safetext.Cap(err.Error(), maxMessageBytes))
+		return false, nil
+	case res == nil:
+		fmt.Fprintf(out, "# Pod/%s: nothing to translate\n", name)
+		return true, nil
+	}
+	for _, w := range res.Warnings {
+		fmt.Fprintf(errOut, "Warning: Pod/%s: %s\n", name, safetext.Cap(w, maxMessageBytes))
+	}
+	for _, t := range res.Templates {
+		if note := t.Annotations[hami.AnnotationRounding]; note != "" {
+			fmt.Fprintf(out, "# %s: %s\n", t.Name, strings.ReplaceAll(cell(note), "; ", "\n#   "))
+		}
+		if err := printYAML(out, t); err != nil {
+			return false, err
+		}
+	}
+	return true, printYAML(out, res.Pod)
+}
