@@ -59,16 +59,6 @@ const (
 	AttrMemoryTotalMiB resourceapi.QualifiedName = "memoryTotalMiB"
 )
 
-// The device's kind and its total memory (DESIGN.md, "What a slice's
-// memory means"): type is "gpu" or "mig" (a device without it is a gpu,
-// from an older plugin); memoryTotalMiB is NVML's total, which KAI
-// translation and admission's GPU sizes read (internal/admission reads the
-// same names without importing this package).
-const (
-	AttrType           resourceapi.QualifiedName = "type"
-	AttrMemoryTotalMiB resourceapi.QualifiedName = "memoryTotalMiB"
-)
-
 // MaxDevicesPerSlice is the API's limit for slices whose devices carry
 // taints (128 otherwise). Unhealthy GPUs get taints, so every slice stays
 // within the tighter limit and never has to be split when one appears.
