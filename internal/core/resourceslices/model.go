@@ -51,6 +51,12 @@ const (
 	// AttrMPSServerReserveMiB is what the GPU keeps back from its
 	// capacity for the MPS server's context (MiB); absent when nothing.
 	AttrMPSServerReserveMiB resourceapi.QualifiedName = "mpsServerReserveMiB"
+	// AttrType is "gpu" (a whole GPU, shared by fractions) or "mig" (a MIG
+	// instance, allocated whole); a device without it is a gpu (slices of
+	// an older plugin). Only gpu devices are fraction targets.
+	AttrType resourceapi.QualifiedName = "type"
+	// AttrMemoryTotalMiB is NVML's total memory of the GPU or instance.
+	AttrMemoryTotalMiB resourceapi.QualifiedName = "memoryTotalMiB"
 )
 
 // MaxDevicesPerSlice is the API's limit for slices whose devices carry
