@@ -113,6 +113,7 @@ func Run(ctx context.Context, cfg Config) error {
 	factory := informers.NewSharedInformerFactory(cfg.Client, 10*time.Minute)
 	cluster := admission.NewInformerCluster(factory)
 	claims := podterms.NewInformerClaims(factory, cfg.Client)
+	frag := newFragmentationCollector(factory)
 	packing, err := newPackingLoops(factory, cfg)
 	if err != nil {
 		return err
@@ -131,6 +132,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	watchSliceSizes(ctx, cfg.Client, cluster, cfg.Metrics)
+	if reg, ok := cfg.Metrics.(prometheus.Registerer); ok {
+		reg.MustRegister(frag)
+	}
 	close(ready.synced)
 	if err := waitForCertificate(ctx, certs); err != nil {
 		return fmt.Errorf("waiting for the webhook certificate: %w", err)
