@@ -113,7 +113,6 @@ func Run(ctx context.Context, cfg Config) error {
 	factory := informers.NewSharedInformerFactory(cfg.Client, 10*time.Minute)
 	cluster := admission.NewInformerCluster(factory)
 	claims := podterms.NewInformerClaims(factory, cfg.Client)
-	frag := newFragmentationCollector(factory)
 	packing, err := newPackingLoops(factory, cfg)
 	if err != nil {
 		return err
@@ -132,9 +131,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	watchSliceSizes(ctx, cfg.Client, cluster, cfg.Metrics)
-	if reg, ok := cfg.Metrics.(prometheus.Registerer); ok {
-		reg.MustRegister(frag)
-	}
+	registerFragmentation(factory, cfg.Metrics)
 	close(ready.synced)
 	if err := waitForCertificate(ctx, certs); err != nil {
 		return fmt.Errorf("waiting for the webhook certificate: %w", err)

@@ -25,8 +25,16 @@ type fragmentationCollector struct {
 	inUse, lowerBound, freeMe *prometheus.Desc
 }
 
-// newFragmentationCollector takes its listers from factory before it
-// starts (the informers are the admission cache's own).
+// registerFragmentation registers the collector where metrics can be
+// registered. The informers of factory it reads are the admission cache's
+// (admission.NewInformerCluster), started and synced already.
+func registerFragmentation(factory informers.SharedInformerFactory, metrics prometheus.Gatherer) {
+	if reg, ok := metrics.(prometheus.Registerer); ok {
+		reg.MustRegister(newFragmentationCollector(factory))
+	}
+}
+
+// newFragmentationCollector reads slices and claims from factory's listers.
 func newFragmentationCollector(factory informers.SharedInformerFactory) *fragmentationCollector {
 	pool := []string{"pool"}
 	return &fragmentationCollector{
