@@ -5,6 +5,7 @@ package integration
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -21,7 +22,7 @@ func TestBestFitInsideTheNode(t *testing.T) {
 	node := e.node("h200x2")
 	class := e.classFor("bestfit", "")
 	for _, m := range []string{"60Gi", "100Gi", "20Gi"} {
-		e.createTemplate(claimTemplate("share-"+m, class, m, 1, ""))
+		e.createTemplate(claimTemplate("share-"+strings.ToLower(m), class, m, 1, ""))
 	}
 	byName := map[string]string{}
 	for _, s := range e.slices(node.Name) {
@@ -49,8 +50,8 @@ func TestBestFitInsideTheNode(t *testing.T) {
 			t.Errorf("pod %s (%s) landed on %s, want %s", pod, template, got, want)
 		}
 	}
-	place("first", "share-60Gi", "gpu-0")
-	place("big", "share-100Gi", "gpu-1")
+	place("first", "share-60gi", "gpu-0")
+	place("big", "share-100gi", "gpu-1")
 	since := time.Now()
 	e.poll("the slice to list gpu-1 (fuller) first", func() (bool, error) {
 		return slices.Equal(order(), []string{"gpu-1", "gpu-0"}), nil
@@ -63,7 +64,7 @@ func TestBestFitInsideTheNode(t *testing.T) {
 			}
 		}
 	}
-	place("small", "share-20Gi", "gpu-1")
+	place("small", "share-20gi", "gpu-1")
 	for _, p := range []string{"first", "big"} {
 		if !running(e.pod(p)) {
 			t.Errorf("pod %s is no longer Running after the reorder", p)
