@@ -76,6 +76,7 @@ type flags struct {
 	mpsServerReserveMiB int64
 	statusClearDelay    time.Duration
 	statusBurstQuiet    time.Duration
+	sliceOrderInterval  time.Duration
 	smSharingGPUs       string
 	ignoredXIDs         []uint
 	podUID              string
@@ -154,6 +155,8 @@ func newCommand() *cobra.Command {
 		"how long the write clearing an unprepared claim's status.devices waits, at most 10m; a claim prepared again, deleted or deallocated meanwhile needs none (0: at once)")
 	fs.DurationVar(&f.statusBurstQuiet, "status-burst-quiet", claimstatus.DefaultBurstQuiet,
 		"a prepared claim's status.devices write waits until no Prepare came for this long (at most 1s), so a burst of Prepares (a node's pods after a reboot) is not slowed by its status writes (0: at once)")
+	fs.DurationVar(&f.sliceOrderInterval, "slice-order-interval", plugin.DefaultSliceOrderInterval,
+		"publish this node's GPUs fullest first, so the scheduler's first fit inside the node is a best fit, and republish the slice when prepared claims change that order at most once per this interval, at most 10m (0: GPU index order, no republishing)")
 	fs.DurationVar(&f.mpsReadyTimeout, "mps-ready-timeout", 60*time.Second, "how long Prepare waits for a new MPS daemon to become ready, from 1s to 1h")
 	fs.StringVar(&f.smSharingGPUs, "sm-sharing-gpus", envOr("SM_SHARING_GPUS", ""),
 		"reserve GPUs for SMSharing: all, none, or indices such as 0,1 (the others serve TimeSlicing); empty lets every GPU serve either mode, one at a time")
@@ -196,6 +199,7 @@ func (f *flags) check() error {
 		flagcheck.Int("--mps-server-reserve-mib", f.mpsServerReserveMiB, 0, 1<<20),
 		flagcheck.Duration("--status-clear-delay", f.statusClearDelay, 0, 10*time.Minute),
 		flagcheck.Duration("--status-burst-quiet", f.statusBurstQuiet, 0, claimstatus.DefaultBurstMax),
+		flagcheck.Duration("--slice-order-interval", f.sliceOrderInterval, 0, 10*time.Minute),
 		flagcheck.Duration("--mps-ready-timeout", f.mpsReadyTimeout, time.Second, time.Hour),
 	)
 }
@@ -283,10 +287,11 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: mps.DaemonTemplate, ReadyTimeout: f.mpsReadyTimeout,
 			ServerReserveMiB: f.mpsServerReserveMiB,
 		},
-		CDI:              cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode, ShmSizeBytes: shmSize},
-		Failpoint:        failpointHook(),
-		StatusClearDelay: f.statusClearDelay,
-		StatusBurstQuiet: f.statusBurstQuiet,
+		CDI:                cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode, ShmSizeBytes: shmSize},
+		Failpoint:          failpointHook(),
+		StatusClearDelay:   f.statusClearDelay,
+		StatusBurstQuiet:   f.statusBurstQuiet,
+		SliceOrderInterval: f.sliceOrderInterval,
 		OnFatal: func(err error) {
 			select {
 			case fatal <- err:

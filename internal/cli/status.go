@@ -15,6 +15,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 
 	"github.com/gpufrac/gpufrac/internal/cli/status"
+	"github.com/gpufrac/gpufrac/internal/core/fragmentation"
 )
 
 // newStatusCommand shows gpufrac's GPUs and their claims in a cluster.
@@ -22,7 +23,7 @@ func newStatusCommand(streams IOStreams, access *genericclioptions.ConfigFlags, 
 	var node, output string
 	cmd := &cobra.Command{
 		Use:   "status [--node NODE] [-o json]",
-		Short: "Show each gpufrac GPU: memory, guaranteed, limits, over-commit, claims, taints",
+		Short: "Show each gpufrac GPU: memory, guaranteed, limits, over-commit, claims, taints; and per GPU pool how fragmented the shares are",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
@@ -46,7 +47,10 @@ func newStatusCommand(streams IOStreams, access *genericclioptions.ConfigFlags, 
 				enc.SetIndent("", "  ")
 				return enc.Encode(gpus)
 			}
-			return printStatus(streams.Out, gpus)
+			if err := printStatus(streams.Out, gpus); err != nil {
+				return err
+			}
+			return printFragmentation(streams.Out, status.Fragmentation(slices.Items, claims.Items))
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "only this node")
@@ -100,6 +104,37 @@ func printEnforced(out io.Writer, gpus []status.GPU) error {
 		}
 		said[g.Node] = true
 		if _, err := fmt.Fprintf(out, "%s (memoryEnforcement %s): %s\n", g.Node, g.Enforcement, g.Enforced); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// printFragmentation writes one line per GPU pool that holds shares: the
+// GPUs in use against the lower bound of their shares, and the GPUs that
+// would free up if their shares moved (a report: nothing is moved).
+func printFragmentation(out io.Writer, pools []fragmentation.Pool) error {
+	for _, p := range pools {
+		if p.InUse == 0 {
+			continue
+		}
+		line := fmt.Sprintf("pool %q: %d GPUs hold shares, at least %d needed (%s guaranteed over %s a GPU)",
+			p.Name, p.InUse, p.LowerBound, bytesQ(p.Guaranteed), bytesQ(p.GPUMemory))
+		if p.Freeable > 0 {
+			names := make([]string, len(p.FreeableGPUs))
+			for i, f := range p.FreeableGPUs {
+				names[i] = fmt.Sprintf("%s/%s (%s in %d)", f.Node, f.Device, bytesQ(f.Guaranteed), f.Shares)
+			}
+			more := ""
+			if p.Freeable > len(names) {
+				more = fmt.Sprintf(" and %d more", p.Freeable-len(names))
+			}
+			line += fmt.Sprintf("; %d would free up if their shares moved elsewhere in the pool: %s%s (a report, nothing is evicted)",
+				p.Freeable, strings.Join(names, ", "), more)
+		} else {
+			line += "; no GPU would free up by moving its shares"
+		}
+		if _, err := fmt.Fprintln(out, line); err != nil {
 			return err
 		}
 	}

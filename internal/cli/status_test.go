@@ -90,3 +90,50 @@ func withReserve(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 	attrs["mpsServerReserveMiB"] = resourceapi.DeviceAttribute{IntValue: ptr.To(mib)}
 	return attrs
 }
+
+// TestStatusFragmentationLine: status ends with one line per GPU pool: the
+// GPUs holding shares against the lower bound, and the GPUs that would
+// free up if their shares moved, across nodes even under --node.
+func TestStatusFragmentationLine(t *testing.T) {
+	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("80Gi")}}
+	model := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"productName": {StringValue: ptr.To("NVIDIA H100 80GB HBM3")}}
+	slice := func(node string, devices ...string) *resourceapi.ResourceSlice {
+		s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: resourceapi.ResourceSliceSpec{
+			Driver: "gpufrac.dev", NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}}}
+		for _, d := range devices {
+			s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: d, Attributes: model, Capacity: capacity})
+		}
+		return s
+	}
+	claim := func(name, node, device, memory string) *resourceapi.ResourceClaim {
+		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team"}, Status: resourceapi.ResourceClaimStatus{
+			Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+				Request: "gpu", Driver: "gpufrac.dev", Pool: node, Device: device, ShareID: ptr.To(types.UID(name)),
+				ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}}}}}}}
+	}
+	for _, tc := range []struct {
+		name   string
+		claims []runtime.Object
+		want   string
+	}{
+		{"fragmented", []runtime.Object{claim("a", "node-a", "gpu-0", "30Gi"), claim("b", "node-b", "gpu-0", "30Gi")},
+			`pool "NVIDIA H100 80GB HBM3": 2 GPUs hold shares, at least 1 needed (60Gi guaranteed over 80Gi a GPU); 1 would free up if their shares moved elsewhere in the pool: node-a/gpu-0 (30Gi in 1) (a report, nothing is evicted)`},
+		{"packed", []runtime.Object{claim("a", "node-a", "gpu-0", "60Gi"), claim("b", "node-b", "gpu-0", "60Gi")},
+			`pool "NVIDIA H100 80GB HBM3": 2 GPUs hold shares, at least 2 needed (120Gi guaranteed over 80Gi a GPU); no GPU would free up by moving its shares`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := fake.NewClientset(append([]runtime.Object{slice("node-a", "gpu-0"), slice("node-b", "gpu-0", "gpu-1")}, tc.claims...)...)
+			clientFor := func(genericclioptions.RESTClientGetter) (kubernetes.Interface, error) { return client, nil }
+			var out bytes.Buffer
+			cmd := newRootCommand(IOStreams{Out: &out, ErrOut: &out}, clientFor)
+			cmd.SetArgs([]string{"status", "--node", "node-b"})
+			if err := cmd.Execute(); err != nil {
+				t.Fatal(err)
+			}
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			if last := lines[len(lines)-1]; last != tc.want {
+				t.Errorf("last line\n%s\nwant\n%s\n(all:\n%s)", last, tc.want, out.String())
+			}
+		})
+	}
+}

@@ -100,6 +100,7 @@ func (w *world) explainPending(ctx context.Context, pod *v1.Pod, pending []*reso
 	out.Nodes = append(out.Nodes, excluded...)
 	sort.SliceStable(out.Nodes, func(i, j int) bool { return out.Nodes[i].Node < out.Nodes[j].Node })
 	if len(out.FitsOn) == 0 {
+		out.Blocked = blocked(pending, diags)
 		out.Suggestions, err = w.suggest(ctx, nodes, pending, diags)
 		if err != nil {
 			return err

@@ -97,6 +97,9 @@ type Explanation struct {
 	FitsOn      []string     `json:"fitsOn,omitempty"`
 	Nodes       []NodeResult `json:"nodes,omitempty"`
 	Suggestions []Suggestion `json:"suggestions,omitempty"`
+	// Blocked says, for claims that memory keeps out of every node,
+	// whether the GPUs they may use are fragmented or full.
+	Blocked *Blocked `json:"blocked,omitempty"`
 	// Shares are the allocated shares of the claims.
 	Shares []Share `json:"shares,omitempty"`
 	// Problems are reasons allocated claims cannot be prepared.
@@ -219,6 +222,8 @@ func summary(out *Explanation, target Target, pending []*resourceapi.ResourceCla
 		return "the pod has no ResourceClaims"
 	case len(pending) > 0 && len(out.FitsOn) > 0:
 		return fmt.Sprintf("the claims fit now on %v; the scheduler places the pod at its next attempt (if the pod stays Pending, something other than its GPU claims keeps it out)", out.FitsOn)
+	case len(pending) > 0 && out.Blocked != nil:
+		return "the claims fit on no node, " + out.Blocked.Message + ": " + commonReason(out.Nodes)
 	case len(pending) > 0:
 		return "the claims fit on no node: " + commonReason(out.Nodes)
 	case len(out.Problems) > 0:

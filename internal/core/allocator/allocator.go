@@ -33,10 +33,15 @@ type Cluster struct {
 	classes   ClassLister
 	cache     *cel.Cache
 	allocated []resourceapi.AllocationResult
+	// order keeps gpufrac's slices in the plugin's device order (fill.go).
+	order deviceOrder
 }
 
 // New builds a cluster from its slices and classes; the nodes are the pools'
-// node names, in order of first appearance.
+// node names, in order of first appearance. gpufrac's slices are as given
+// until an allocation is recorded; from then on each pool's devices are in
+// the order the kubelet plugin publishes for what its GPUs hold (fullest
+// first, resourceslices.OrderByFill), without the plugin's lag.
 func New(slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass) *Cluster {
 	c := &Cluster{slices: slices, classes: ClassLister{}, cache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true})}
 	seen := map[string]bool{}
@@ -46,6 +51,7 @@ func New(slices []*resourceapi.ResourceSlice, classes []*resourceapi.DeviceClass
 			c.nodes = append(c.nodes, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: *s.Spec.NodeName}})
 		}
 	}
+	c.slices, c.order = newDeviceOrder(slices)
 	for _, cl := range classes {
 		c.classes[cl.Name] = cl
 	}
@@ -120,7 +126,7 @@ func (c *Cluster) Allocate(ctx context.Context, claims ...*resourceapi.ResourceC
 			return nil, "", fmt.Errorf("allocating on node %s: %w", node.Name, err)
 		}
 		if results != nil {
-			c.allocated = append(c.allocated, results...)
+			c.Record(results...)
 			return results, node.Name, nil
 		}
 	}
@@ -157,6 +163,7 @@ func (c *Cluster) Feasible(ctx context.Context, claims ...*resourceapi.ResourceC
 // as taken.
 func (c *Cluster) Record(results ...resourceapi.AllocationResult) {
 	c.allocated = append(c.allocated, results...)
+	c.order.record(c.slices, results)
 }
 
 // ClaimFromTemplate is the claim the resourceclaim controller would create

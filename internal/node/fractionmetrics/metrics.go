@@ -62,6 +62,7 @@ type Collector struct {
 	prepareSeconds   *prometheus.HistogramVec
 	unprepareSeconds prometheus.Histogram
 	errorsTotal      *prometheus.CounterVec
+	reordersTotal    prometheus.Counter
 
 	shareRequest, shareLimit, containerUsed, containerSM *prometheus.Desc
 	gpuTotal, gpuGuaranteed, gpuLimitSum, gpuOvercommit  *prometheus.Desc
@@ -84,6 +85,9 @@ func New(cfg Config) *Collector {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		errorsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpufrac_prepare_errors_total", Help: "Failed Prepare calls by reason."}, []string{"reason"}),
+		reordersTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpufrac_resourceslice_reorders_total",
+			Help: "ResourceSlice updates that reorder the node's GPUs fullest first after prepared claims changed (best fit inside the node; at most one per --slice-order-interval)."}),
 		shareRequest: prometheus.NewDesc("gpufrac_fraction_memory_request_bytes", "Guaranteed GPU memory of a prepared share (its soft limit).", share, nil),
 		shareLimit:   prometheus.NewDesc("gpufrac_fraction_memory_limit_bytes", "Hard GPU memory limit of a prepared share.", share, nil),
 		containerUsed: prometheus.NewDesc("gpufrac_container_gpu_memory_used_bytes",
@@ -116,11 +120,19 @@ func (c *Collector) ObservePrepare(d time.Duration, reason string) {
 // ObserveUnprepare records one Unprepare.
 func (c *Collector) ObserveUnprepare(d time.Duration) { c.unprepareSeconds.Observe(d.Seconds()) }
 
+// ObserveSliceReorder counts one republish in fill order.
+func (c *Collector) ObserveSliceReorder() {
+	if c != nil {
+		c.reordersTotal.Inc()
+	}
+}
+
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.prepareSeconds.Describe(ch)
 	c.unprepareSeconds.Describe(ch)
 	c.errorsTotal.Describe(ch)
+	c.reordersTotal.Describe(ch)
 	for _, d := range []*prometheus.Desc{c.shareRequest, c.shareLimit, c.containerUsed, c.containerSM, c.gpuTotal, c.gpuGuaranteed, c.gpuLimitSum, c.gpuOvercommit, c.claimsPrepared, c.mpsDaemons, c.mpsDaemonClaims, c.quarantined} {
 		ch <- d
 	}
@@ -131,6 +143,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.prepareSeconds.Collect(ch)
 	c.unprepareSeconds.Collect(ch)
 	c.errorsTotal.Collect(ch)
+	c.reordersTotal.Collect(ch)
 	node := c.cfg.NodeName
 	prepared := c.cfg.Prepared()
 	guaranteed, limits := map[string]float64{}, map[string]float64{}

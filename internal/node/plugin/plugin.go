@@ -82,6 +82,11 @@ type Config struct {
 	// no Prepare came for this long, at most claimstatus.DefaultBurstMax
 	// (claimstatus.Writer.SetBurst); 0 writes at once.
 	StatusBurstQuiet time.Duration
+	// SliceOrderInterval, when positive, publishes the node's GPUs
+	// fullest first (best fit inside the node, order.go), republishing
+	// when prepared claims change the order at most once per interval;
+	// 0 keeps GPU index order.
+	SliceOrderInterval time.Duration
 	// OnFatal is called for background errors that retrying cannot fix,
 	// such as slices the API server rejects; the caller should shut down.
 	OnFatal func(error)
@@ -191,6 +196,11 @@ type Plugin struct {
 	// calls counts kubelet calls in flight, so Stop releases the lock only
 	// after the last checkpoint write of this instance.
 	calls sync.WaitGroup
+	// publishMu orders publishes; published is what the last one was
+	// built from (order.go). orderPoke wakes the order loop.
+	publishMu sync.Mutex
+	published publishState
+	orderPoke chan struct{}
 }
 
 // Start discovers GPUs, recovers the checkpoint, starts the kubelet plugin
@@ -202,7 +212,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("configuring the kubelet plugin: %w", err)
 	}
-	inv, resources, runtimeReport, err := describeNode(ctx, cfg)
+	inv, _, runtimeReport, err := describeNode(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +220,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 		return nil, err
 	}
 	bgCtx, cancel := context.WithCancel(ctx)
-	p := &Plugin{cfg: cfg, inventory: inv, cancel: cancel, health: health.NewMonitor(), ready: make(chan struct{})}
+	p := &Plugin{cfg: cfg, inventory: inv, cancel: cancel, health: health.NewMonitor(), ready: make(chan struct{}), orderPoke: make(chan struct{}, 1)}
 	started := false
 	defer func() {
 		if !started {
@@ -262,11 +272,15 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	}
 	close(p.ready)
 	// Published only by the instance that owns the node's state, so that
-	// two instances never fight over the slices.
-	if err := p.helper.PublishResources(ctx, resources); err != nil {
+	// two instances never fight over the slices; in the fill order of the
+	// claims recovered from the checkpoint.
+	if _, err := p.publish(ctx, map[string]string{}); err != nil {
 		return nil, fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
 	p.watchHealth(bgCtx)
+	if cfg.SliceOrderInterval > 0 {
+		p.done.Go(func() { p.runOrder(bgCtx, cfg.SliceOrderInterval) })
+	}
 	started = true
 	logger.Info("Kubelet plugin started", "node", cfg.NodeName, "gpus", len(inv.GPUs),
 		"enforcement", inv.Enforcement, "prepared", len(p.preparer.Prepared()), "rollingUpdate", cfg.RollingUpdateUID != "",
@@ -371,6 +385,7 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		})
 	}
 	wg.Wait()
+	p.claimsChanged()
 	out := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	for i, claim := range claims {
 		out[claim.UID] = results[i]
@@ -398,6 +413,7 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		})
 	}
 	wg.Wait()
+	p.claimsChanged()
 	out := make(map[types.UID]error, len(claims))
 	for i, claim := range claims {
 		out[claim.UID] = results[i]
@@ -421,21 +437,6 @@ func failureReason(err error) string {
 	default:
 		return "internal"
 	}
-}
-
-// usageNVML opens NVML for the plugin's lifetime so that each scrape reads
-// usage without initialising the library; nil (no usage series) if it
-// cannot.
-func usageNVML(ctx context.Context, lib nvml.Interface) nvml.Interface {
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		klog.FromContext(ctx).Info("Per-container GPU memory usage is not collected", "reason", ret.Error())
-		return nil
-	}
-	go func() {
-		<-ctx.Done()
-		_ = lib.Shutdown()
-	}()
-	return lib
 }
 
 // HandleError implements kubeletplugin.DRAPlugin: recoverable errors are
@@ -523,11 +524,7 @@ func (p *Plugin) watchHealth(ctx context.Context) {
 			for uuid, st := range p.health.Unhealthy() {
 				unhealthy[uuid] = st.Reason
 			}
-			res, err := resourceslices.DriverResourcesWithHealth(p.cfg.NodeName, p.inventory, unhealthy)
-			if err == nil {
-				err = p.helper.PublishResources(ctx, res)
-			}
-			if err != nil {
+			if _, err := p.publish(ctx, unhealthy); err != nil {
 				logger.Error(err, "Republishing ResourceSlices after a health change")
 				continue
 			}

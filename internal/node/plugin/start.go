@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
@@ -123,4 +124,19 @@ func (p *Plugin) runMPS(ctx, bgCtx context.Context, mpsManager *mps.Manager) {
 		defer p.done.Done()
 		mpsManager.Run(bgCtx, 10*time.Second)
 	}()
+}
+
+// usageNVML opens NVML for the plugin's lifetime so that each scrape reads
+// usage without initialising the library; nil (no usage series) if it
+// cannot.
+func usageNVML(ctx context.Context, lib nvml.Interface) nvml.Interface {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		klog.FromContext(ctx).Info("Per-container GPU memory usage is not collected", "reason", ret.Error())
+		return nil
+	}
+	go func() {
+		<-ctx.Done()
+		_ = lib.Shutdown()
+	}()
+	return lib
 }

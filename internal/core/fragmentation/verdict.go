@@ -1,0 +1,41 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package fragmentation
+
+// Cause is what keeps a request out of a pool.
+type Cause string
+
+const (
+	// Fits: some GPU has the free memory a share needs.
+	Fits Cause = ""
+	// ByFragmentation: the pool's GPUs together have the free memory the
+	// request needs, no single one does (a share cannot span GPUs):
+	// moving shares would make room.
+	ByFragmentation Cause = "Fragmentation"
+	// ByCapacity: even all the pool's free memory is less than the
+	// request needs: only more GPUs, or fewer shares, make room.
+	ByCapacity Cause = "Capacity"
+)
+
+// Verdict says why count shares of need bytes each do not fit on GPUs
+// with the given free memory (one entry per GPU the request may use), or
+// Fits when enough GPUs have need free each.
+func Verdict(free []int64, need, count int64) Cause {
+	count = max(count, 1)
+	var total, fitting int64
+	for _, f := range free {
+		if f >= need {
+			fitting++
+		}
+		total += max(f, 0)
+	}
+	switch {
+	case fitting >= count:
+		return Fits
+	case total >= need*count:
+		return ByFragmentation
+	default:
+		return ByCapacity
+	}
+}
