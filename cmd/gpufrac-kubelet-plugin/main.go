@@ -277,7 +277,7 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: mps.DaemonTemplate, ReadyTimeout: f.mpsReadyTimeout,
 			ServerReserveMiB: f.mpsServerReserveMiB,
 		},
-		CDI:              cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode, ShmSizeBytes: shmSize},
+		CDI:              cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode, MIGCaps: cdispec.HostMIGCaps("/"), ShmSizeBytes: shmSize},
 		Failpoint:        failpointHook(),
 		StatusClearDelay: f.statusClearDelay,
 		StatusBurstQuiet: f.statusBurstQuiet,

@@ -87,3 +87,30 @@ func CompareMIGLayouts(before, after []MIGDevice) MIGLayoutChange {
 	}
 	return c
 }
+
+// MIGRef is what a prepared share on a MIG instance records of it: enough
+// to give a container the instance's capability devices again, and to
+// tell whether the instance is still there.
+type MIGRef struct {
+	ParentUUID string `json:"parentUUID"`
+	GIID       int    `json:"giID"`
+	CIID       int    `json:"ciID"`
+	Profile    string `json:"profile"`
+}
+
+// Ref is the record a share keeps of m.
+func (m MIGDevice) Ref() *MIGRef {
+	return &MIGRef{ParentUUID: m.Parent.UUID, GIID: m.GIID, CIID: m.CIID, Profile: m.Profile}
+}
+
+// AsGPU is m seen as the GPU a share runs on: the instance's UUID (what
+// NVIDIA_VISIBLE_DEVICES and CUDA name it by) and memory, on the parent's
+// device node (its minor) and model.
+func (m MIGDevice) AsGPU() GPU {
+	g := m.Parent
+	g.UUID = m.UUID
+	g.MemoryBytes = m.MemoryBytes
+	g.ComputeModes = ""
+	g.ServerReserveBytes = 0
+	return g
+}

@@ -62,6 +62,10 @@ type Device struct {
 	// MPS is set for SMSharing shares, and on nodes with per-cgroup
 	// limits and an MPS v3 daemon for every share (see Compute).
 	MPS *domain.MPSBinding `json:"mps,omitempty"`
+	// MIG is set when the device is a whole MIG instance: GPU is then the
+	// instance (its UUID and memory on the parent's minor), the limits are
+	// its memory, Enforcement is none and MPS is nil.
+	MIG *domain.MIGRef `json:"mig,omitempty"`
 }
 
 // InvalidError is a claim that can never be prepared on this node as it
@@ -132,6 +136,9 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 	}
 	gpu, ok := gpuForDevice(inv, r.Device)
 	if !ok {
+		if m, isMIG := inv.MIGByName(r.Device); isMIG {
+			return planMIG(r, m, path, allConfigs, configsPath)
+		}
 		return nil, field.ErrorList{field.NotFound(path.Child("device"), r.Device)}
 	}
 	if r.ShareID != nil {

@@ -455,7 +455,9 @@ func (p *Preparer) quarantineOutOfBounds(ctx context.Context) {
 		}
 		if err == nil {
 			for _, d := range e.Plan.Devices {
-				used[d.GPU.UUID] += d.SoftLimitBytes
+				if d.MIG == nil {
+					used[d.GPU.UUID] += d.SoftLimitBytes
+				}
 			}
 			continue
 		}
@@ -470,7 +472,9 @@ func (p *Preparer) quarantineOutOfBounds(ctx context.Context) {
 func (p *Preparer) fits(pl *plan.Claim, used map[string]int64) error {
 	mine := map[string]int64{}
 	for _, d := range pl.Devices {
-		mine[d.GPU.UUID] += d.SoftLimitBytes
+		if d.MIG == nil {
+			mine[d.GPU.UUID] += d.SoftLimitBytes
+		}
 	}
 	for uuid, n := range mine {
 		gpu, _ := p.cfg.Inventory.GPUByUUID(uuid)

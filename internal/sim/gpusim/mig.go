@@ -11,7 +11,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	nodecdi "github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/sim/catalog"
 )
 
@@ -228,5 +230,42 @@ func migHandle(parent *server.Device, nodeName string, gi *server.GpuInstance, c
 				ComputeInstanceSliceCount: giProfile.SliceCount,
 			}, nvml.SUCCESS
 		},
+	}
+}
+
+// nvidiaCapsMajor is the simulated major of "nvidia-caps" (dynamic on a
+// real node; NVIDIA's DRA driver's mock NVML setup uses the same number).
+const nvidiaCapsMajor = 236
+
+// MIGMinors is the simulated node's /proc/driver/nvidia-caps/mig-minors
+// for gpus GPUs: like the real file it lists every possible GPU and
+// compute instance of every GPU, configured or not, numbered as the
+// sample in NVIDIA's DRA driver shows (config 1, monitor 2, then per GPU
+// 15 GPU instances of one access minor and 8 compute instance minors).
+func MIGMinors(gpus int) []byte {
+	var b []byte
+	b = append(b, "config 1\nmonitor 2\n"...)
+	for g := range gpus {
+		for gi := range 15 {
+			base := 3 + g*135 + gi*9
+			b = fmt.Appendf(b, "gpu%d/gi%d/access %d\n", g, gi, base)
+			for ci := range 8 {
+				b = fmt.Appendf(b, "gpu%d/gi%d/ci%d/access %d\n", g, gi, ci, base+1+ci)
+			}
+		}
+	}
+	return b
+}
+
+// MIGCaps resolves a simulated node's MIG capability devices the way
+// cdispec.HostMIGCaps does on a real one, from MIGMinors.
+func MIGCaps(gpus int) func(parentMinor, gi, ci int) ([]cdispec.DeviceNode, error) {
+	minors := MIGMinors(gpus)
+	return func(parentMinor, gi, ci int) ([]cdispec.DeviceNode, error) {
+		paths, err := nodecdi.MIGCapPaths(minors, parentMinor, gi, ci)
+		if err != nil {
+			return nil, err
+		}
+		return nodecdi.CapNodes(paths, nvidiaCapsMajor)
 	}
 }
