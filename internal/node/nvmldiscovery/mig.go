@@ -4,11 +4,13 @@
 package nvmldiscovery
 
 import (
+	"context"
 	"fmt"
 	"sort"
 
 	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -70,4 +72,42 @@ func describeMIG(m device.MigDevice, parent domain.GPU) (domain.MIGDevice, error
 	}
 	inst.Profile = profile.String()
 	return inst, nil
+}
+
+// MIGLayout reads the MIG instances the node has now, as Discover does,
+// for a plugin that watches the layout while it runs. lib must not be
+// initialised by the caller.
+func MIGLayout(ctx context.Context, lib nvml.Interface, opts Options) ([]domain.MIGDevice, error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("initialising NVML: %w", ret)
+	}
+	defer func() {
+		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
+			klog.FromContext(ctx).Error(ret, "Shutting down NVML after reading the MIG layout")
+		}
+	}()
+	devices, err := device.New(lib).GetDevices()
+	if err != nil {
+		return nil, fmt.Errorf("listing GPUs: %w", err)
+	}
+	var out []domain.MIGDevice
+	for i, d := range devices {
+		mig, err := d.IsMigEnabled()
+		if err != nil {
+			return nil, fmt.Errorf("reading MIG mode of GPU %d: %w", i, err)
+		}
+		if !mig {
+			continue
+		}
+		parent, err := describe(d, opts)
+		if err != nil {
+			return nil, fmt.Errorf("describing GPU %d: %w", i, err)
+		}
+		instances, err := migInstances(d, parent)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, instances...)
+	}
+	return out, nil
 }
