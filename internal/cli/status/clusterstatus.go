@@ -53,6 +53,10 @@ type GPU struct {
 	Overcommit    float64  `json:"overcommit"`
 	Claims        []Claim  `json:"claims"`
 	Taints        []string `json:"taints,omitempty"`
+	// Type is the device's type: gpu (fractions) or mig (a MIG instance,
+	// held whole by at most one claim); Profile is a MIG instance's.
+	Type    string `json:"type"`
+	Profile string `json:"profile,omitempty"`
 }
 
 // Build lists every gpufrac GPU (optionally of one node) with its claims.
@@ -67,6 +71,11 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 			g := &GPU{Node: *s.Spec.NodeName, Device: d.Name, Memory: capacity.Value()}
 			g.UUID = ptr.Deref(d.Attributes[resourceslices.AttrUUID].StringValue, "")
 			g.Model = ptr.Deref(d.Attributes[resourceslices.AttrProductName].StringValue, "")
+			g.Type = resourceslices.DeviceType(&d)
+			if g.Type == domain.DeviceTypeMIG {
+				g.Profile = ptr.Deref(d.Attributes[resourceslices.AttrMIGProfile].StringValue, "")
+				g.Model += " MIG " + g.Profile
+			}
 			// A reserve the slice states, within what a GPU can have (the
 			// bound keeps the shift from overflowing on a hostile slice).
 			if r := ptr.Deref(d.Attributes[resourceslices.AttrMPSServerReserveMiB].IntValue, 0); r > 0 && r < 1<<32 {
@@ -97,6 +106,10 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 			// (issue 24): a figure outside (0, the GPU's memory] is shown
 			// as such, not added up (1e30 would read as 0, sums overflow).
 			mem := r.ConsumedCapacity[resourceslices.MemoryCapacity]
+			if g.Type == domain.DeviceTypeMIG {
+				// A MIG instance is held whole: no consumed capacity.
+				mem = *resource.NewQuantity(g.Memory, resource.BinarySI)
+			}
 			cl := Claim{Namespace: c.Namespace, Name: c.Name, Pods: pods}
 			if cl.Invalid = outside("consumed memory", mem, g.Memory); cl.Invalid == "" {
 				cl.Request, cl.Limit = mem.Value(), mem.Value()
@@ -127,7 +140,10 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 		if out[i].Node != out[j].Node {
 			return out[i].Node < out[j].Node
 		}
-		return deviceOrder(out[i].Device) < deviceOrder(out[j].Device)
+		if a, b := deviceOrder(out[i].Device), deviceOrder(out[j].Device); a != b {
+			return a < b
+		}
+		return out[i].Device < out[j].Device
 	})
 	return out
 }
