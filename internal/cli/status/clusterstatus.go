@@ -67,23 +67,7 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 			continue
 		}
 		for _, d := range s.Spec.Devices {
-			capacity := d.Capacity[resourceslices.MemoryCapacity].Value
-			g := &GPU{Node: *s.Spec.NodeName, Device: d.Name, Memory: capacity.Value()}
-			g.UUID = ptr.Deref(d.Attributes[resourceslices.AttrUUID].StringValue, "")
-			g.Model = ptr.Deref(d.Attributes[resourceslices.AttrProductName].StringValue, "")
-			g.Type = resourceslices.DeviceType(&d)
-			if g.Type == domain.DeviceTypeMIG {
-				g.Profile = ptr.Deref(d.Attributes[resourceslices.AttrMIGProfile].StringValue, "")
-				g.Model += " MIG " + g.Profile
-			}
-			// A reserve the slice states, within what a GPU can have (the
-			// bound keeps the shift from overflowing on a hostile slice).
-			if r := ptr.Deref(d.Attributes[resourceslices.AttrMPSServerReserveMiB].IntValue, 0); r > 0 && r < 1<<32 {
-				g.ServerReserve = r << 20
-			}
-			for _, t := range d.Taints {
-				g.Taints = append(g.Taints, t.Key+"="+t.Value+":"+string(t.Effect))
-			}
+			g := deviceGPU(*s.Spec.NodeName, &d)
 			gpus[s.Spec.Pool.Name+"/"+d.Name] = g
 		}
 	}
@@ -146,6 +130,28 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 		return out[i].Device < out[j].Device
 	})
 	return out
+}
+
+// deviceGPU is the status entry of one slice device, before its claims.
+func deviceGPU(node string, d *resourceapi.Device) *GPU {
+	capacity := d.Capacity[resourceslices.MemoryCapacity].Value
+	g := &GPU{Node: node, Device: d.Name, Memory: capacity.Value()}
+	g.UUID = ptr.Deref(d.Attributes[resourceslices.AttrUUID].StringValue, "")
+	g.Model = ptr.Deref(d.Attributes[resourceslices.AttrProductName].StringValue, "")
+	g.Type = resourceslices.DeviceType(d)
+	if g.Type == domain.DeviceTypeMIG {
+		g.Profile = ptr.Deref(d.Attributes[resourceslices.AttrMIGProfile].StringValue, "")
+		g.Model += " MIG " + g.Profile
+	}
+	// A reserve the slice states, within what a GPU can have (the bound
+	// keeps the shift from overflowing on a hostile slice).
+	if r := ptr.Deref(d.Attributes[resourceslices.AttrMPSServerReserveMiB].IntValue, 0); r > 0 && r < 1<<32 {
+		g.ServerReserve = r << 20
+	}
+	for _, t := range d.Taints {
+		g.Taints = append(g.Taints, t.Key+"="+t.Value+":"+string(t.Effect))
+	}
+	return g
 }
 
 // outside describes a share's figure that no share of a GPU of memory
