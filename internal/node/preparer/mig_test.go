@@ -128,3 +128,24 @@ func TestMIGInstanceClaimIsPrepared(t *testing.T) {
 		t.Errorf("CDI files left: %v", files)
 	}
 }
+
+// A restart on a node whose MIG layout lost a prepared claim's instance
+// sets the entry aside with the reason (quarantine, which the plugin
+// reports), rather than serving or silently dropping it.
+func TestMIGInstanceGoneAtRestartIsQuarantined(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	e := newEnvGPUs(t, "h200x1,h100x1:mig=3g.40gb+1g.10gb")
+	claim := migAllocated("mig", "gpu-1-mig-1-0", "")
+	if _, err := e.preparer.Prepare(ctx, claim); err != nil {
+		t.Fatal(err)
+	}
+	e.inv.MIGDevices = e.inv.MIGDevices[:1] // instance 1 deleted while the plugin was down
+	e.restart()
+	q := e.ckpt.Quarantined()
+	if len(q) != 1 || q[0].UID != claim.UID || !strings.Contains(q[0].Reason, "no longer configured on this node") {
+		t.Fatalf("quarantined %+v, want the claim of the deleted instance with the reason", q)
+	}
+	if e.preparer.Uncertain() == "" {
+		t.Error("the plugin does not report the set-aside entry")
+	}
+}
