@@ -18,7 +18,9 @@
 #    and (on the real node) pod llm borrowing above its request: the Warning
 #    Events on its claim and pod and the plugin's incident counter; then a
 #    borrowing pod evicted by the GPU's MPS daemon (the double) when another
-#    pod needs its request: the MPSClientEvicted Events and the counter.
+#    pod needs its request: the MPSClientEvicted Events and the counter;
+#    then a node with MIG instances beside a fractional GPU, a pod on a
+#    whole MIG instance (class mig.gpufrac.dev) and that node's status.
 #
 # Arguments go to the demo driver, e.g. demo/run.sh -wait (keep the cluster
 # until Ctrl-C), -gpus h100x4,a100x4 or -node=standin.

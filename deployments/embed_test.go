@@ -25,7 +25,7 @@ func TestDeviceClassObjects(t *testing.T) {
 			t.Errorf("class %s: kind %q, %d selectors", c.Name, c.Kind, len(c.Spec.Selectors))
 		}
 	}
-	if !slices.Equal(names, []string{"gpufrac.dev", "sm-sharing.gpufrac.dev"}) {
+	if !slices.Equal(names, []string{"gpufrac.dev", "sm-sharing.gpufrac.dev", "mig.gpufrac.dev"}) {
 		t.Errorf("DeviceClasses %v", names)
 	}
 	for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} {

@@ -130,7 +130,7 @@ func newCommand() *cobra.Command {
 	fs.StringVar(&f.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "mount point of the cgroup hierarchy (dmem enforcement needs cgroup v2)")
 	fs.StringVar(&f.metricsAddress, "metrics-address", envOr("METRICS_ADDRESS", ":8080"), "address for /metrics and /healthz; empty disables")
 	fs.StringVar(&f.simulateGPUs, "simulate-gpus", envOr("SIMULATE_GPUS", ""),
-		fmt.Sprintf("simulate GPUs instead of using NVML, e.g. h200x8 or h100x4,a100x4 (models: %v)", catalog.Models()))
+		fmt.Sprintf("simulate GPUs instead of using NVML, e.g. h200x8 or h100x4,a100x4, with MIG instances on a group: h100x1,a100x1:mig=3g.40gb+1g.10gb (models: %v)", catalog.Models()))
 	fs.StringVar(&f.simulateEnforcement, "simulate-enforcement", envOr("SIMULATE_ENFORCEMENT", string(domain.EnforcementDMem)),
 		"with --simulate-gpus: the driver to simulate: dmem (r615, per-cgroup limits), mps (older driver, legacy MPS), none (older driver, no MPS)")
 	fs.StringVar(&f.simulateCgroup, "simulate-cgroup", "v2",
@@ -287,7 +287,7 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: mps.DaemonTemplate, ReadyTimeout: f.mpsReadyTimeout,
 			ServerReserveMiB: f.mpsServerReserveMiB,
 		},
-		CDI:                cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode, ShmSizeBytes: shmSize},
+		CDI:                cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode, MIGCaps: cdispec.HostMIGCaps("/"), ShmSizeBytes: shmSize},
 		Failpoint:          failpointHook(),
 		StatusClearDelay:   f.statusClearDelay,
 		StatusBurstQuiet:   f.statusBurstQuiet,

@@ -178,6 +178,10 @@ func (c *InformerCluster) MaxGPUsPerNode() int {
 			continue
 		}
 		for _, d := range s.Spec.Devices {
+			// MIG instances (type mig) are not GPUs fractions spread over.
+			if t, ok := d.Attributes[attrType]; ok && (t.StringValue == nil || *t.StringValue != "gpu") {
+				continue
+			}
 			if _, ok := d.Capacity["memory"]; ok {
 				perPool[s.Spec.Pool.Name]++
 			}

@@ -135,6 +135,10 @@ type Inventory struct {
 	VisibleDevicesEnvvar VisibleDevicesEnvvar
 	// Skipped lists GPUs left out, with the reason, for status reporting.
 	Skipped []SkippedGPU
+	// MIGDevices are the MIG instances of the node's MIG-enabled GPUs,
+	// offered whole beside the fraction GPUs (which never include a
+	// MIG-enabled GPU).
+	MIGDevices []MIGDevice
 }
 
 // SkippedGPU is a GPU discovery saw but does not offer.

@@ -42,6 +42,11 @@
 #    spec"): libcuda.so.<NVML's driver version> is in a library folder
 #    gpufrac's discovery searches, and (inferred) a non-MIG CUDA process
 #    needs no /dev/nvidia-caps (driverfiles_check).
+# 6. MIG (docs/design/nvidia-contract.md, "MIG instances"), on a node with a
+#    configured MIG instance: (inferred) the mig-minors numbering the
+#    simulated node uses, and (inferred) that a CUDA process given only one
+#    instance's two capability devices allocates on it and, given none,
+#    finds no device (mig_check).
 # Prints PASS/FAIL per check and exits non-zero on any FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -672,8 +677,41 @@ multigpu_check() {
 	exec 8>&-
 }
 
+# mig_check: see 6. above. Skips where no MIG instance is configured.
+mig_check() {
+	minors=/proc/driver/nvidia-caps/mig-minors
+	line=$(nvidia-smi mig -lci 2>/dev/null | awk '$4 == "MIG" {print $2, $3, $7; exit}')
+	if [ -z "$line" ] || [ ! -r "$minors" ]; then
+		echo "SKIP: MIG checks need a GPU with MIG mode on and a compute instance (nvidia-smi mig -cgi ... -C)"
+		return
+	fi
+	bad=$(awk '{ if (split($1, p, "/") == 3) { g = substr(p[1], 4); gi = substr(p[2], 3); want = 3 + 135 * g + 9 * gi }
+		else if (split($1, p, "/") == 4) { g = substr(p[1], 4); gi = substr(p[2], 3); ci = substr(p[3], 3); want = 3 + 135 * g + 9 * gi + 1 + ci }
+		else next; if ($2 != want) print $0 " (want " want ")" }' "$minors" | head -n3)
+	[ -z "$bad" ] && pass "MIG: every mig-minors line follows 3 + 135*gpu + 9*gi (+1+ci), the simulated node's numbering" ||
+		fail "MIG: mig-minors differs from the simulated numbering: $bad"
+	set -- $line
+	gpu=$1 gi=$2 ci=$3
+	gim=$(awk -v k="gpu$gpu/gi$gi/access" '$1 == k {print $2}' "$minors")
+	cim=$(awk -v k="gpu$gpu/gi$gi/ci$ci/access" '$1 == k {print $2}' "$minors")
+	major=$(awk '$2 == "nvidia-caps" {print $1; exit}' /proc/devices)
+	only=$(unshare -m sh -c "mount -t tmpfs none /dev/nvidia-caps && mknod /dev/nvidia-caps/nvidia-cap$gim c $major $gim && mknod /dev/nvidia-caps/nvidia-cap$cim c $major $cim && exec env -u CUDA_VISIBLE_DEVICES $work/memalloc 256" 2>&1)
+	case "$only" in
+	"allocated 256 MiB"*) pass "MIG: a CUDA process with only GPU $gpu instance $gi/$ci's capability devices allocates ($only)" ;;
+	*) fail "MIG: a CUDA process with only GPU $gpu instance $gi/$ci's capability devices (nvidia-cap$gim, nvidia-cap$cim) fails: $only" ;;
+	esac
+	none=$(unshare -m sh -c "mount -t tmpfs none /dev/nvidia-caps && exec env -u CUDA_VISIBLE_DEVICES $work/memalloc 256" 2>&1)
+	case "$none" in
+	"allocated 256 MiB"*) nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader | grep -qv Enabled &&
+		pass "MIG: without capability devices the process got a non-MIG GPU ($none)" ||
+		fail "MIG: a CUDA process without capability devices allocated on a MIG-only node: $none" ;;
+	*) pass "MIG: a CUDA process without capability devices reaches no MIG instance ($none)" ;;
+	esac
+}
+
 driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)
 driverfiles_check
+mig_check
 mps_check legacy
 if [ "${driver%%.*}" -ge 615 ]; then
 	mps_check v3

@@ -123,6 +123,9 @@ func MemorySizes(slices []*resourceapi.ResourceSlice) []resource.Quantity {
 	var sizes []resource.Quantity
 	for _, s := range slices {
 		for _, d := range s.Spec.Devices {
+			if !resourceslices.IsFractionTarget(&d) {
+				continue
+			}
 			q := d.Capacity[resourceslices.MemoryCapacity].Value
 			found := false
 			for _, have := range sizes {
@@ -154,6 +157,9 @@ func RunWith(ctx context.Context, slices []*resourceapi.ResourceSlice, classes [
 	var largest int64
 	for _, s := range slices {
 		for _, d := range s.Spec.Devices {
+			if !resourceslices.IsFractionTarget(&d) {
+				continue
+			}
 			capacity := d.Capacity[resourceslices.MemoryCapacity].Value
 			gpus[*s.Spec.NodeName+"/"+d.Name] = &GPU{Node: *s.Spec.NodeName, Device: d.Name, Capacity: capacity.Value()}
 			largest = max(largest, capacity.Value())

@@ -72,6 +72,10 @@ type GPU struct {
 	// Monitors are the adminAccess claims on the GPU, apart from Claims.
 	Monitors []Monitor `json:"monitors,omitempty"`
 	Taints   []string  `json:"taints,omitempty"`
+	// Type is the device's type: gpu (fractions) or mig (a MIG instance,
+	// held whole by at most one claim); Profile is a MIG instance's.
+	Type    string `json:"type"`
+	Profile string `json:"profile,omitempty"`
 }
 
 // Build lists every gpufrac GPU (optionally of one node) with its claims.
@@ -104,6 +108,10 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 			// (issue 24): a figure outside (0, the GPU's memory] is shown
 			// as such, not added up (1e30 would read as 0, sums overflow).
 			mem := r.ConsumedCapacity[resourceslices.MemoryCapacity]
+			if g.Type == domain.DeviceTypeMIG {
+				// A MIG instance is held whole: no consumed capacity.
+				mem = *resource.NewQuantity(g.Memory, resource.BinarySI)
+			}
 			cl := Claim{Namespace: c.Namespace, Name: c.Name, Pods: pods}
 			if cl.Invalid = outside("consumed memory", mem, g.Memory); cl.Invalid == "" {
 				cl.Request, cl.Limit = mem.Value(), mem.Value()
@@ -134,7 +142,10 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 		if out[i].Node != out[j].Node {
 			return out[i].Node < out[j].Node
 		}
-		return deviceOrder(out[i].Device) < deviceOrder(out[j].Device)
+		if a, b := deviceOrder(out[i].Device), deviceOrder(out[j].Device); a != b {
+			return a < b
+		}
+		return out[i].Device < out[j].Device
 	})
 	return out
 }
@@ -155,8 +166,8 @@ func enforced(d resourceapi.Device) (string, string) {
 	return enf, fmt.Sprintf("guarantee: %s; TimeSlicing limit: %s; SMSharing limit: %s", e.Guarantee, e.TimeSlicingLimit, e.SMSharingLimit)
 }
 
-// gpusOf lists the gpufrac GPUs of the slices (of one node, when node is
-// set), by pool/device.
+// gpusOf lists the gpufrac devices (GPUs and MIG instances) of the slices
+// (of one node, when node is set), by pool/device.
 func gpusOf(slices []resourceapi.ResourceSlice, node string) map[string]*GPU {
 	gpus := map[string]*GPU{}
 	for _, s := range slices {
@@ -164,23 +175,33 @@ func gpusOf(slices []resourceapi.ResourceSlice, node string) map[string]*GPU {
 			continue
 		}
 		for _, d := range s.Spec.Devices {
-			capacity := d.Capacity[resourceslices.MemoryCapacity].Value
-			g := &GPU{Node: *s.Spec.NodeName, Device: d.Name, Memory: capacity.Value()}
-			g.UUID = ptr.Deref(d.Attributes[resourceslices.AttrUUID].StringValue, "")
-			g.Model = ptr.Deref(d.Attributes[resourceslices.AttrProductName].StringValue, "")
-			// A reserve the slice states, within what a GPU can have (the
-			// bound keeps the shift from overflowing on a hostile slice).
-			if r := ptr.Deref(d.Attributes[resourceslices.AttrMPSServerReserveMiB].IntValue, 0); r > 0 && r < 1<<32 {
-				g.ServerReserve = r << 20
-			}
-			g.Enforcement, g.Enforced = enforced(d)
-			for _, t := range d.Taints {
-				g.Taints = append(g.Taints, t.Key+"="+t.Value+":"+string(t.Effect))
-			}
-			gpus[s.Spec.Pool.Name+"/"+d.Name] = g
+			gpus[s.Spec.Pool.Name+"/"+d.Name] = deviceGPU(*s.Spec.NodeName, &d)
 		}
 	}
 	return gpus
+}
+
+// deviceGPU is the status entry of one slice device, before its claims.
+func deviceGPU(node string, d *resourceapi.Device) *GPU {
+	capacity := d.Capacity[resourceslices.MemoryCapacity].Value
+	g := &GPU{Node: node, Device: d.Name, Memory: capacity.Value()}
+	g.UUID = ptr.Deref(d.Attributes[resourceslices.AttrUUID].StringValue, "")
+	g.Model = ptr.Deref(d.Attributes[resourceslices.AttrProductName].StringValue, "")
+	g.Type = resourceslices.DeviceType(d)
+	if g.Type == domain.DeviceTypeMIG {
+		g.Profile = ptr.Deref(d.Attributes[resourceslices.AttrMIGProfile].StringValue, "")
+		g.Model += " MIG " + g.Profile
+	}
+	// A reserve the slice states, within what a GPU can have (the bound
+	// keeps the shift from overflowing on a hostile slice).
+	if r := ptr.Deref(d.Attributes[resourceslices.AttrMPSServerReserveMiB].IntValue, 0); r > 0 && r < 1<<32 {
+		g.ServerReserve = r << 20
+	}
+	g.Enforcement, g.Enforced = enforced(*d)
+	for _, t := range d.Taints {
+		g.Taints = append(g.Taints, t.Key+"="+t.Value+":"+string(t.Effect))
+	}
+	return g
 }
 
 // outside describes a share's figure that no share of a GPU of memory

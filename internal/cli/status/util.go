@@ -10,7 +10,9 @@ import (
 
 // deviceOrder sorts gpu-2 before gpu-10.
 func deviceOrder(name string) int {
-	n, err := strconv.Atoi(strings.TrimPrefix(name, "gpu-"))
+	// A MIG instance (gpu-<parent>-mig-<gi>-<ci>) sorts by its parent.
+	head, _, _ := strings.Cut(strings.TrimPrefix(name, "gpu-"), "-")
+	n, err := strconv.Atoi(head)
 	if err != nil {
 		return -1
 	}

@@ -158,6 +158,12 @@ func (w *world) inventory(node string) *domain.Inventory {
 	inv := &domain.Inventory{}
 	for _, k := range keys {
 		d := w.devices[k].dev
+		if resourceslices.DeviceType(&d) == domain.DeviceTypeMIG {
+			if m, ok := migFromSlice(d, k.device); ok {
+				inv.MIGDevices = append(inv.MIGDevices, m)
+			}
+			continue
+		}
 		idx := -1
 		if a, ok := d.Attributes[resourceslices.AttrIndex]; ok && a.IntValue != nil {
 			idx = int(*a.IntValue)
@@ -382,4 +388,20 @@ func podsOf(c *resourceapi.ResourceClaim) []string {
 		}
 	}
 	return out
+}
+
+// migFromSlice rebuilds a MIG instance from its slice device: its name
+// carries the parent's index and the instance ids, its attributes the
+// rest planning reads.
+func migFromSlice(d resourceapi.Device, name string) (domain.MIGDevice, bool) {
+	var m domain.MIGDevice
+	if n, err := fmt.Sscanf(name, "gpu-%d-mig-%d-%d", &m.Parent.Index, &m.GIID, &m.CIID); n != 3 || err != nil || m.Name() != name {
+		return m, false
+	}
+	m.UUID = stringAttr(d, resourceslices.AttrUUID)
+	m.Parent.UUID = stringAttr(d, resourceslices.AttrParentUUID)
+	m.Parent.ProductName = stringAttr(d, resourceslices.AttrProductName)
+	m.Profile = stringAttr(d, resourceslices.AttrMIGProfile)
+	m.MemoryBytes = uint64(capacityOf(d))
+	return m, true
 }

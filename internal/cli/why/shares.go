@@ -55,6 +55,9 @@ func (w *world) shares(_ context.Context, target Target) ([]Share, []Reason) {
 			if info, ok := w.devices[deviceKey{r.Pool, r.Device}]; ok {
 				s.UUID = stringAttr(info.dev, resourceslices.AttrUUID)
 				s.Model = stringAttr(info.dev, resourceslices.AttrProductName)
+				if resourceslices.DeviceType(&info.dev) == domain.DeviceTypeMIG {
+					s.Model += " MIG " + stringAttr(info.dev, resourceslices.AttrMIGProfile)
+				}
 				s.Node = info.node
 				if r.ShareID == nil {
 					s.RequestBytes = capacityOf(info.dev)

@@ -25,7 +25,7 @@ func Collect(slices []*resourceapi.ResourceSlice, claims []*resourceapi.Resource
 			continue
 		}
 		for _, d := range s.Spec.Devices {
-			if !resourceslices.IsFractionTarget(d) {
+			if !resourceslices.IsFractionTarget(&d) {
 				continue
 			}
 			k := key{s.Spec.Pool.Name, d.Name}

@@ -26,10 +26,11 @@ import (
 // These bounds also keep every sum of limits far below int64's range.
 
 // MaxShares is how many shares the node described by inv can hold at
-// once: what each GPU offers divided by the smallest share.
+// once: what each GPU offers divided by the smallest share, and one per
+// MIG instance (allocated whole).
 func MaxShares(inv *domain.Inventory) int {
 	minShare := domain.MemoryMin.Value()
-	n := 0
+	n := len(inv.MIGDevices)
 	for _, g := range inv.GPUs {
 		offered := domain.OfferedMemory(g)
 		n += int(offered.Value() / minShare)
@@ -74,12 +75,18 @@ func checkPerGPUConsumed(devs []Device, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	for _, g := range (&Claim{Devices: devs}).PerGPU() {
 		var gpu domain.GPU
-		shares := 0
+		shares, mig := 0, false
 		for _, d := range devs {
 			if d.GPU.UUID == g.UUID {
 				gpu = d.GPU
 				shares++
+				mig = mig || d.MIG != nil
 			}
+		}
+		if mig {
+			// A MIG instance is one device, allocated whole: the
+			// scheduler gives it to one request, and it has no limits.
+			continue
 		}
 		offered := domain.OfferedMemory(gpu)
 		if g.SoftLimitBytes > offered.Value() {

@@ -67,6 +67,10 @@ type Device struct {
 	// files, and nothing else: no limits (both are zero), no MPS route, no
 	// compute mode, and no share of the node's accounting (Counted).
 	AdminAccess bool `json:"adminAccess,omitempty"`
+	// MIG is set when the device is a whole MIG instance: GPU is then the
+	// instance (its UUID and memory on the parent's minor), the limits are
+	// its memory, Enforcement is none and MPS is nil.
+	MIG *domain.MIGRef `json:"mig,omitempty"`
 }
 
 // Counted tells whether d takes part in the node's memory accounting: the
@@ -144,6 +148,11 @@ func planDevice(r resourceapi.DeviceRequestAllocationResult, path *field.Path,
 	allConfigs []resourceapi.DeviceAllocationConfiguration, configsPath *field.Path,
 	inv *domain.Inventory, opts Options) (*Device, field.ErrorList) {
 	var errs field.ErrorList
+	if r.Pool == opts.NodeName {
+		if m, isMIG := inv.MIGByName(r.Device); isMIG {
+			return planMIG(r, m, path, allConfigs, configsPath)
+		}
+	}
 	gpu, err := locate(r, path, inv, opts)
 	if err != nil {
 		return nil, field.ErrorList{err}

@@ -40,7 +40,9 @@ func CheckRecorded(c *Claim, inv *domain.Inventory, opts Options) error {
 			errs = append(errs, fmt.Errorf("devices[%d]: %w", i, err))
 			continue
 		}
-		perGPU[d.GPU.UUID] += d.SoftLimitBytes
+		if d.MIG == nil {
+			perGPU[d.GPU.UUID] += d.SoftLimitBytes
+		}
 	}
 	for uuid, sum := range perGPU {
 		gpu, _ := inv.GPUByUUID(uuid)
@@ -54,6 +56,9 @@ func CheckRecorded(c *Claim, inv *domain.Inventory, opts Options) error {
 func checkRecordedDevice(d Device, inv *domain.Inventory, opts Options) error {
 	if d.Pool != opts.NodeName {
 		return fmt.Errorf("pool %q is not this node's (%q)", safetext.Cap(d.Pool, 256), opts.NodeName)
+	}
+	if d.MIG != nil {
+		return checkRecordedMIG(d, inv)
 	}
 	gpu, ok := inv.GPUByUUID(d.GPU.UUID)
 	if !ok || d.Device != domain.DeviceName(gpu.Index) {
@@ -76,6 +81,20 @@ func checkRecordedDevice(d Device, inv *domain.Inventory, opts Options) error {
 	}
 	if d.HardLimitBytes < d.SoftLimitBytes || uint64(d.HardLimitBytes) > gpu.MemoryBytes {
 		return fmt.Errorf("memory limit %d bytes, want [%d, %d] on GPU %s", d.HardLimitBytes, d.SoftLimitBytes, gpu.MemoryBytes, gpu.UUID)
+	}
+	return nil
+}
+
+// checkRecordedMIG: a share of a MIG instance must name an instance this
+// node still has (same device name and UUID: an instance deleted and
+// recreated has a new UUID), with limits equal to its memory.
+func checkRecordedMIG(d Device, inv *domain.Inventory) error {
+	m, ok := inv.MIGByName(d.Device)
+	if !ok || m.UUID != d.GPU.UUID {
+		return fmt.Errorf("MIG instance %q (device %q, %s) is no longer configured on this node", safetext.Cap(d.GPU.UUID, 128), safetext.Cap(d.Device, 128), safetext.Cap(d.MIG.Profile, 64))
+	}
+	if d.SoftLimitBytes != int64(m.MemoryBytes) || d.HardLimitBytes != int64(m.MemoryBytes) {
+		return fmt.Errorf("MIG instance %s: recorded memory %d/%d bytes, want its %d", m.UUID, d.SoftLimitBytes, d.HardLimitBytes, m.MemoryBytes)
 	}
 	return nil
 }

@@ -51,13 +51,38 @@ const (
 	// AttrMPSServerReserveMiB is what the GPU keeps back from its
 	// capacity for the MPS server's context (MiB); absent when nothing.
 	AttrMPSServerReserveMiB resourceapi.QualifiedName = "mpsServerReserveMiB"
-	// AttrType is "gpu" (a whole GPU, shared by fractions) or "mig";
-	// consumers treat a device without it as "gpu" (an older plugin's).
+	// AttrType is "gpu" for a whole GPU that serves fractions, "mig" for
+	// a MIG instance allocated whole (domain.DeviceType*). A device
+	// without it (a slice of an older plugin) is a gpu.
 	AttrType resourceapi.QualifiedName = "type"
-	// AttrMemoryTotalMiB is NVML's total memory of the device (MiB), before
-	// any MPS server reserve: the base KAI and HAMi translation compute on.
+	// AttrMemoryTotalMiB is NVML's memory total of the GPU or MIG
+	// instance, in MiB: what the node-scoped admission policy bounds the
+	// memory capacity by, and what cluster-wide consumers compare.
 	AttrMemoryTotalMiB resourceapi.QualifiedName = "memoryTotalMiB"
+	// AttrMIGProfile, AttrParentUUID and AttrParentIndex are published on
+	// MIG instances only: the profile name ("1g.10gb") and the GPU the
+	// instance lives on.
+	AttrMIGProfile  resourceapi.QualifiedName = "profile"
+	AttrParentUUID  resourceapi.QualifiedName = "parentUUID"
+	AttrParentIndex resourceapi.QualifiedName = "parentIndex"
 )
+
+// MultiprocessorsCapacity is a MIG instance's SM count, published as
+// capacity so a claim can select on it; nothing consumes it.
+const MultiprocessorsCapacity resourceapi.QualifiedName = "multiprocessors"
+
+// DeviceType is the device's `type`, with a device that does not say (a
+// slice written by an older plugin) read as a gpu.
+func DeviceType(d *resourceapi.Device) string {
+	if a, ok := d.Attributes[AttrType]; ok && a.StringValue != nil {
+		return *a.StringValue
+	}
+	return domain.DeviceTypeGPU
+}
+
+// IsFractionTarget tells whether d is a device fractions are placed on
+// (type gpu): admission, packing, status and why read those alone.
+func IsFractionTarget(d *resourceapi.Device) bool { return DeviceType(d) == domain.DeviceTypeGPU }
 
 // MaxDevicesPerSlice is the API's limit for slices whose devices carry
 // taints (128 otherwise). Unhealthy GPUs get taints, so every slice stays
@@ -95,7 +120,7 @@ func Device(gpu domain.GPU, inv *domain.Inventory) (resourceapi.Device, error) {
 		AttrMemoryEnforcement:     {StringValue: ptr.To(string(inv.Enforcement))},
 		AttrMPSVersion:            {StringValue: ptr.To(inv.MPSVersion)},
 		AttrComputeModes:          {StringValue: ptr.To(computeModes(gpu))},
-		AttrType:                  {StringValue: ptr.To("gpu")},
+		AttrType:                  {StringValue: ptr.To(domain.DeviceTypeGPU)},
 		AttrMemoryTotalMiB:        {IntValue: ptr.To(int64(gpu.MemoryBytes >> 20))},
 	}
 	if inv.VisibleDevicesEnvvar != "" {
@@ -167,6 +192,7 @@ func DriverResources(nodeName string, inv *domain.Inventory) (resourceslice.Driv
 func DriverResourcesWithHealth(nodeName string, inv *domain.Inventory, unhealthy map[string]string) (resourceslice.DriverResources, error) {
 	var slices []resourceslice.Slice
 	var current []resourceapi.Device
+	devices := make([]resourceapi.Device, 0, len(inv.GPUs)+len(inv.MIGDevices))
 	for _, gpu := range inv.GPUs {
 		dev, err := Device(gpu, inv)
 		if err != nil {
@@ -175,6 +201,25 @@ func DriverResourcesWithHealth(nodeName string, inv *domain.Inventory, unhealthy
 		if reason, bad := unhealthy[gpu.UUID]; bad {
 			dev.Taints = []resourceapi.DeviceTaint{{Key: TaintUnhealthy, Value: taintValue(reason), Effect: resourceapi.DeviceTaintEffectNoSchedule}}
 		}
+		devices = append(devices, dev)
+	}
+	for _, m := range inv.MIGDevices {
+		dev, err := MIGDevice(m, inv)
+		if err != nil {
+			return resourceslice.DriverResources{}, err
+		}
+		// An XID on the parent GPU (or on the instance) taints the
+		// instance: its work runs on the parent's hardware.
+		reason, bad := unhealthy[m.UUID]
+		if !bad {
+			reason, bad = unhealthy[m.Parent.UUID]
+		}
+		if bad {
+			dev.Taints = []resourceapi.DeviceTaint{{Key: TaintUnhealthy, Value: taintValue(reason), Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+		}
+		devices = append(devices, dev)
+	}
+	for _, dev := range devices {
 		current = append(current, dev)
 		if len(current) == MaxDevicesPerSlice {
 			slices = append(slices, resourceslice.Slice{Devices: current})

@@ -8,18 +8,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
-	"k8s.io/utils/ptr"
 )
-
-// TypeGPU is the AttrType value of a whole GPU, the only fraction target.
-const TypeGPU = "gpu"
-
-// IsFractionTarget tells whether fractions share d: a device of type gpu,
-// or one without the attribute (slices written by an older plugin).
-func IsFractionTarget(d resourceapi.Device) bool {
-	t := ptr.Deref(d.Attributes[AttrType].StringValue, TypeGPU)
-	return t == TypeGPU
-}
 
 // CapacityBytes is d's published memory capacity in bytes (0 without one).
 func CapacityBytes(d resourceapi.Device) int64 {
@@ -41,8 +30,8 @@ func CapacityBytes(d resourceapi.Device) int64 {
 // whether the order differs from devices'.
 func OrderByFill(devices []resourceapi.Device, used map[string]int64) ([]resourceapi.Device, bool) {
 	var positions []int
-	for i, d := range devices {
-		if IsFractionTarget(d) {
+	for i := range devices {
+		if IsFractionTarget(&devices[i]) {
 			positions = append(positions, i)
 		}
 	}

@@ -72,6 +72,10 @@ type Options struct {
 	// driver root and the hook that adds them to the linker cache, so the
 	// spec needs no NVIDIA runtime.
 	Driver *cdispec.ContainerEdits
+	// MIGCaps resolves the capability device nodes of MIG instance gi/ci
+	// on the GPU with parentMinor (HostMIGCaps on a real node); nil: the
+	// node offers no MIG instances, and a plan with one fails.
+	MIGCaps func(parentMinor, gi, ci int) ([]cdispec.DeviceNode, error)
 	// ShmSizeBytes caps the tmpfs each fraction container gets on
 	// /dev/shm (the plugin's --shm-size); 0 leaves the kernel's tmpfs
 	// default, half of the node's memory.
@@ -122,13 +126,13 @@ func Build(c *plan.Claim, opts Options) (*cdispec.Spec, error) {
 	spec.ContainerEdits = claimEdits
 
 	for _, d := range c.Devices {
-		node, err := opts.DeviceNode(GPUDeviceNode(d.GPU.Minor))
+		nodes, err := deviceNodes(d, opts)
 		if err != nil {
-			return nil, fmt.Errorf("resolving the device node of GPU %s: %w", d.GPU.UUID, err)
+			return nil, err
 		}
 		spec.Devices = append(spec.Devices, cdispec.Device{
 			Name:           DeviceName(c.UID, d),
-			ContainerEdits: cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{&node}},
+			ContainerEdits: cdispec.ContainerEdits{DeviceNodes: nodes},
 		})
 	}
 	version, err := cdispec.MinimumRequiredVersion(spec)
@@ -137,6 +141,31 @@ func Build(c *plan.Claim, opts Options) (*cdispec.Spec, error) {
 	}
 	spec.Version = version
 	return spec, nil
+}
+
+// deviceNodes are the nodes of one share: its GPU's, and for a MIG
+// instance (on its parent's node) the instance's two capability devices.
+func deviceNodes(d plan.Device, opts Options) ([]*cdispec.DeviceNode, error) {
+	node, err := opts.DeviceNode(GPUDeviceNode(d.GPU.Minor))
+	if err != nil {
+		return nil, fmt.Errorf("resolving the device node of GPU %s: %w", d.GPU.UUID, err)
+	}
+	out := []*cdispec.DeviceNode{&node}
+	if d.MIG == nil {
+		return out, nil
+	}
+	if opts.MIGCaps == nil {
+		return nil, fmt.Errorf("MIG instance %s: this node resolves no MIG capability devices", d.GPU.UUID)
+	}
+	caps, err := opts.MIGCaps(d.GPU.Minor, d.MIG.GIID, d.MIG.CIID)
+	if err != nil {
+		return nil, fmt.Errorf("resolving the capability devices of MIG instance %s (GPU instance %d, compute instance %d on GPU minor %d): %w",
+			d.GPU.UUID, d.MIG.GIID, d.MIG.CIID, d.GPU.Minor, err)
+	}
+	for i := range caps {
+		out = append(out, &caps[i])
+	}
+	return out, nil
 }
 
 // MiB renders bytes in the unit of NVIDIA's memory environment contract,

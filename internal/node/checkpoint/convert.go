@@ -92,6 +92,9 @@ func fromV1(e *v1.Entry) Entry {
 			id := types.UID(*d.ShareID)
 			pd.ShareID = &id
 		}
+		if d.MIG != nil {
+			pd.MIG = &domain.MIGRef{ParentUUID: d.MIG.ParentUUID, GIID: d.MIG.GIID, CIID: d.MIG.CIID, Profile: d.MIG.Profile}
+		}
 		if d.MPS != nil {
 			pd.MPS = &domain.MPSBinding{GPUUUID: d.MPS.GPUUUID, PipeDir: d.MPS.PipeDir, LogDir: d.MPS.LogDir,
 				ShmDir: d.MPS.ShmDir, Version: d.MPS.Version, Namespace: d.MPS.Namespace}
@@ -123,6 +126,9 @@ func toV1(e *Entry) v1.Entry {
 		if d.ShareID != nil {
 			id := string(*d.ShareID)
 			vd.ShareID = &id
+		}
+		if d.MIG != nil {
+			vd.MIG = &v1.MIGRef{ParentUUID: d.MIG.ParentUUID, GIID: d.MIG.GIID, CIID: d.MIG.CIID, Profile: d.MIG.Profile}
 		}
 		if d.MPS != nil {
 			vd.MPS = &v1.MPSBinding{GPUUUID: d.MPS.GPUUUID, PipeDir: d.MPS.PipeDir, LogDir: d.MPS.LogDir,

@@ -63,6 +63,7 @@ type Collector struct {
 	unprepareSeconds prometheus.Histogram
 	errorsTotal      *prometheus.CounterVec
 	reordersTotal    prometheus.Counter
+	migLost          prometheus.Counter
 
 	shareRequest, shareLimit, containerUsed, containerSM *prometheus.Desc
 	gpuTotal, gpuGuaranteed, gpuLimitSum, gpuOvercommit  *prometheus.Desc
@@ -83,6 +84,9 @@ func New(cfg Config) *Collector {
 		unprepareSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "gpufrac_unprepare_duration_seconds", Help: "Time to unprepare one claim.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		migLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpufrac_mig_instances_lost_total",
+			Help: "Prepared claims' MIG instances found gone from the node's MIG layout (each claim's instance counted once when noticed)."}),
 		errorsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpufrac_prepare_errors_total", Help: "Failed Prepare calls by reason."}, []string{"reason"}),
 		reordersTotal: prometheus.NewCounter(prometheus.CounterOpts{
@@ -133,6 +137,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.unprepareSeconds.Describe(ch)
 	c.errorsTotal.Describe(ch)
 	c.reordersTotal.Describe(ch)
+	c.migLost.Describe(ch)
 	for _, d := range []*prometheus.Desc{c.shareRequest, c.shareLimit, c.containerUsed, c.containerSM, c.gpuTotal, c.gpuGuaranteed, c.gpuLimitSum, c.gpuOvercommit, c.claimsPrepared, c.mpsDaemons, c.mpsDaemonClaims, c.quarantined} {
 		ch <- d
 	}
@@ -144,6 +149,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.unprepareSeconds.Collect(ch)
 	c.errorsTotal.Collect(ch)
 	c.reordersTotal.Collect(ch)
+	c.migLost.Collect(ch)
 	node := c.cfg.NodeName
 	prepared := c.cfg.Prepared()
 	guaranteed, limits := map[string]float64{}, map[string]float64{}
@@ -306,5 +312,12 @@ func (c *Collector) containerUsage(ch chan<- prometheus.Metric, r cdihook.Record
 		if usage.smKnown {
 			ch <- prometheus.MustNewConstMetric(c.containerSM, prometheus.GaugeValue, float64(usage.smPercent), labels...)
 		}
+	}
+}
+
+// ObserveMIGLost counts n prepared shares whose MIG instance is gone.
+func (c *Collector) ObserveMIGLost(n int) {
+	if c != nil {
+		c.migLost.Add(float64(n))
 	}
 }

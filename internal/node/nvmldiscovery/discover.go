@@ -77,16 +77,31 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*domain.In
 		return nil, fmt.Errorf("listing GPUs: %w", err)
 	}
 	for i, d := range devices {
-		gpu, skipReason, err := describe(d, opts)
+		gpu, err := describe(d, opts)
 		if err != nil {
 			return nil, fmt.Errorf("describing GPU %d: %w", i, err)
 		}
-		if skipReason != "" {
-			logger.Info("Skipping GPU", "index", gpu.Index, "uuid", gpu.UUID, "reason", skipReason)
-			inv.Skipped = append(inv.Skipped, domain.SkippedGPU{Index: gpu.Index, UUID: gpu.UUID, Reason: skipReason})
+		// MIG splits the GPU in hardware: a fraction of a MIG-enabled GPU
+		// would double-count its memory, so such a GPU offers its
+		// configured instances, each whole, and no fractions.
+		mig, err := d.IsMigEnabled()
+		if err != nil {
+			return nil, fmt.Errorf("reading MIG mode of %s: %w", gpu.UUID, err)
+		}
+		if !mig {
+			inv.GPUs = append(inv.GPUs, gpu)
 			continue
 		}
-		inv.GPUs = append(inv.GPUs, gpu)
+		instances, err := migInstances(d, gpu)
+		if err != nil {
+			return nil, err
+		}
+		if len(instances) == 0 {
+			reason := "MIG is enabled on this GPU and no MIG instance is configured: it offers neither fractions nor instances"
+			logger.Info("Skipping GPU", "index", gpu.Index, "uuid", gpu.UUID, "reason", reason)
+			inv.Skipped = append(inv.Skipped, domain.SkippedGPU{Index: gpu.Index, UUID: gpu.UUID, Reason: reason})
+		}
+		inv.MIGDevices = append(inv.MIGDevices, instances...)
 	}
 
 	inv.MPSVersion = detectMPS(inv.DriverVersion, opts)
@@ -99,51 +114,43 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*domain.In
 			logger.Info("The driver sets per-cgroup limits, but this node cannot use them", "reason", inv.EnforcementNote, "enforcement", inv.Enforcement)
 		}
 	}
-	logger.Info("Discovered GPUs", "count", len(inv.GPUs), "skipped", len(inv.Skipped),
+	logger.Info("Discovered GPUs", "count", len(inv.GPUs), "migInstances", len(inv.MIGDevices), "skipped", len(inv.Skipped),
 		"driverVersion", inv.DriverVersion, "cudaDriverVersion", inv.CUDADriverVersion,
 		"enforcement", inv.Enforcement, "mpsVersion", inv.MPSVersion)
 	return inv, nil
 }
 
-func describe(d device.Device, opts Options) (domain.GPU, string, error) {
+func describe(d device.Device, opts Options) (domain.GPU, error) {
 	var g domain.GPU
 	var ret nvml.Return
 	if g.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
-		return g, "", fmt.Errorf("reading uuid: %w", ret)
+		return g, fmt.Errorf("reading uuid: %w", ret)
 	}
 	if g.Index, ret = d.GetIndex(); ret != nvml.SUCCESS {
-		return g, "", fmt.Errorf("reading index of %s: %w", g.UUID, ret)
-	}
-	// MIG splits the GPU in hardware; a fraction of a MIG-enabled GPU would
-	// double-count its memory, so such GPUs are not offered.
-	mig, err := d.IsMigEnabled()
-	if err != nil {
-		return g, "", fmt.Errorf("reading MIG mode of %s: %w", g.UUID, err)
-	}
-	if mig {
-		return g, "MIG is enabled on this GPU; gpufrac offers only whole GPUs without MIG", nil
+		return g, fmt.Errorf("reading index of %s: %w", g.UUID, ret)
 	}
 	if g.Minor, ret = d.GetMinorNumber(); ret != nvml.SUCCESS {
-		return g, "", fmt.Errorf("reading minor number of %s: %w", g.UUID, ret)
+		return g, fmt.Errorf("reading minor number of %s: %w", g.UUID, ret)
 	}
 	if g.ProductName, ret = d.GetName(); ret != nvml.SUCCESS {
-		return g, "", fmt.Errorf("reading name of %s: %w", g.UUID, ret)
+		return g, fmt.Errorf("reading name of %s: %w", g.UUID, ret)
 	}
+	var err error
 	if g.Architecture, err = d.GetArchitectureAsString(); err != nil {
-		return g, "", fmt.Errorf("reading architecture of %s: %w", g.UUID, err)
+		return g, fmt.Errorf("reading architecture of %s: %w", g.UUID, err)
 	}
 	if g.Brand, err = d.GetBrandAsString(); err != nil {
-		return g, "", fmt.Errorf("reading brand of %s: %w", g.UUID, err)
+		return g, fmt.Errorf("reading brand of %s: %w", g.UUID, err)
 	}
 	if g.CUDAComputeCapability, err = d.GetCudaComputeCapabilityAsString(); err != nil {
-		return g, "", fmt.Errorf("reading compute capability of %s: %w", g.UUID, err)
+		return g, fmt.Errorf("reading compute capability of %s: %w", g.UUID, err)
 	}
 	if g.PCIBusID, err = d.GetPCIBusID(); err != nil {
-		return g, "", fmt.Errorf("reading PCI bus id of %s: %w", g.UUID, err)
+		return g, fmt.Errorf("reading PCI bus id of %s: %w", g.UUID, err)
 	}
 	mem, ret := d.GetMemoryInfo()
 	if ret != nvml.SUCCESS {
-		return g, "", fmt.Errorf("reading memory of %s: %w", g.UUID, ret)
+		return g, fmt.Errorf("reading memory of %s: %w", g.UUID, ret)
 	}
 	g.MemoryBytes = mem.Total
 	if opts.PCIeRoot != nil && g.PCIBusID != "" {
@@ -153,7 +160,7 @@ func describe(d device.Device, opts Options) (domain.GPU, string, error) {
 			g.PCIeRoot = root
 		}
 	}
-	return g, "", nil
+	return g, nil
 }
 
 func detectMPS(driverVersion string, opts Options) string {

@@ -65,13 +65,20 @@ func TestDiscoverDGXH200(t *testing.T) {
 	}
 }
 
-func TestDiscoverSkipsMIGEnabledGPUs(t *testing.T) {
+// A GPU whose MIG mode is on but that has no instance offers nothing: not
+// fractions (its memory belongs to MIG) and no instance. The instances of
+// a configured one are tested with simulated layouts (internal/sim/gpusim).
+func TestDiscoverSkipsMIGEnabledGPUsWithoutInstances(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	srv := dgxh200.New()
 	migDev := srv.Devices[1].(*server.Device)
 	if ret, _ := migDev.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
 		t.Fatal(ret)
 	}
+	// NVML on a MIG GPU without instances: a maximum, and no handle at
+	// any index.
+	migDev.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
+	migDev.GetMigDeviceHandleByIndexFunc = func(int) (nvml.Device, nvml.Return) { return nil, nvml.ERROR_NOT_FOUND }
 	inv, err := nvmldiscovery.Discover(ctx, srv, nvmldiscovery.Options{CgroupRoot: cgroupV2Root(t), LookPath: notFound})
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +89,10 @@ func TestDiscoverSkipsMIGEnabledGPUs(t *testing.T) {
 	if _, ok := inv.GPUByUUID(migDev.UUID); ok {
 		t.Error("the MIG-enabled GPU is offered")
 	}
-	if len(inv.Skipped) != 1 || inv.Skipped[0].UUID != migDev.UUID || !strings.Contains(inv.Skipped[0].Reason, "MIG is enabled") {
+	if len(inv.MIGDevices) != 0 {
+		t.Errorf("MIG instances %+v on a GPU without any", inv.MIGDevices)
+	}
+	if len(inv.Skipped) != 1 || inv.Skipped[0].UUID != migDev.UUID || !strings.Contains(inv.Skipped[0].Reason, "no MIG instance") {
 		t.Errorf("skipped = %+v, want the MIG GPU with its reason", inv.Skipped)
 	}
 }

@@ -99,3 +99,12 @@ func (r *eventReporter) EnforcementReduced(nodeName string, enforcement domain.E
 	r.recorder.Eventf(node, nil, v1.EventTypeWarning, "GPUMemoryEnforcementReduced", "Discover",
 		"%s", safetext.Cap(fmt.Sprintf("gpufrac advertises memoryEnforcement %s on this node: %s; enable it from the cgroup root down the kubelet's pod cgroups and restart gpufrac-kubelet-plugin", enforcement, note), maxNoteBytes))
 }
+
+// MIGInstanceLost tells a prepared claim's owners that the MIG instance
+// its containers were given is no longer configured on the node (the MIG
+// layout changed under them): gpufrac does not drop the claim, and its
+// containers keep whatever the driver left them.
+func (r *eventReporter) MIGInstanceLost(c *plan.Claim, device, uuid, profile string) {
+	r.recorder.Eventf(claimRef(c), nil, v1.EventTypeWarning, "MIGInstanceLost", "WatchMIGLayout",
+		"MIG instance %s (%s, %s) of this prepared claim is no longer configured on the node; its containers lost it: delete and recreate the pod to get an instance of the current layout", device, profile, uuid)
+}

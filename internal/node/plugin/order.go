@@ -65,7 +65,7 @@ func (p *Plugin) usedByDevice() map[string]int64 {
 // buildResources is what the node publishes for unhealthy (UUID to
 // reason) and, with ordering on, its prepared claims.
 func (p *Plugin) buildResources(unhealthy map[string]string) (resourceslice.DriverResources, error) {
-	res, err := resourceslices.DriverResourcesWithHealth(p.cfg.NodeName, p.inventory, unhealthy)
+	res, err := resourceslices.DriverResourcesWithHealth(p.cfg.NodeName, p.preparer.Inventory(), unhealthy)
 	if err != nil || p.cfg.SliceOrderInterval <= 0 {
 		return res, err
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -281,6 +282,7 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	if cfg.SliceOrderInterval > 0 {
 		p.done.Go(func() { p.runOrder(bgCtx, cfg.SliceOrderInterval) })
 	}
+	p.watchMIGLayout(bgCtx)
 	started = true
 	logger.Info("Kubelet plugin started", "node", cfg.NodeName, "gpus", len(inv.GPUs),
 		"enforcement", inv.Enforcement, "prepared", len(p.preparer.Prepared()), "rollingUpdate", cfg.RollingUpdateUID != "",
@@ -478,6 +480,16 @@ func (p *Plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 			}
 			report.Devices = append(report.Devices, h)
 		}
+		// A MIG instance is as healthy as its GPU: XIDs name the GPU.
+		for _, m := range p.preparer.Inventory().MIGDevices {
+			st := p.health.Get(m.Parent.UUID)
+			h := kubeletplugin.DeviceHealth{PoolName: p.cfg.NodeName, DeviceName: m.Name(),
+				Health: kubeletplugin.HealthStatusHealthy, LastUpdated: now, HealthCheckTimeout: 3 * healthRefresh}
+			if !st.Healthy {
+				h.Health, h.Message = kubeletplugin.HealthStatusUnhealthy, st.Reason
+			}
+			report.Devices = append(report.Devices, h)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
@@ -500,6 +512,12 @@ func (p *Plugin) watchHealth(ctx context.Context) {
 	for i, g := range p.inventory.GPUs {
 		uuids[i] = g.UUID
 	}
+	// A MIG-enabled GPU's XIDs taint its instances (resourceslices).
+	for _, m := range p.inventory.MIGDevices {
+		if !slices.Contains(uuids, m.Parent.UUID) {
+			uuids = append(uuids, m.Parent.UUID)
+		}
+	}
 	p.done.Add(2)
 	go func() {
 		defer p.done.Done()
@@ -520,15 +538,11 @@ func (p *Plugin) watchHealth(ctx context.Context) {
 				return
 			case <-changed:
 			}
-			unhealthy := map[string]string{}
-			for uuid, st := range p.health.Unhealthy() {
-				unhealthy[uuid] = st.Reason
-			}
-			if _, err := p.publish(ctx, unhealthy); err != nil {
+			if err := p.republish(ctx); err != nil {
 				logger.Error(err, "Republishing ResourceSlices after a health change")
 				continue
 			}
-			logger.Info("Republished ResourceSlices after a health change", "unhealthy", len(unhealthy))
+			logger.Info("Republished ResourceSlices after a health change", "unhealthy", len(p.health.Unhealthy()))
 		}
 	}()
 }

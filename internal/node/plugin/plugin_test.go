@@ -411,7 +411,15 @@ func TestUnhealthyGPUIsReportedAndTainted(t *testing.T) {
 // directories under a fresh temporary folder.
 func simNodeConfig(t *testing.T, client *fake.Clientset) nodeplugin.Config {
 	t.Helper()
-	node, err := gpusim.NewNode("h200x2", nodeName, domain.EnforcementDMem)
+	cfg, _ := simNodeConfigGPUs(t, client, "h200x2")
+	return cfg
+}
+
+// simNodeConfigGPUs is a plugin on a simulated dmem node whose GPUs are
+// spec, and that node.
+func simNodeConfigGPUs(t *testing.T, client *fake.Clientset, spec string) (nodeplugin.Config, *gpusim.Node) {
+	t.Helper()
+	node, err := gpusim.NewNode(spec, nodeName, domain.EnforcementDMem)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +427,7 @@ func simNodeConfig(t *testing.T, client *fake.Clientset) nodeplugin.Config {
 	return nodeplugin.Config{
 		NodeName: nodeName, KubeClient: client, NVML: node.NVML, InventoryOptions: node.InventoryOptions,
 		PluginDataDir: filepath.Join(root, "plugin"), RegistrarDir: filepath.Join(root, "registry"), CDIRoot: filepath.Join(root, "cdi"),
-		CDI: cdispec.Options{HookPath: "/hook", DeviceNode: gpusim.DeviceNode}, BootID: "boot-1",
+		CDI: cdispec.Options{HookPath: "/hook", DeviceNode: gpusim.DeviceNode, MIGCaps: gpusim.MIGCaps(len(node.NVML.Devices))}, BootID: "boot-1",
 		Health: nodeplugin.HealthConfig{SimulatedFile: filepath.Join(root, "health.json")},
-	}
+	}, node
 }

@@ -15,8 +15,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -88,11 +90,59 @@ type Preparer struct {
 	// record, so two claims of different modes cannot both pass it for one
 	// GPU. The record's file write happens after admit is released.
 	admit sync.Mutex
+	// inv is the inventory claims are planned against: cfg.Inventory,
+	// then a copy with the MIG layout the node has now (SetMIGDevices).
+	inv atomic.Pointer[domain.Inventory]
 }
 
 // New returns a Preparer. Call Recover before serving the kubelet.
 func New(cfg Config) *Preparer {
-	return &Preparer{cfg: cfg, locks: newClaimLocks()}
+	p := &Preparer{cfg: cfg, locks: newClaimLocks()}
+	p.inv.Store(cfg.Inventory)
+	return p
+}
+
+// Inventory is the inventory claims are planned against now.
+func (p *Preparer) Inventory() *domain.Inventory { return p.inv.Load() }
+
+// SetMIGDevices plans later claims against the node's MIG instances as
+// they are now (a MIG layout changed under the plugin); the fraction GPUs
+// stay as discovered. Prepared claims are untouched: the caller reports
+// those whose instance is gone (MIGLostClaims).
+func (p *Preparer) SetMIGDevices(migs []domain.MIGDevice) {
+	inv := *p.inv.Load()
+	inv.MIGDevices = slices.Clone(migs)
+	p.inv.Store(&inv)
+}
+
+// LostMIG is a prepared claim whose MIG instances are gone.
+type LostMIG struct {
+	Claim plan.Claim
+	// Devices are the claim's shares on instances the node no longer has.
+	Devices []plan.Device
+}
+
+// MIGLostClaims are the prepared claims holding a MIG instance that is not
+// in migs (by device name and UUID: one deleted and recreated has a new
+// UUID), with the instances they lost.
+func (p *Preparer) MIGLostClaims(migs []domain.MIGDevice) []LostMIG {
+	now := &domain.Inventory{MIGDevices: migs}
+	var out []LostMIG
+	for _, c := range p.Prepared() {
+		lost := LostMIG{Claim: c}
+		for _, d := range c.Devices {
+			if d.MIG == nil {
+				continue
+			}
+			if m, ok := now.MIGByName(d.Device); !ok || m.UUID != d.GPU.UUID {
+				lost.Devices = append(lost.Devices, d)
+			}
+		}
+		if len(lost.Devices) > 0 {
+			out = append(out, lost)
+		}
+	}
+	return out
 }
 
 // ErrNoMPS fails claims whose plan binds them to an MPS server (SMSharing
@@ -133,7 +183,7 @@ func (p *Preparer) Prepare(ctx context.Context, claim *resourceapi.ResourceClaim
 		}
 	}
 
-	pl, err := plan.Compute(claim, p.cfg.Inventory, p.cfg.PlanOptions)
+	pl, err := plan.Compute(claim, p.Inventory(), p.cfg.PlanOptions)
 	if err == nil && pl.MPS() != nil && p.cfg.MPS == nil {
 		err = fmt.Errorf("claim %s/%s: %w", claim.Namespace, claim.Name, ErrNoMPS)
 	}
@@ -449,13 +499,15 @@ func (p *Preparer) quarantineOutOfBounds(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	used := map[string]int64{}
 	for _, e := range p.cfg.Checkpoint.Entries() {
-		err := plan.CheckRecorded(&e.Plan, p.cfg.Inventory, p.cfg.PlanOptions)
+		err := plan.CheckRecorded(&e.Plan, p.Inventory(), p.cfg.PlanOptions)
 		if err == nil {
 			err = p.fits(&e.Plan, used)
 		}
 		if err == nil {
 			for _, d := range e.Plan.Devices {
-				used[d.GPU.UUID] += d.SoftLimitBytes
+				if d.MIG == nil {
+					used[d.GPU.UUID] += d.SoftLimitBytes
+				}
 			}
 			continue
 		}
@@ -470,10 +522,12 @@ func (p *Preparer) quarantineOutOfBounds(ctx context.Context) {
 func (p *Preparer) fits(pl *plan.Claim, used map[string]int64) error {
 	mine := map[string]int64{}
 	for _, d := range pl.Devices {
-		mine[d.GPU.UUID] += d.SoftLimitBytes
+		if d.MIG == nil {
+			mine[d.GPU.UUID] += d.SoftLimitBytes
+		}
 	}
 	for uuid, n := range mine {
-		gpu, _ := p.cfg.Inventory.GPUByUUID(uuid)
+		gpu, _ := p.Inventory().GPUByUUID(uuid)
 		offered := domain.PublishedMemory(gpu.MemoryBytes)
 		if used[uuid]+n > offered.Value() {
 			return fmt.Errorf("with the claims recorded before it, GPU %s would guarantee %d bytes, more than the %d it offers", uuid, used[uuid]+n, offered.Value())

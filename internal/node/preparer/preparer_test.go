@@ -135,10 +135,12 @@ type env struct {
 func newEnv(t *testing.T) *env { return newEnvB(t, t) }
 
 // newEnvB sets up over tb, logging through t when it is a test.
-func newEnvB(tb testing.TB, _ *testing.T) *env {
-	t := tb
+func newEnvB(tb testing.TB, _ *testing.T) *env { return newEnvGPUs(tb, "h200x2") }
+
+// newEnvGPUs sets up a node whose simulated GPUs are spec.
+func newEnvGPUs(t testing.TB, spec string) *env {
 	ctx := klog.NewContext(context.Background(), klog.Background().V(1))
-	n, err := gpusim.NewNode("h200x2", node, domain.EnforcementDMem)
+	n, err := gpusim.NewNode(spec, node, domain.EnforcementDMem)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +161,7 @@ func (e *env) restart() {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cdi, err := cdispec.NewWriter(e.cdiDir, cdispec.Options{HookPath: "/hook", DeviceNode: gpusim.DeviceNode})
+	cdi, err := cdispec.NewWriter(e.cdiDir, cdispec.Options{HookPath: "/hook", DeviceNode: gpusim.DeviceNode, MIGCaps: gpusim.MIGCaps(8)})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -215,7 +215,8 @@ func NodeOf(slices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceC
 	for _, s := range slices {
 		for _, d := range s.Spec.Devices {
 			c, ok := d.Capacity["memory"]
-			if !ok {
+			// MIG instances (type mig) hold no fractions.
+			if t, typed := d.Attributes["type"]; !ok || typed && (t.StringValue == nil || *t.StringValue != "gpu") {
 				continue
 			}
 			n[s.Spec.Pool.Name+"/"+d.Name] = GPU{Memory: c.Value.Value()}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -212,7 +213,7 @@ func (l *Loop) designate(ctx context.Context) error {
 	}
 	gpuNodes := sets.New[string]()
 	for _, s := range all {
-		if s.Spec.Driver == v1alpha1.DriverName && s.Spec.NodeName != nil && len(s.Spec.Devices) > 0 {
+		if s.Spec.Driver == v1alpha1.DriverName && s.Spec.NodeName != nil && hasFractionGPU(s) {
 			gpuNodes.Insert(*s.Spec.NodeName)
 		}
 	}
@@ -241,4 +242,17 @@ func (l *Loop) patch(ctx context.Context, node *v1.Node, want Labels) error {
 		return fmt.Errorf("patching node %s packing labels: %w", node.Name, err)
 	}
 	return nil
+}
+
+// hasFractionGPU tells whether s has a device fractions are placed on: a
+// node whose gpufrac devices are all MIG instances (type mig, allocated
+// whole) takes no part in the fill order. A device without type (an
+// older plugin's) is a GPU.
+func hasFractionGPU(s *resourceapi.ResourceSlice) bool {
+	for _, d := range s.Spec.Devices {
+		if t, ok := d.Attributes["type"]; !ok || t.StringValue == nil || *t.StringValue == "gpu" {
+			return true
+		}
+	}
+	return false
 }

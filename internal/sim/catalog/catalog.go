@@ -76,13 +76,29 @@ func ModelByName(name string) (Model, bool) {
 type Group struct {
 	Model string
 	Count int
+	// MIG, when set, turns MIG mode on for every GPU of the group and
+	// configures one instance per profile name, in order (NVIDIA's
+	// profile names, e.g. "3g.40gb"; a GPU instance with one compute
+	// instance spanning it).
+	MIG []string
 }
 
-// ParseGPUs reads a spec such as "h200x8" or "h100x4,a100x4".
+// ParseGPUs reads a spec such as "h200x8", "h100x4,a100x4", or with a MIG
+// layout "h100x2,a100x1:mig=3g.40gb+2g.20gb+1g.10gb" (the profiles of
+// every GPU of that group, joined by "+").
 func ParseGPUs(spec string) ([]Group, error) {
 	var groups []Group
 	for _, part := range strings.Split(spec, ",") {
 		part = strings.TrimSpace(strings.ToLower(part))
+		part, layout, hasLayout := strings.Cut(part, ":")
+		var mig []string
+		if hasLayout {
+			profiles, ok := strings.CutPrefix(layout, "mig=")
+			if !ok || profiles == "" {
+				return nil, fmt.Errorf("simulated GPUs %q: %q is not a MIG layout (want mig=PROFILE+PROFILE..., e.g. mig=3g.40gb+1g.10gb)", spec, layout)
+			}
+			mig = strings.Split(profiles, "+")
+		}
 		model, countStr, ok := strings.Cut(part, "x")
 		if !ok {
 			return nil, fmt.Errorf("simulated GPUs %q: %q is not MODELxCOUNT (e.g. h200x8)", spec, part)
@@ -94,7 +110,7 @@ func ParseGPUs(spec string) ([]Group, error) {
 		if err != nil || count < 1 || count > 256 {
 			return nil, fmt.Errorf("simulated GPUs %q: count %q must be a number from 1 to 256", spec, countStr)
 		}
-		groups = append(groups, Group{Model: model, Count: count})
+		groups = append(groups, Group{Model: model, Count: count, MIG: mig})
 	}
 	return groups, nil
 }
@@ -115,6 +131,15 @@ func GPUUUID(nodeName string, index int) string {
 	u[8] = u[8]&0x3f | 0x80 // RFC 4122 variant
 	x := hex.EncodeToString(u)
 	return "GPU-" + x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
+}
+
+// MIGUUID is the UUID of a simulated MIG instance: derived, like GPUUUID,
+// from the node, the parent GPU's index and the instance's ids, so a
+// restarted plugin sees the same instances and a recreated one (new ids)
+// differs.
+func MIGUUID(nodeName string, index, giID, ciID int) string {
+	u := GPUUUID(fmt.Sprintf("%s/%d/mig/%d", nodeName, index, giID), ciID)
+	return "MIG-" + strings.TrimPrefix(u, "GPU-")
 }
 
 // Inventory is the inventory discovery finds on a simulated node
@@ -138,6 +163,12 @@ func Inventory(spec, nodeName string, enforcement domain.Enforcement) (*domain.I
 		return nil, fmt.Errorf("simulated enforcement %q is not one of dmem, mps, none", enforcement)
 	}
 	for _, g := range groups {
+		if len(g.MIG) > 0 {
+			// The catalogue holds no MIG profile table: MIG layouts are
+			// simulated on nodes (the plugin's --simulate-gpus, from
+			// go-nvml's profiles), and this inventory places fractions.
+			return nil, fmt.Errorf("simulated GPUs %q: a MIG layout is simulated by the kubelet plugin's --simulate-gpus, not here (MIG instances serve no fractions)", spec)
+		}
 		m := simulatedModels[g.Model]
 		for range g.Count {
 			i := len(inv.GPUs)

@@ -4,6 +4,7 @@
 package catalog_test
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
@@ -16,8 +17,10 @@ func TestParseGPUs(t *testing.T) {
 		want []catalog.Group
 		err  string
 	}{
-		{spec: "h200x8", want: []catalog.Group{{"h200", 8}}},
-		{spec: "H100x4, a100x2", want: []catalog.Group{{"h100", 4}, {"a100", 2}}},
+		{spec: "h200x8", want: []catalog.Group{{Model: "h200", Count: 8}}},
+		{spec: "H100x4, a100x2", want: []catalog.Group{{Model: "h100", Count: 4}, {Model: "a100", Count: 2}}},
+		{spec: "h100x1,a100x2:mig=3g.40gb+1g.10gb", want: []catalog.Group{{Model: "h100", Count: 1}, {Model: "a100", Count: 2, MIG: []string{"3g.40gb", "1g.10gb"}}}},
+		{spec: "a100x2:3g.40gb", err: `simulated GPUs "a100x2:3g.40gb": "3g.40gb" is not a MIG layout (want mig=PROFILE+PROFILE..., e.g. mig=3g.40gb+1g.10gb)`},
 		{spec: "h200", err: `simulated GPUs "h200": "h200" is not MODELxCOUNT (e.g. h200x8)`},
 		{spec: "v100x2", err: `simulated GPUs "v100x2": unknown model "v100", known: a100, a100-40g, a30, b200, h100, h200`},
 		{spec: "h200x0", err: `simulated GPUs "h200x0": count "0" must be a number from 1 to 256`},
@@ -34,7 +37,7 @@ func TestParseGPUs(t *testing.T) {
 			t.Fatalf("Parse(%q) = %v, %v; want %v", tc.spec, got, err, tc.want)
 		}
 		for i := range got {
-			if got[i] != tc.want[i] {
+			if !reflect.DeepEqual(got[i], tc.want[i]) {
 				t.Errorf("Parse(%q)[%d] = %v, want %v", tc.spec, i, got[i], tc.want[i])
 			}
 		}

@@ -147,6 +147,17 @@ func New(spec, nodeName string) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building simulated NVML server: %w", err)
 	}
+	index := 0
+	for _, g := range groups {
+		for range g.Count {
+			if len(g.MIG) > 0 {
+				if err := enableMIG(srv, srv.Devices[index].(*server.Device), nodeName, g.MIG); err != nil {
+					return nil, err
+				}
+			}
+			index++
+		}
+	}
 	for _, d := range srv.Devices {
 		dev := d.(*server.Device)
 		dev.UUID = catalog.GPUUUID(nodeName, dev.Index)

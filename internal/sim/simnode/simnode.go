@@ -57,6 +57,7 @@ func Configure(cfg *plugin.Config, node *gpusim.Node, p Paths) (string, error) {
 	cfg.InventoryOptions = node.InventoryOptions
 	cfg.InventoryOptions.LookPath = lookPathInRoot(node.InventoryOptions.LookPath, root)
 	cfg.CDI.DeviceNode = gpusim.DeviceNode
+	cfg.CDI.MIGCaps = gpusim.MIGCaps(len(node.NVML.Devices))
 	// The hook of a simulated node records the limits it would set
 	// instead of calling NVML; the simulated NVML answers from the record.
 	record := filepath.Join(p.DataDir, gpusim.RecordFile)

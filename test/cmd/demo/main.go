@@ -299,6 +299,9 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 	}
 
 	if waitErr == nil {
+		if err := migDemo(ctx, o, cp, root); err != nil {
+			return fail(err)
+		}
 		step("Two more kinds of node: an older driver (no per-cgroup limits) and a GPU Operator driver root")
 		if err := nodeKinds(ctx, o, cp, cluster, os.Stdout); err != nil {
 			return fail(err)

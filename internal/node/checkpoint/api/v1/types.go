@@ -63,6 +63,18 @@ type Device struct {
 	// quarantines such an entry (its computeMode is not one it knows)
 	// rather than take it for a share.
 	AdminAccess bool `json:"adminAccess,omitempty"`
+	// MIG is set for a whole MIG instance (GPU then holds the instance's
+	// UUID on its parent's minor); an older release ignores it and
+	// quarantines the entry, whose UUID is none of its GPUs'.
+	MIG *MIGRef `json:"mig,omitempty"`
+}
+
+// MIGRef records the MIG instance a share holds.
+type MIGRef struct {
+	ParentUUID string `json:"parentUUID"`
+	GIID       int    `json:"giID"`
+	CIID       int    `json:"ciID"`
+	Profile    string `json:"profile"`
 }
 
 // GPU is the physical GPU a share is on. The names are the Go field names
