@@ -172,6 +172,9 @@ func upToDate(cache string, g group, recipe string) bool {
 }
 
 func ensureGroup(ctx context.Context, p *Progress, kubeDir, cache string, g group, recipe string) error {
+	if done, err := UsePrebuilt(ctx, p, cache, g.name, sortedNames(g)); done || err != nil {
+		return err
+	}
 	if upToDate(cache, g, recipe) {
 		return nil
 	}

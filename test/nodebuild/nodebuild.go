@@ -200,6 +200,9 @@ func (b *builder) upToDate(g group, recipe string) bool {
 }
 
 func (b *builder) ensure(ctx context.Context, g group) error {
+	if done, err := kubebuild.UsePrebuilt(ctx, b.p, b.cache, g.name, sortedNames(g)); done || err != nil {
+		return err
+	}
 	var seccomp *seccompLib
 	if g.cgo && strings.Contains(g.tags, "seccomp") {
 		var err error
