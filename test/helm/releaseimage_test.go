@@ -91,7 +91,7 @@ func checkImage(t *testing.T, root, archive, arch string) {
 		t.Errorf("%s names the image %q, want the chart's %s:%s", archive, ref, harness.ChartImageRepository, releaseVersion)
 	}
 	var manifest struct {
-		Config struct{ Digest string } `json:"config"`
+		Config struct{ Digest string }   `json:"config"`
 		Layers []struct{ Digest string } `json:"layers"`
 	}
 	if err := json.Unmarshal(blob(t, layout, index.Manifests[0].Digest), &manifest); err != nil || len(manifest.Layers) != 1 {

@@ -121,9 +121,9 @@ func mergeSBOMs(docs []map[string]any, ref, version, arch string, paths []string
 		"specVersion": cmp.Or(docs[0]["specVersion"], any("1.6")),
 		"version":     1,
 		"metadata": map[string]any{
-			"timestamp": epoch.UTC().Format(time.RFC3339),
-			"tools":     first["tools"],
-			"component": map[string]any{"type": "container", "bom-ref": imageRef, "name": ref, "version": version},
+			"timestamp":  epoch.UTC().Format(time.RFC3339),
+			"tools":      first["tools"],
+			"component":  map[string]any{"type": "container", "bom-ref": imageRef, "name": ref, "version": version},
 			"properties": binaries,
 		},
 		"components":   compList,

@@ -187,4 +187,6 @@ func FetchCross(ctx context.Context, progress io.Writer, dir string) error {
 	return os.RemoveAll(tmp)
 }
 
-func crossCC(root string) string { return filepath.Join(root, "usr", "bin", "aarch64-linux-gnu-gcc-12") }
+func crossCC(root string) string {
+	return filepath.Join(root, "usr", "bin", "aarch64-linux-gnu-gcc-12")
+}
