@@ -31,7 +31,7 @@ func (b *builder) goBuild(ctx context.Context, what, dir, goos, goarch string, c
 	}
 	env = append(env, extra...)
 	env = append(env, inherited(env)...)
-	args := []string{"build", "-trimpath", "-buildvcs=false",
+	args := []string{"build", "-v", "-trimpath", "-buildvcs=false",
 		"-ldflags", "-s -w -buildid= " + buildinfo.LDFlag(b.opts.Version), "-o", dir + "/"}
 	return b.p.Run(ctx, what, b.opts.RepoRoot, env, "go", append(args, pkgs...)...)
 }
