@@ -5,6 +5,7 @@ package helm
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"os"
@@ -50,11 +51,13 @@ func TestReleaseArtifacts(t *testing.T) {
 	} else {
 		t.Logf("no aarch64 cross toolchain here: the arm64 image is not built (make release fetches it)")
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
 	dirs := [2]string{filepath.Join(t.TempDir(), "one"), filepath.Join(t.TempDir(), "two")}
 	var sums [2][]byte
 	for i, dir := range dirs {
 		start := time.Now()
-		cmd := exec.Command("go", "run", "./test/cmd/release", "-version", releaseVersion, "-out", dir,
+		cmd := exec.CommandContext(ctx, "go", "run", "./test/cmd/release", "-version", releaseVersion, "-out", dir,
 			"-image-arches", strings.Join(arches, ","))
 		cmd.Dir = root
 		out, err := cmd.CombinedOutput()

@@ -78,6 +78,9 @@ func Build(ctx context.Context, opts Options) (map[string]string, error) {
 	if len(opts.ImageArches) == 0 {
 		opts.ImageArches = []string{runtime.GOARCH}
 	}
+	if err := emptyable(opts.OutDir); err != nil {
+		return nil, err
+	}
 	if err := os.RemoveAll(opts.OutDir); err != nil {
 		return nil, err
 	}
@@ -139,6 +142,23 @@ func (b *builder) build(ctx context.Context) (map[string]string, error) {
 		all[name] = sha256Hex(data)
 	}
 	return all, writeFile(b.opts.OutDir, Checksums, SumsFile(all))
+}
+
+// emptyable refuses to empty a directory that is not an earlier release's
+// (no SHA256SUMS in it), so that a mistyped output directory is never
+// removed.
+func emptyable(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) || (err == nil && len(entries) == 0) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, Checksums)); err != nil {
+		return fmt.Errorf("refusing to empty %s for the release: it is not empty and holds no %s of an earlier one", dir, Checksums)
+	}
+	return nil
 }
 
 // SourceDateEpoch is the reproducible-builds convention's

@@ -210,3 +210,22 @@ func TestMergeSBOMs(t *testing.T) {
 		t.Errorf("subject %v, want the image", c)
 	}
 }
+
+func TestEmptyableRefusesAForeignDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if err := emptyable(dir); err != nil {
+		t.Errorf("an empty directory: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := emptyable(dir); err == nil {
+		t.Error("a directory with someone's files and no SHA256SUMS would be emptied")
+	}
+	if err := os.WriteFile(filepath.Join(dir, Checksums), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := emptyable(dir); err != nil {
+		t.Errorf("an earlier release's directory: %v", err)
+	}
+}

@@ -169,7 +169,7 @@ func FetchCross(ctx context.Context, progress io.Writer, dir string) error {
 	}
 	if err := p.Run(ctx, "Downloading the aarch64 cross compiler (apt-get download "+strings.Join(CrossPackages, " ")+")",
 		debs, nil, "apt-get", append([]string{"download"}, CrossPackages...)...); err != nil {
-		return fmt.Errorf("fetching the arm64 image's cross compiler (or set %s to an unpacked one): %w", CrossEnv, err)
+		return fmt.Errorf("fetching the arm64 image's cross compiler (or set %s to an unpacked one, or leave arm64 out: RELEASE_ARGS=\"-image-arches amd64\"): %w", CrossEnv, err)
 	}
 	files, err := filepath.Glob(filepath.Join(debs, "*.deb"))
 	if err != nil || len(files) != len(CrossPackages) {
