@@ -14,7 +14,7 @@ LOGCHECK      := sigs.k8s.io/logtools/logcheck@v0.11.0
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
 
-.PHONY: all build build-host build-cli test test-unit test-helm test-compat compat-e2e lint docs demo clean fuzz bench bench-realsched bench-churn bench-prepcompare soak kube-binaries e2e
+.PHONY: all build build-host build-cli test test-unit test-helm test-compat compat-e2e lint docs demo clean fuzz bench bench-realsched bench-churn bench-prepcompare soak kube-binaries e2e release
 
 all: build
 
@@ -110,9 +110,12 @@ test-unit:
 # not enter. No race detector: the code under test is the chart; the harness
 # and plugin it runs are raced in the suite above. As root it includes
 # TestHelmReleaseOnTheRealNode (install, workload, upgrade, rollback and
-# uninstall on a real node: about 3 minutes).
+# uninstall on a real node: about 3 minutes), and TestReleaseArtifacts
+# (`make release` twice and the chart installed from its package: on a cold
+# build cache the release's -trimpath builds recompile every dependency for
+# each platform, hence 45 minutes).
 test-helm:
-	cd test/helm && $(GO) test -count=1 -timeout 30m ./...
+	cd test/helm && $(GO) test -count=1 -timeout 45m ./...
 
 # The end-to-end tests alone: the control plane plus a real node (kubelet,
 # containerd, runc) running pods with the plugin's CDI specs, and the Helm
@@ -259,6 +262,20 @@ demo: build
 # (test-compat does).
 kube-binaries:
 	@$(GO) run ./test/cmd/kube-binaries -q -node
+
+# Every artefact a release publishes, into bin/release/$(VERSION)/, without
+# Docker and reproducibly (docs/releasing.md; test/release has the logic):
+# the chart package, the image as an OCI archive for linux/amd64 and
+# linux/arm64 with an SBOM each, kubectl-gpufrac's archives, the filled krew
+# manifest and SHA256SUMS. The arm64 image's cross compiler comes from
+# Debian with `apt-get download` (nothing installed); RELEASE_ARGS=
+# "-image-arches amd64" leaves it out. SOURCE_DATE_EPOCH defaults to HEAD's
+# commit time.
+VERSION ?=
+RELEASE_ARGS ?=
+release:
+	@test -n "$(VERSION)" || { echo "make release VERSION=x.y.z: VERSION is required"; exit 1; }
+	$(GO) run ./test/cmd/release -version $(VERSION) $(RELEASE_ARGS)
 
 clean:
 	rm -rf $(BIN)

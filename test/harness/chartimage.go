@@ -9,10 +9,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/gpufrac/gpufrac/internal/buildinfo"
@@ -94,31 +96,15 @@ const (
 )
 
 // ChartImage is the image of the Dockerfile df with the binaries of binDir,
-// named ChartImageRepository:tag.
+// named ChartImageRepository:tag, and the host's shared libraries they link.
 func ChartImage(ctx context.Context, df *DockerfileImage, binDir, tag string) (ociimage.Image, error) {
-	img := ociimage.Image{
-		Name:       ChartImageRepository + ":" + tag,
-		Entrypoint: df.Entrypoint,
-		User:       df.User,
-		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		Dirs:       []string{"/tmp", "/home/nonroot", "/root", "/proc", "/sys", "/dev"},
-		Files: []ociimage.File{
-			{Path: "/etc/passwd", Mode: 0o644, Data: []byte(distrolessPasswd)},
-			{Path: "/etc/group", Mode: 0o644, Data: []byte(distrolessGroup)},
-		},
+	img, err := ChartImageBase(df, binDir, tag)
+	if err != nil {
+		return img, err
 	}
 	seen := map[string]bool{}
-	for bin, dest := range df.Copies {
-		if !path.IsAbs(dest) {
-			return img, fmt.Errorf("the Dockerfile copies %s to %q, not an absolute path", bin, dest)
-		}
-		host := filepath.Join(binDir, bin)
-		data, err := os.ReadFile(host)
-		if err != nil {
-			return img, fmt.Errorf("the Dockerfile copies %s, which the build did not make: %w", bin, err)
-		}
-		img.Files = append(img.Files, ociimage.File{Path: dest, Mode: 0o755, Data: data})
-		libs, err := sharedLibraries(ctx, host)
+	for _, bin := range slices.Sorted(maps.Keys(df.Copies)) {
+		libs, err := sharedLibraries(ctx, filepath.Join(binDir, bin))
 		if err != nil {
 			return img, err
 		}
@@ -133,6 +119,36 @@ func ChartImage(ctx context.Context, df *DockerfileImage, binDir, tag string) (o
 			}
 			img.Files = append(img.Files, ociimage.File{Path: lib, Mode: 0o755, Data: data})
 		}
+	}
+	return img, nil
+}
+
+// ChartImageBase is ChartImage without the C library: distroless's users,
+// the image's directories, and the binaries of binDir at the Dockerfile's
+// paths. A release's image for another architecture adds that
+// architecture's library (test/release).
+func ChartImageBase(df *DockerfileImage, binDir, tag string) (ociimage.Image, error) {
+	img := ociimage.Image{
+		Name:       ChartImageRepository + ":" + tag,
+		Entrypoint: df.Entrypoint,
+		User:       df.User,
+		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Dirs:       []string{"/tmp", "/home/nonroot", "/root", "/proc", "/sys", "/dev"},
+		Files: []ociimage.File{
+			{Path: "/etc/passwd", Mode: 0o644, Data: []byte(distrolessPasswd)},
+			{Path: "/etc/group", Mode: 0o644, Data: []byte(distrolessGroup)},
+		},
+	}
+	for _, bin := range slices.Sorted(maps.Keys(df.Copies)) {
+		dest := df.Copies[bin]
+		if !path.IsAbs(dest) {
+			return img, fmt.Errorf("the Dockerfile copies %s to %q, not an absolute path", bin, dest)
+		}
+		data, err := os.ReadFile(filepath.Join(binDir, bin))
+		if err != nil {
+			return img, fmt.Errorf("the Dockerfile copies %s, which the build did not make: %w", bin, err)
+		}
+		img.Files = append(img.Files, ociimage.File{Path: dest, Mode: 0o755, Data: data})
 	}
 	return img, nil
 }

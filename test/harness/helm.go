@@ -30,7 +30,15 @@ type Helm struct {
 	Namespace string
 	// Timeout bounds each action's wait for the release's pods.
 	Timeout time.Duration
+	// NoWait returns as soon as the objects are applied (a control plane
+	// without nodes never runs the release's pods).
+	NoWait bool
 }
+
+// FromPackage makes install and upgrade take the chart from a packaged
+// chart (a .tgz, as `make release` builds it) instead of the checkout's
+// directory.
+func (h *Helm) FromPackage(pkg string) { h.chart = pkg }
 
 // HelmRelease is what an action reports.
 type HelmRelease struct {
@@ -62,7 +70,7 @@ func (cp *ControlPlane) NewHelm(ctx context.Context, namespace string) (*Helm, e
 
 func (h *Helm) run(ctx context.Context, action, name string, values map[string]any, extra ...string) (*HelmRelease, error) {
 	args := []string{"-kubeconfig", h.kubeconfig, "-namespace", h.Namespace, "-release", name, "-action", action,
-		"-timeout", h.Timeout.String()}
+		"-timeout", h.Timeout.String(), "-wait=" + strconv.FormatBool(!h.NoWait)}
 	if values != nil {
 		raw, err := json.Marshal(values)
 		if err != nil {

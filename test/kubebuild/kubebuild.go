@@ -201,6 +201,14 @@ type build struct {
 
 func (b build) ensureGroup(ctx context.Context, kubeDir string, g group, recipe string) error {
 	p, cache := b.p, b.cache
+	// The prebuilt set is of the default release; another release (the
+	// compatibility tier's) is always built, so a set of v1.37.2 binaries
+	// never lands in v1.36.3's cache.
+	if b.version == KubeVersion {
+		if done, err := UsePrebuilt(ctx, p, cache, g.name, sortedNames(g)); done || err != nil {
+			return err
+		}
+	}
 	if upToDate(cache, g, recipe) {
 		return nil
 	}

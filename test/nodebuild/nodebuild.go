@@ -232,6 +232,14 @@ func (b *builder) upToDate(g group, recipe string) bool {
 }
 
 func (b *builder) ensure(ctx context.Context, g group) error {
+	// The prebuilt set's kubelet is the default release's; the
+	// compatibility tier's kubelet is always built (containerd, runc and
+	// the CNI plugins are the same versions in both tiers).
+	if g.name != "kubelet" || g.version == kubebuild.KubeVersion {
+		if done, err := kubebuild.UsePrebuilt(ctx, b.p, b.cache, g.name, sortedNames(g)); done || err != nil {
+			return err
+		}
+	}
 	var seccomp *seccompLib
 	if g.cgo && strings.Contains(g.tags, "seccomp") {
 		var err error

@@ -40,6 +40,18 @@ type Image struct {
 	Env        []string
 	// User is the image's default user ("uid:gid"); empty is root.
 	User string
+	// ModTime is every archive entry's mtime; zero means the Unix epoch.
+	// Releases set it to the commit's time (SOURCE_DATE_EPOCH).
+	ModTime time.Time
+}
+
+// mtime is the archives' mtime for img: fixed, so that archives are
+// reproducible.
+func (img Image) mtime() time.Time {
+	if img.ModTime.IsZero() {
+		return epoch
+	}
+	return img.ModTime.UTC().Truncate(time.Second)
 }
 
 // Media types of the OCI image spec.
@@ -140,12 +152,12 @@ func Write(w io.Writer, img Image, arch string) error {
 		{blobPath(manDesc), manifest},
 	}
 	for _, dir := range []string{"blobs/", "blobs/sha256/"} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: 0o755, ModTime: epoch}); err != nil {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: 0o755, ModTime: img.mtime()}); err != nil {
 			return err
 		}
 	}
 	for _, e := range entries {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: epoch}); err != nil {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: img.mtime()}); err != nil {
 			return err
 		}
 		if _, err := tw.Write(e.data); err != nil {
@@ -155,7 +167,7 @@ func Write(w io.Writer, img Image, arch string) error {
 	return tw.Close()
 }
 
-// epoch keeps archives reproducible.
+// epoch is the mtime of an image without one.
 var epoch = time.Unix(0, 0)
 
 func describe(mediaType string, data []byte) Descriptor {
@@ -203,12 +215,12 @@ func Layer(img Image) ([]byte, error) {
 		if d == "/tmp" {
 			mode = 0o1777
 		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: mode, ModTime: epoch}); err != nil {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: mode, ModTime: img.mtime()}); err != nil {
 			return nil, err
 		}
 	}
 	for _, f := range files {
-		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(path.Clean(f.Path), "/"), Mode: f.Mode, Size: int64(len(f.Data)), ModTime: epoch}
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(path.Clean(f.Path), "/"), Mode: f.Mode, Size: int64(len(f.Data)), ModTime: img.mtime()}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return nil, err
 		}

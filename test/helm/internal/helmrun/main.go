@@ -45,7 +45,8 @@ func run() error {
 	namespace := flag.String("namespace", "", "the release's namespace")
 	name := flag.String("release", "", "the release's name")
 	act := flag.String("action", "", "install, upgrade, rollback, uninstall or status")
-	chartDir := flag.String("chart", "", "chart directory (install, upgrade)")
+	chartDir := flag.String("chart", "", "chart directory or package (install, upgrade)")
+	wait := flag.Bool("wait", true, "wait for the release's resources to be ready")
 	valuesFile := flag.String("values", "", "JSON file of values (install, upgrade)")
 	revision := flag.Int("revision", 0, "revision to roll back to")
 	timeout := flag.Duration("timeout", 4*time.Minute, "how long to wait for the release's resources")
@@ -79,12 +80,12 @@ func run() error {
 		if *act == "install" {
 			in := action.NewInstall(cfg)
 			in.ReleaseName, in.Namespace, in.CreateNamespace = *name, *namespace, true
-			in.Wait, in.Timeout = true, *timeout
+			in.Wait, in.Timeout = *wait, *timeout
 			rel, err = in.RunWithContext(ctx, ch, values)
 		} else {
 			up := action.NewUpgrade(cfg)
 			up.Namespace = *namespace
-			up.Wait, up.Timeout = true, *timeout
+			up.Wait, up.Timeout = *wait, *timeout
 			rel, err = up.RunWithContext(ctx, *name, ch, values)
 		}
 	case "rollback":
