@@ -167,7 +167,7 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 		// the API server accepts is at most 253 bytes, documented).
 		name := safetext.Cap(pod.Name, 253)
 		if isHAMiPod(&pod) {
-			hok, err := translateHAMi(out, errOut, name, &pod, opts.GPUMemorySizes)
+			hok, err := translateHAMi(out, errOut, name, &pod, hamiGPUs(opts))
 			if err != nil {
 				return false, err
 			}

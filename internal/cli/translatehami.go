@@ -9,12 +9,10 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpufrac/gpufrac/internal/hami"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/safetext"
-	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // isHAMiPod: HAMi's resources and no KAI annotation (a pod with both is
@@ -23,15 +21,13 @@ func isHAMiPod(pod *corev1.Pod) bool {
 	return hami.HasResources(pod) && !kai.HasAnnotations(pod.Annotations)
 }
 
-// hamiGPUs reads each --gpu-memory size as a GPU's memoryTotalMiB, with a
-// slice capacity of the total rounded down to the step (a node that keeps
-// no MPS server reserve).
-func hamiGPUs(sizes []resource.Quantity) []hami.GPU {
-	step := domain.MemoryStep.Value()
+// hamiGPUs pairs each GPU capacity of the KAI options (--gpu-memory less
+// --mps-server-reserve-mib, down to the step) with its total, which HAMi
+// computes on (each --gpu-memory size is a GPU's memoryTotalMiB).
+func hamiGPUs(opts kai.Options) []hami.GPU {
 	var out []hami.GPU
-	for _, s := range sizes {
-		total := s.Value() >> 20
-		out = append(out, hami.GPU{TotalMiB: total, Capacity: *resource.NewQuantity(s.Value()/step*step, resource.BinarySI)})
+	for _, c := range opts.GPUMemorySizes {
+		out = append(out, hami.GPU{TotalMiB: opts.GPUTotalsMiB[c.Value()], Capacity: c})
 	}
 	return out
 }
@@ -40,9 +36,9 @@ func hamiGPUs(sizes []resource.Quantity) []hami.GPU {
 // give next to what gpufrac does, then the templates and the changed pod,
 // as the webhook of an opted-in namespace makes them; it reports false
 // when the pod is refused.
-func translateHAMi(out, errOut io.Writer, name string, pod *corev1.Pod, sizes []resource.Quantity) (bool, error) {
-	opts := hami.Options{GPUs: hamiGPUs(sizes)}
-	fmt.Fprintf(out, "# Pod/%s: HAMi vs gpufrac (namespaces opted in to HAMi translation; --gpu-memory is each GPU's memoryTotalMiB, no MPS reserve assumed)\n", name)
+func translateHAMi(out, errOut io.Writer, name string, pod *corev1.Pod, gpus []hami.GPU) (bool, error) {
+	opts := hami.Options{GPUs: gpus}
+	fmt.Fprintf(out, "# Pod/%s: HAMi vs gpufrac (namespaces opted in to HAMi translation; --gpu-memory is each GPU's memoryTotalMiB, less --mps-server-reserve-mib for its capacity)\n", name)
 	rows := hami.Compare(pod, opts)
 	cell := func(s string) string { return safetext.Cap(s, maxMessageBytes) }
 	width := [2]int{len("aspect"), len("HAMi")}

@@ -84,7 +84,8 @@ func TestWhyCommand(t *testing.T) {
 	client := fake.NewClientset(whyCluster(t)...)
 	got := runWhy(t, client, "too-big", "-n", "team")
 	for _, want := range []string{
-		"Pod team/too-big (Pending): the claims fit on no node: NotEnoughMemory",
+		"Pod team/too-big (Pending): the claims fit on no node, blocked by capacity: the 2 GPUs it may use have 72Gi free in all, less than 80Gi on one GPU",
+		"NotEnoughMemory on 1 of 1 nodes",
 		"NotEnoughMemory: team/too-big-gpu (from template big) gpu: the request needs 80Gi free guaranteed memory on one GPU; the largest free share here is 41Gi (gpu-0)",
 		"a request of at most 41Gi (capacity.requests.memory of request gpu) fits now on node-a gpu-0",
 		"gpu-0 on node-a fits it once other/user-gpu-0 leaves (100Gi freed)",

@@ -315,7 +315,7 @@ func TestFailed(t *testing.T) {
 // disk: the demo's claim and the DeviceClasses it applies.
 func TestDemoManifests(t *testing.T) {
 	want := map[string][]string{
-		"deployments/deviceclasses.yaml": {"DeviceClass/gpufrac.dev: valid", "DeviceClass/sm-sharing.gpufrac.dev: valid"},
+		"deployments/deviceclasses.yaml": {"DeviceClass/gpufrac.dev: valid", "DeviceClass/sm-sharing.gpufrac.dev: valid", "DeviceClass/mig.gpufrac.dev: valid"},
 		"demo/claim-template-40g.yaml":   {"ResourceClaimTemplate/llm-40g: valid"},
 		"demo/monitor.yaml":              {"Namespace/gpufrac-monitoring: ignored", "ResourceClaimTemplate/gpu-monitor: valid"},
 	}

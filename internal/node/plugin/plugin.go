@@ -278,16 +278,22 @@ func Start(ctx context.Context, cfg Config) (*Plugin, error) {
 	if _, err := p.publish(ctx, map[string]string{}); err != nil {
 		return nil, fmt.Errorf("publishing ResourceSlices: %w", err)
 	}
-	p.watchHealth(bgCtx)
-	if cfg.SliceOrderInterval > 0 {
-		p.done.Go(func() { p.runOrder(bgCtx, cfg.SliceOrderInterval) })
-	}
-	p.watchMIGLayout(bgCtx)
+	p.watchNode(bgCtx)
 	started = true
 	logger.Info("Kubelet plugin started", "node", cfg.NodeName, "gpus", len(inv.GPUs),
 		"enforcement", inv.Enforcement, "prepared", len(p.preparer.Prepared()), "rollingUpdate", cfg.RollingUpdateUID != "",
 		"pluginDataDir", cfg.PluginDataDir, "registrarDir", cfg.RegistrarDir, "cdiRoot", cfg.CDIRoot)
 	return p, nil
+}
+
+// watchNode starts what republishes the slices after start: GPU health,
+// the fill order of prepared claims and the MIG layout.
+func (p *Plugin) watchNode(ctx context.Context) {
+	p.watchHealth(ctx)
+	if p.cfg.SliceOrderInterval > 0 {
+		p.done.Go(func() { p.runOrder(ctx, p.cfg.SliceOrderInterval) })
+	}
+	p.watchMIGLayout(ctx)
 }
 
 func (p *Plugin) startHelper(ctx context.Context) error {
