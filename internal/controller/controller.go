@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -174,7 +175,7 @@ func Run(ctx context.Context, cfg Config) error {
 func startTemplateLoops(ctx context.Context, cfg Config, wg *sync.WaitGroup) (kaiLoop *templateLoop, stop func()) {
 	kaiLoop, kaiFactories := newTemplateLoop(ctx, cfg.Client, kaiTranslation(cfg.KAI))
 	hamiLoop, hamiFactories := newTemplateLoop(ctx, cfg.Client, hamiTranslation(cfg.HAMi))
-	factories := append(kaiFactories, hamiFactories...)
+	factories := append(slices.Clone(kaiFactories), hamiFactories...)
 	for _, f := range factories {
 		f.Start(ctx.Done())
 	}

@@ -514,9 +514,9 @@ func (p *Plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 // unhealthy GPUs tainted, whenever health changes.
 func (p *Plugin) watchHealth(ctx context.Context) {
 	logger := klog.FromContext(ctx)
-	uuids := make([]string, len(p.inventory.GPUs))
-	for i, g := range p.inventory.GPUs {
-		uuids[i] = g.UUID
+	uuids := make([]string, 0, len(p.inventory.GPUs))
+	for _, g := range p.inventory.GPUs {
+		uuids = append(uuids, g.UUID)
 	}
 	// A MIG-enabled GPU's XIDs taint its instances (resourceslices).
 	for _, m := range p.inventory.MIGDevices {

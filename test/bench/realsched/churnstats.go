@@ -39,7 +39,7 @@ func ratioStats(samples []churnSample) (mean, p95, highest float64) {
 		if s.LowerBound == 0 {
 			continue
 		}
-		w := 0.0
+		var w float64
 		switch {
 		case i+1 < len(samples):
 			w = samples[i+1].T - s.T

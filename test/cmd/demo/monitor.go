@@ -16,10 +16,10 @@ import (
 // the pod runs, so that `kubectl gpufrac status` shows it beside the
 // fractions. On real nodes the pod runs the node image's probe, as the
 // other demo pods do.
-func applyMonitor(real bool, cluster, demoDir string, kubectl func(args ...string) *exec.Cmd) error {
+func applyMonitor(realNode bool, cluster, demoDir string, kubectl func(args ...string) *exec.Cmd) error {
 	step("A monitoring pod with an adminAccess claim (demo/monitor.yaml): sees GPU 0 of demo-node-1, takes no share of it")
 	pod := filepath.Join(demoDir, "monitor-pod.yaml")
-	if real {
+	if realNode {
 		dir := filepath.Join(cluster, "monitor")
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
