@@ -9,6 +9,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpufrac/gpufrac/internal/core/fragmentation"
+	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
 )
 
 // Blocked is the pool-wide verdict for a Pending pod whose request memory
@@ -50,7 +51,7 @@ func blockedAlt(a alt, diags []nodeDiag) *Blocked {
 	if a.all || !memoryBound(a, diags) {
 		return nil
 	}
-	var free []int64
+	var free, capacity []int64
 	var need, largest int64
 	for _, nd := range diags {
 		for _, d := range nd.diags {
@@ -62,6 +63,7 @@ func blockedAlt(a alt, diags []nodeDiag) *Blocked {
 			}
 			for _, e := range d.eligible {
 				free = append(free, e.free)
+				capacity = append(capacity, resourceslices.CapacityBytes(e.dev))
 				largest = max(largest, e.free)
 				// Shares round onto each GPU's policy; the smallest is
 				// what the most favourable GPU would take.
@@ -71,7 +73,7 @@ func blockedAlt(a alt, diags []nodeDiag) *Blocked {
 			}
 		}
 	}
-	cause := fragmentation.Verdict(free, need, a.count)
+	cause := fragmentation.VerdictOn(free, capacity, need, a.count)
 	if cause == fragmentation.Fits || len(free) == 0 {
 		return nil
 	}

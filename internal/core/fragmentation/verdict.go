@@ -39,3 +39,16 @@ func Verdict(free []int64, need, count int64) Cause {
 		return ByCapacity
 	}
 }
+
+// VerdictOn is Verdict where each GPU's capacity is known too (capacity[i]
+// is the GPU of free[i]): a share larger than every GPU's capacity is
+// blocked by capacity whatever the free memory adds up to, since no move
+// of other shares can make room for it.
+func VerdictOn(free, capacity []int64, need, count int64) Cause {
+	for _, c := range capacity {
+		if c >= need {
+			return Verdict(free, need, count)
+		}
+	}
+	return ByCapacity
+}
