@@ -6,25 +6,25 @@ package promscenario
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	"k8s.io/klog/v2/ktesting"
 )
 
 // parse reads one scrape as Prometheus would.
-func parse(t *testing.T, name string, step int, target Target) map[string]*dto.MetricFamily {
-	t.Helper()
+func parse(name string, step int, target Target) (map[string]*dto.MetricFamily, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(bytes.NewReader(target.Text))
 	if err != nil {
-		t.Fatalf("%s step %d, %s: the exposition does not parse: %v", name, step, target.Job, err)
+		return nil, fmt.Errorf("%s step %d, %s: the exposition does not parse: %w", name, step, target.Job, err)
 	}
-	return families
+	return families, nil
 }
 
 // series are one family's samples of every target of one step, each as
@@ -62,26 +62,47 @@ type built struct {
 	steps [][]map[string]*dto.MetricFamily
 }
 
+// builtOnce holds every scenario, built once for all the tests of the
+// package (each build scrapes the registries some 500 times).
+var builtOnce struct {
+	sync.Once
+	all map[string]built
+	err error
+}
+
 func buildAll(t *testing.T) map[string]built {
 	t.Helper()
-	_, ctx := ktesting.NewTestContext(t)
+	builtOnce.Do(func() {
+		builtOnce.all, builtOnce.err = buildEvery(context.Background())
+	})
+	if builtOnce.err != nil {
+		t.Fatal(builtOnce.err)
+	}
+	return builtOnce.all
+}
+
+func buildEvery(ctx context.Context) (map[string]built, error) {
 	out := map[string]built{}
 	for _, name := range Names() {
 		sc, err := Build(ctx, name)
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		b := built{sc: sc}
 		for i, st := range sc.Steps {
 			var fams []map[string]*dto.MetricFamily
 			for _, target := range st.Targets {
-				fams = append(fams, parse(t, name, i, target))
+				f, err := parse(name, i, target)
+				if err != nil {
+					return nil, err
+				}
+				fams = append(fams, f)
 			}
 			b.steps = append(b.steps, fams)
 		}
 		out[name] = b
 	}
-	return out
+	return out, nil
 }
 
 // TestEveryScenarioParsesAndKeepsItsPromises: every scenario the consumers
