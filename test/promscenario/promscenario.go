@@ -69,7 +69,7 @@ var (
 		"gpufrac_container_gpu_memory_used_bytes", "gpufrac_gpu_memory_total_bytes",
 		"gpufrac_gpu_memory_guaranteed_bytes", "gpufrac_gpu_memory_limit_sum_bytes",
 		"gpufrac_gpu_memory_overcommit_ratio", "gpufrac_claims_prepared", "gpufrac_gpu_unhealthy",
-		"gpufrac_fraction_incidents_total", "gpufrac_prepare_duration_seconds",
+		"gpufrac_fraction_incidents_total", "gpufrac_prepare_duration_seconds", "gpufrac_prepare_errors_total",
 		"gpufrac_checkpoint_quarantined_entries", "gpufrac_mps_daemons", "gpufrac_mps_daemon_claims",
 		"gpufrac_mps_daemon_ready", "gpufrac_fragmentation_gpus_in_use", "gpufrac_fragmentation_gpus_lower_bound",
 		"gpufrac_fragmentation_gpus_freeable", "gpufrac_resourceslice_ignored_sizes",

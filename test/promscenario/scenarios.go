@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/node/fractionmetrics"
 )
 
 // The cluster every scenario starts from (step 0 prepares it):
@@ -174,15 +175,15 @@ var scenarios = map[string]scenario{
 	// From step 4 the kubelet retries team-d/llm-big's Prepare on
 	// gpu-node-a every step and it fails (no MPS on the GPU it asks for),
 	// and from step 10 a second claim fails as an invalid one.
-	"prepare-errors": {steps: 20, promises: append([]string{"gpufrac_prepare_errors_total"}, baseFamilies...),
+	"prepare-errors": {steps: 20, promises: baseFamilies,
 		script: func(w *world, step int) {
 			base(w, step)
 			a := w.nodes[0]
 			if step >= 4 {
-				a.failPrepare("no_mps", 35*time.Millisecond)
+				a.failPrepare(fractionmetrics.ReasonNoMPS, 35*time.Millisecond)
 			}
 			if step >= 10 {
-				a.failPrepare("invalid_claim", 2*time.Millisecond)
+				a.failPrepare(fractionmetrics.ReasonInvalidClaim, 2*time.Millisecond)
 			}
 		}},
 
