@@ -66,7 +66,7 @@ type scenario struct {
 var (
 	baseFamilies = []string{
 		"gpufrac_fraction_memory_request_bytes", "gpufrac_fraction_memory_limit_bytes",
-		"gpufrac_container_gpu_memory_used_bytes", "gpufrac_gpu_memory_total_bytes",
+		"gpufrac_container_gpu_memory_used_bytes", "gpufrac_container_sm_utilization_percent", "gpufrac_gpu_memory_total_bytes",
 		"gpufrac_gpu_memory_guaranteed_bytes", "gpufrac_gpu_memory_limit_sum_bytes",
 		"gpufrac_gpu_memory_overcommit_ratio", "gpufrac_claims_prepared", "gpufrac_gpu_unhealthy",
 		"gpufrac_fraction_incidents_total", "gpufrac_prepare_duration_seconds", "gpufrac_prepare_errors_total",

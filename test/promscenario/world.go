@@ -74,11 +74,14 @@ func (w *world) close() { _ = os.RemoveAll(w.dir) }
 // container records, what NVML says each container's cgroup uses, and the
 // plugin's real collector and incident path.
 type node struct {
-	name       string
-	inv        *domain.Inventory
-	srv        *server.Server
-	recordDir  string
-	cgroupDir  string
+	name      string
+	inv       *domain.Inventory
+	srv       *server.Server
+	recordDir string
+	cgroupDir string
+	procRoot  string
+	// procs are the containers' processes, one each, by host PID.
+	procs      map[uint32]process
 	prepared   []plan.Claim
 	limits     map[string]nvml.MemoryLimits_v1 // cgroup → the hook's limits
 	used       map[string]uint64               // cgroup → bytes in use
@@ -103,8 +106,10 @@ func newNode(ctx context.Context, dir, name, spec string) (*node, error) {
 		return nil, err
 	}
 	n := &node{name: name, inv: inv, srv: srv, recordDir: filepath.Join(dir, "containers"), cgroupDir: filepath.Join(dir, "cgroup"),
+		procRoot: filepath.Join(dir, "proc"), procs: map[uint32]process{},
 		limits: map[string]nvml.MemoryLimits_v1{}, used: map[string]uint64{}, unhealthy: map[string]string{}, daemonDown: map[string]bool{}}
 	for _, d := range srv.Devices {
+		n.answerProcesses(d.(*server.Device))
 		// NVML's per-cgroup accounting on a dmem node: the limits the hook
 		// set, and the use, never above the hard limit (the driver refuses
 		// the allocation that would cross it); a cgroup without limits is
@@ -121,6 +126,7 @@ func newNode(ctx context.Context, dir, name, spec string) (*node, error) {
 	n.collector = fractionmetrics.New(fractionmetrics.Config{
 		NodeName: name, Inventory: inv, Prepared: func() []plan.Claim { return n.prepared },
 		RecordDir: n.recordDir, NVML: srv, Quarantined: func() int { return n.quarantine },
+		ProcRoot: n.procRoot, CgroupRoot: n.cgroupDir,
 		MPSDaemons: n.mpsUsers, MPSReady: n.mpsReady, Unhealthy: func() map[string]string { return n.unhealthy },
 	})
 	counter := incident.NewCounter()
@@ -207,6 +213,9 @@ func (n *node) prepare(s share, took time.Duration) error {
 			return fmt.Errorf("container record: %w", err)
 		}
 		n.limits[cgroup] = nvml.MemoryLimits_v1{SoftLimit: uint64(s.request), HardLimit: uint64(s.limit)}
+		if err := n.startProcess(gpu.UUID, uid, ctr); err != nil {
+			return err
+		}
 	}
 	n.prepared = append(n.prepared, c)
 	n.collector.ObservePrepare(took, "")
@@ -228,6 +237,7 @@ func (n *node) use(namespace, name, container string, bytes int64) {
 func (n *node) unprepare(namespace, name string, took time.Duration) error {
 	uid := uidOf(namespace, name)
 	n.prepared = slicesDeleteClaim(n.prepared, uid)
+	n.stopProcesses(uid)
 	if err := os.RemoveAll(filepath.Join(n.cgroupDir, "kubepods", string(uid))); err != nil {
 		return fmt.Errorf("container cgroups: %w", err)
 	}
