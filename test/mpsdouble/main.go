@@ -9,7 +9,8 @@
 // daemon makes. The daemon listens on CUDA_MPS_PIPE_DIRECTORY/control, on
 // <server>/control and <server>/<namespace>/control for each server and
 // namespace, and routes a client by the socket it connects to; CUDA
-// clients (test/fakecuda) allocate against its per-GPU memory ledger, and
+// clients (test/fakecuda), of one GPU or of several GPUs of their server,
+// allocate against its per-GPU memory ledger, and
 // memacct eviction works as NVIDIA documents it (clients.go). Every start,
 // command and eviction goes to CUDA_MPS_LOG_DIRECTORY/control.log, so tests
 // pin the exact command sequence. `client list` prints NVIDIA's documented
