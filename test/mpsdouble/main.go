@@ -282,10 +282,14 @@ func daemon(inv *Invocation) int {
 	return 0
 }
 
-// gpuLedger reads the GPUs' memory: MPSDOUBLE_GPUS ("GPU-a=MiB,...") or
-// CUDA_VISIBLE_DEVICES with GPUFRAC_GPU_MEMORY_MIB.
+// gpuLedger reads the GPUs' memory: MPSDOUBLE_GPUS ("GPU-a=MiB,..."),
+// the daemon template's GPUFRAC_GPUS_MEMORY_MIB (same form, every GPU of a
+// node server) or CUDA_VISIBLE_DEVICES with GPUFRAC_GPU_MEMORY_MIB.
 func gpuLedger() (*ledger, error) {
 	spec := os.Getenv("MPSDOUBLE_GPUS")
+	if spec == "" {
+		spec = os.Getenv("GPUFRAC_GPUS_MEMORY_MIB")
+	}
 	if spec == "" {
 		uuid, mib := os.Getenv("CUDA_VISIBLE_DEVICES"), os.Getenv("GPUFRAC_GPU_MEMORY_MIB")
 		if uuid == "" || mib == "" {

@@ -34,7 +34,7 @@ const (
 	AppliedSuffix = ".applied"
 )
 
-// desired is the settings file of a GPU's daemon and its content for the
+// desired is the settings file of a daemon and its content for the
 // claims that use it.
 func desired(version string, users users) (string, string) {
 	if version != domain.MPSVersionV3 {
@@ -88,8 +88,8 @@ func (m *Manager) waitApplied(ctx context.Context, b domain.MPSBinding, file, co
 		return got == content
 	})
 	if !applied {
-		return fmt.Errorf("MPS daemon %s/%s of GPU %s did not apply its settings after %s (want %q in %s, have %q); last daemon log lines: %s",
-			m.cfg.Namespace, PodName(m.cfg.NodeName, b.GPUUUID), b.GPUUUID, time.Since(start).Round(100*time.Millisecond),
+		return fmt.Errorf("MPS daemon %s/%s of %s did not apply its settings after %s (want %q in %s, have %q); last daemon log lines: %s",
+			m.cfg.Namespace, PodName(m.cfg.NodeName, b.DaemonKey()), daemonName(b.DaemonKey()), time.Since(start).Round(100*time.Millisecond),
 			strings.TrimSpace(content), path, strings.TrimSpace(got), tailLog(b.LogDir, 5))
 	}
 	return nil

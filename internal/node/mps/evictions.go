@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // The daemon's log lines this reader turns into incidents. NVIDIA
@@ -74,7 +75,7 @@ func (m *Manager) scanEvictions(ctx context.Context, logs map[string]string) {
 	if m.report == nil {
 		return
 	}
-	for gpu, logDir := range logs {
+	for key, logDir := range logs {
 		path := filepath.Join(logDir, "control.log")
 		f, err := os.Open(path)
 		if err != nil {
@@ -92,8 +93,10 @@ func (m *Manager) scanEvictions(ctx context.Context, logs map[string]string) {
 					break // a partial last line is read again next time
 				}
 				m.logOffsets[path] += int64(len(line))
-				if ev, ok := m.parseLine(strings.TrimSpace(line), &fault); ok && ev.GPUUUID == gpu {
-					m.deliver(ctx, ev)
+				// The node server logs every GPU of the node; a GPU's
+				// daemon only its own.
+				if ev, ok := m.parseLine(strings.TrimSpace(line), &fault); ok && (ev.GPUUUID == key || key == domain.NodeServerKey) {
+					m.deliver(ctx, key, ev)
 				}
 			}
 		}
@@ -153,9 +156,9 @@ func (m *Manager) parseLine(line string, fault **faulter) (incident.MPSEvent, bo
 }
 
 // deliver resolves the event's cgroups to claims and reports it when the
-// victim is a container of a claim this manager serves on the GPU.
-func (m *Manager) deliver(ctx context.Context, ev incident.MPSEvent) {
-	victim, rec, ok := m.claimOfCgroup(ev.GPUUUID, ev.Namespace)
+// victim is a container of a claim of the daemon key names.
+func (m *Manager) deliver(ctx context.Context, key string, ev incident.MPSEvent) {
+	victim, rec, ok := m.claimOfCgroup(key, ev.Namespace)
 	if !ok {
 		klog.FromContext(ctx).V(2).Info("An MPS client terminated that is no container of a known claim", "gpu", ev.GPUUUID, "cgroup", ev.Namespace, "pid", ev.PID)
 		return
@@ -163,7 +166,7 @@ func (m *Manager) deliver(ctx context.Context, ev incident.MPSEvent) {
 	cgroup := ev.Namespace
 	ev.ClaimUID, ev.Namespace = victim, ""
 	ev.Container = incident.Container{Namespace: rec.Namespace, Pod: rec.Pod, Container: rec.Container}
-	if req, _, ok := m.claimOfCgroup(ev.GPUUUID, ev.RequesterNamespace); ok {
+	if req, _, ok := m.claimOfCgroup(key, ev.RequesterNamespace); ok {
 		ev.RequesterClaimUID = req
 	}
 	ev.RequesterNamespace = ""
@@ -172,11 +175,12 @@ func (m *Manager) deliver(ctx context.Context, ev incident.MPSEvent) {
 	m.report(ev)
 }
 
-// claimOfCgroup finds the claim (among this GPU's users) and the hook's
+// claimOfCgroup finds the claim (among the users of the daemon key names:
+// a GPU's UUID, or domain.NodeServerKey) and the hook's
 // record of the container whose cgroup this is: its last element is the
 // container ID in cgroupfs (".../<id>") and systemd
 // (".../cri-containerd-<id>.scope") spellings.
-func (m *Manager) claimOfCgroup(gpu, cgroup string) (types.UID, cdihook.Record, bool) {
+func (m *Manager) claimOfCgroup(key, cgroup string) (types.UID, cdihook.Record, bool) {
 	if cgroup == "" || cgroup == "-" {
 		return "", cdihook.Record{}, false
 	}
@@ -190,7 +194,7 @@ func (m *Manager) claimOfCgroup(gpu, cgroup string) (types.UID, cdihook.Record, 
 	defer m.mu.Unlock()
 	for _, path := range matches {
 		uid := types.UID(filepath.Base(filepath.Dir(path)))
-		if _, user := m.users[gpu][uid]; !user {
+		if _, user := m.users[key][uid]; !user {
 			continue
 		}
 		var rec cdihook.Record

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -58,6 +59,11 @@ type Config struct {
 	// DefaultNamespaceLimits are the MPS v3 shared server's default
 	// namespace limits; zero fields take DefaultSafetyLimits'.
 	DefaultNamespaceLimits NamespaceLimits
+	// GPUMemoryMiB is the memory of each of the node's GPUs. A node
+	// server serves GPUs no claim uses yet; the MPS double sizes its
+	// ledger of each from it. Optional: a GPU missing here takes the size
+	// its claims know.
+	GPUMemoryMiB map[string]int64
 	// KeepUnused, when set and returning a reason, stops the removal of
 	// daemons no known claim uses: the caller cannot name every claim
 	// (a quarantined checkpoint entry may be using one).
@@ -73,7 +79,7 @@ type Events interface {
 	DaemonRecovered(c *plan.Claim)
 }
 
-// user is one claim's use of a GPU's daemon.
+// user is one claim's use of a daemon (a GPU's, or the node server).
 type user struct {
 	claim   plan.Claim
 	hardMiB int64
@@ -83,21 +89,23 @@ type user struct {
 	threads   int32
 }
 
-// users map claim UIDs to their use of one GPU's daemon.
+// users map claim UIDs to their use of one daemon.
 type users = map[types.UID]user
 
 // Manager implements preparer.MPS.
 type Manager struct {
 	cfg   Config
-	locks keymutex.KeyMutex // per GPU: one daemon change at a time
+	locks keymutex.KeyMutex // per daemon: one daemon change at a time
 
+	// Daemons are keyed by domain.MPSBinding.DaemonKey: a GPU's UUID for
+	// a per-GPU daemon, domain.NodeServerKey for the node server.
 	mu    sync.Mutex
-	users map[string]users // GPU UUID → claim → use
-	// restarted are GPUs whose daemon was recreated and has not been
-	// seen ready since; only the reconcile loop touches it.
+	users map[string]users // daemon key → claim → use
+	// restarted are daemons that were recreated and have not been seen
+	// ready since; only the reconcile loop touches it.
 	restarted map[string]bool
-	// ready is, per GPU, whether its daemon passed its health check when
-	// last seen (ready.go), under mu.
+	// ready is, per daemon, whether it passed its health check when last
+	// seen (ready.go), under mu.
 	ready map[string]bool
 	// logOffsets: how far each daemon's control.log was scanned for
 	// terminated clients, and report (WatchTerminations) who hears of
@@ -108,8 +116,8 @@ type Manager struct {
 	// lister is the watch's cache while Run watches.
 	lister atomic.Pointer[podLister]
 	// beforeCollect, in tests, runs between reconcile's decision that a
-	// GPU's daemon looks unused and its removal.
-	beforeCollect func(gpu string)
+	// daemon looks unused and its removal.
+	beforeCollect func(key string)
 }
 
 // NewManager validates cfg.
@@ -139,39 +147,61 @@ func NewManager(cfg Config) (*Manager, error) {
 	return &Manager{cfg: cfg, locks: keymutex.NewHashed(0), users: map[string]users{}, restarted: map[string]bool{}, ready: map[string]bool{}, logOffsets: map[string]int64{}}, nil
 }
 
-// useOf is what a claim asks of a GPU's daemon: the sum of its SMSharing
-// shares' hard limits there, its namespace and thread percentage. A
-// TimeSlicing claim (MPS v3 nodes with per-cgroup limits) asks only that
-// the daemon runs: it has no namespace.
-func useOf(c *plan.Claim, gpu string) user {
+// useOf is what a claim asks of the daemon key names: the sum of its
+// SMSharing shares' hard limits on a GPU (the largest such sum over the
+// GPUs of a node server: a namespace's pinned memory limit binds each
+// device, and the dmem cgroup holds each GPU's share to its own limit),
+// its namespace and thread percentage. A TimeSlicing claim (MPS v3 nodes
+// with per-cgroup limits) asks only that the daemon runs: it has no
+// namespace.
+func useOf(c *plan.Claim, key string) user {
 	u := user{claim: *c, threads: 100}
-	var sum int64
+	sums := map[string]int64{}
 	for _, d := range c.Devices {
-		if d.MPS != nil && d.GPU.UUID == gpu && (d.MPS.Namespace != "" || d.MPS.Version != domain.MPSVersionV3) {
-			sum += d.HardLimitBytes
+		if d.MPS != nil && d.MPS.DaemonKey() == key && (d.MPS.Namespace != "" || d.MPS.Version != domain.MPSVersionV3) {
+			sums[d.GPU.UUID] += d.HardLimitBytes
 			u.namespace = d.MPS.Namespace
 			if d.ActiveThreadPercentage != nil {
 				u.threads = *d.ActiveThreadPercentage
 			}
 		}
 	}
-	u.hardMiB = sum >> 20
+	for _, sum := range sums {
+		u.hardMiB = max(u.hardMiB, sum>>20)
+	}
 	return u
+}
+
+// servedGPUs are the GPUs of the daemon b reaches.
+func servedGPUs(b domain.MPSBinding) []string {
+	if len(b.ServerGPUs) > 0 {
+		return b.ServerGPUs
+	}
+	return []string{b.GPUUUID}
+}
+
+// daemonName names the daemon key names, for messages.
+func daemonName(key string) string {
+	if key == domain.NodeServerKey {
+		return "the node server"
+	}
+	return "GPU " + key
 }
 
 // Acquire implements preparer.MPS: the GPU's daemon runs and is ready, and
 // its ceiling covers this claim, before it returns.
 func (m *Manager) Acquire(ctx context.Context, b domain.MPSBinding, c *plan.Claim) error {
-	m.locks.LockKey(b.GPUUUID)
-	defer func() { _ = m.locks.UnlockKey(b.GPUUUID) }()
+	key := b.DaemonKey()
+	m.locks.LockKey(key)
+	defer func() { _ = m.locks.UnlockKey(key) }()
 
 	m.mu.Lock()
-	if m.users[b.GPUUUID] == nil {
-		m.users[b.GPUUUID] = users{}
+	if m.users[key] == nil {
+		m.users[key] = users{}
 	}
-	_, had := m.users[b.GPUUUID][c.UID]
-	m.users[b.GPUUUID][c.UID] = useOf(c, b.GPUUUID)
-	file, content := desired(m.cfg.Version, m.users[b.GPUUUID])
+	_, had := m.users[key][c.UID]
+	m.users[key][c.UID] = useOf(c, key)
+	file, content := desired(m.cfg.Version, m.users[key])
 	m.mu.Unlock()
 
 	err := m.ensure(ctx, b, file, content)
@@ -195,20 +225,22 @@ func (m *Manager) Acquire(ctx context.Context, b domain.MPSBinding, c *plan.Clai
 }
 
 func (m *Manager) dropUser(b domain.MPSBinding, uid types.UID) {
+	key := b.DaemonKey()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	delete(m.users[b.GPUUUID], uid)
-	if len(m.users[b.GPUUUID]) == 0 {
-		delete(m.users, b.GPUUUID)
+	delete(m.users[key], uid)
+	if len(m.users[key]) == 0 {
+		delete(m.users, key)
 	}
 }
 
 // ensure makes the daemon exist with the settings and waits until it is
 // ready and has applied them.
 func (m *Manager) ensure(ctx context.Context, b domain.MPSBinding, file, content string) error {
-	logger := klog.FromContext(ctx).WithValues("gpu", b.GPUUUID)
+	key := b.DaemonKey()
+	logger := klog.FromContext(ctx).WithValues("daemon", key, "gpus", servedGPUs(b))
 	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
-	name := PodName(m.cfg.NodeName, b.GPUUUID)
+	name := PodName(m.cfg.NodeName, key)
 	pod, err := pods.Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
@@ -220,7 +252,7 @@ func (m *Manager) ensure(ctx context.Context, b domain.MPSBinding, file, content
 	case err != nil:
 		return fmt.Errorf("looking up MPS daemon %s/%s: %w", m.cfg.Namespace, name, err)
 	case pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
-		return fmt.Errorf("MPS daemon %s/%s of GPU %s is terminating or has stopped (%s); it is being replaced, retry shortly", m.cfg.Namespace, name, b.GPUUUID, pod.Status.Phase)
+		return fmt.Errorf("MPS daemon %s/%s of %s is terminating or has stopped (%s); it is being replaced, retry shortly", m.cfg.Namespace, name, daemonName(key), pod.Status.Phase)
 	default:
 		// A running daemon picks up changed settings from its config.
 		if err := writeConfig(b, file, content); err != nil {
@@ -233,7 +265,7 @@ func (m *Manager) ensure(ctx context.Context, b domain.MPSBinding, file, content
 	if err := m.waitReady(ctx, b, name); err != nil {
 		return err
 	}
-	m.noteReady(b.GPUUUID, true)
+	m.noteReady(key, true)
 	return m.waitApplied(ctx, b, file, content)
 }
 
@@ -250,7 +282,7 @@ func (m *Manager) create(ctx context.Context, b domain.MPSBinding, file, content
 		return nil, err
 	}
 	if m.cfg.Version == domain.MPSVersionV3 {
-		toml, err := DaemonTOML(m.cfg.DriverVersion, domain.MPSServerName, b.GPUUUID)
+		toml, err := DaemonTOML(m.cfg.DriverVersion, domain.MPSServerName, servedGPUs(b)...)
 		if err != nil {
 			return nil, err
 		}
@@ -258,11 +290,18 @@ func (m *Manager) create(ctx context.Context, b domain.MPSBinding, file, content
 			return nil, err
 		}
 	}
+	key, gpus := b.DaemonKey(), servedGPUs(b)
+	memory := m.gpuMemoryMiB(key, gpus)
+	ledger := make([]string, len(gpus))
+	for i, g := range gpus {
+		ledger[i] = fmt.Sprintf("%s=%d", g, memory[g])
+	}
 	pod, err := Render(m.cfg.Template, DaemonParams{
-		Name: PodName(m.cfg.NodeName, b.GPUUUID), Namespace: m.cfg.Namespace, NodeName: m.cfg.NodeName,
-		GPUUUID: b.GPUUUID, Image: m.cfg.Image, DriverRoot: m.cfg.DriverRoot, Version: m.cfg.Version,
+		Name: PodName(m.cfg.NodeName, key), Namespace: m.cfg.Namespace, NodeName: m.cfg.NodeName,
+		GPUUUID: strings.Join(gpus, ","), DaemonKey: key, GPUs: gpus,
+		Image: m.cfg.Image, DriverRoot: m.cfg.DriverRoot, Version: m.cfg.Version,
 		PipeDir: b.PipeDir, LogDir: b.LogDir, ShmDir: b.ShmDir, ConfigDir: ConfigDir(b),
-		ServerName: domain.MPSServerName, GPUMemoryMiB: m.gpuMemoryMiB(b.GPUUUID),
+		ServerName: domain.MPSServerName, GPUMemoryMiB: memory[gpus[0]], GPUsMemoryMiB: strings.Join(ledger, ","),
 		SafetyMemoryMiB:        m.cfg.DefaultNamespaceLimits.PinnedMemoryMiB,
 		SafetyThreadPercentage: m.cfg.DefaultNamespaceLimits.ActiveThreadPercentage,
 	})
@@ -279,18 +318,25 @@ func (m *Manager) create(ctx context.Context, b domain.MPSBinding, file, content
 	return created, nil
 }
 
-// gpuMemoryMiB is the GPU's memory as the claims using it know it.
-func (m *Manager) gpuMemoryMiB(gpu string) int64 {
+// gpuMemoryMiB is the memory of each GPU the daemon serves: as the node's
+// inventory (Config.GPUMemoryMiB) or else the claims using it know it.
+func (m *Manager) gpuMemoryMiB(key string, gpus []string) map[string]int64 {
+	out := map[string]int64{}
+	for _, g := range gpus {
+		if mib, ok := m.cfg.GPUMemoryMiB[g]; ok {
+			out[g] = mib
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for _, u := range m.users[gpu] {
+	for _, u := range m.users[key] {
 		for _, d := range u.claim.Devices {
-			if d.GPU.UUID == gpu {
-				return int64(d.GPU.MemoryBytes >> 20)
+			if _, known := out[d.GPU.UUID]; !known && slices.Contains(gpus, d.GPU.UUID) {
+				out[d.GPU.UUID] = int64(d.GPU.MemoryBytes >> 20)
 			}
 		}
 	}
-	return 0
+	return out
 }
 
 // waitReady polls the daemon Pod's Ready condition, which its startup
@@ -315,8 +361,8 @@ func (m *Manager) waitReady(ctx context.Context, b domain.MPSBinding, name strin
 	if last != nil {
 		state = describePod(last)
 	}
-	return fmt.Errorf("MPS daemon %s/%s of GPU %s is not ready after %s (%s); last daemon log lines: %s",
-		m.cfg.Namespace, name, b.GPUUUID, time.Since(start).Round(100*time.Millisecond), state, tailLog(b.LogDir, 5))
+	return fmt.Errorf("MPS daemon %s/%s of %s is not ready after %s (%s); last daemon log lines: %s",
+		m.cfg.Namespace, name, daemonName(b.DaemonKey()), time.Since(start).Round(100*time.Millisecond), state, tailLog(b.LogDir, 5))
 }
 
 func podReady(pod *corev1.Pod) bool {
@@ -368,8 +414,9 @@ func tailLog(dir string, n int) string {
 
 // Release implements preparer.MPS.
 func (m *Manager) Release(ctx context.Context, b domain.MPSBinding, claimUID types.UID) error {
-	m.locks.LockKey(b.GPUUUID)
-	defer func() { _ = m.locks.UnlockKey(b.GPUUUID) }()
+	key := b.DaemonKey()
+	m.locks.LockKey(key)
+	defer func() { _ = m.locks.UnlockKey(key) }()
 	return m.release(ctx, b, claimUID)
 }
 
@@ -377,20 +424,21 @@ func (m *Manager) release(ctx context.Context, b domain.MPSBinding, claimUID typ
 	// An eviction ends the victim's container, and so its pod's claim may
 	// be unprepared before the next reconcile: read the daemon's log while
 	// the claim is still a user.
-	m.scanEvictions(ctx, map[string]string{b.GPUUUID: b.LogDir})
+	key := b.DaemonKey()
+	m.scanEvictions(ctx, map[string]string{key: b.LogDir})
 	m.mu.Lock()
-	if _, user := m.users[b.GPUUUID][claimUID]; !user {
+	if _, user := m.users[key][claimUID]; !user {
 		// Not a user (never was, or its use was dropped when the kubelet
 		// gave up): the daemon is not this claim's to stop; garbage
 		// collection removes it if no claim comes for it.
 		m.mu.Unlock()
 		return nil
 	}
-	delete(m.users[b.GPUUUID], claimUID)
-	remaining := len(m.users[b.GPUUUID])
-	file, content := desired(m.cfg.Version, m.users[b.GPUUUID])
+	delete(m.users[key], claimUID)
+	remaining := len(m.users[key])
+	file, content := desired(m.cfg.Version, m.users[key])
 	if remaining == 0 {
-		delete(m.users, b.GPUUUID)
+		delete(m.users, key)
 	}
 	m.mu.Unlock()
 	if remaining > 0 {
@@ -402,14 +450,14 @@ func (m *Manager) release(ctx context.Context, b domain.MPSBinding, claimUID typ
 	return m.stop(ctx, b)
 }
 
-// stop deletes the GPU's daemon and its directories.
+// stop deletes the binding's daemon and its directories.
 func (m *Manager) stop(ctx context.Context, b domain.MPSBinding) error {
-	name := PodName(m.cfg.NodeName, b.GPUUUID)
+	name := PodName(m.cfg.NodeName, b.DaemonKey())
 	err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting MPS daemon %s/%s: %w", m.cfg.Namespace, name, err)
 	}
-	klog.FromContext(ctx).Info("Stopped MPS control daemon: no claims use it", "gpu", b.GPUUUID, "pod", klog.KRef(m.cfg.Namespace, name))
+	klog.FromContext(ctx).Info("Stopped MPS control daemon: no claims use it", "daemon", b.DaemonKey(), "pod", klog.KRef(m.cfg.Namespace, name))
 	// Orphaned pipe and shm directories are a known cause of a new daemon
 	// failing to start; the log stays for inspection. (The shm directory
 	// is only an older plugin's: daemons now get an emptyDir.)
@@ -421,7 +469,8 @@ func (m *Manager) stop(ctx context.Context, b domain.MPSBinding) error {
 	return nil
 }
 
-// Users returns how many claims use each GPU's daemon.
+// Users returns how many claims use each daemon, by its key (a GPU's UUID,
+// or domain.NodeServerKey).
 func (m *Manager) Users() map[string]int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -439,10 +488,11 @@ func (m *Manager) Restore(ctx context.Context, prepared []plan.Claim) error {
 	for i := range prepared {
 		c := &prepared[i]
 		if b := c.MPS(); b != nil {
-			if m.users[b.GPUUUID] == nil {
-				m.users[b.GPUUUID] = users{}
+			key := b.DaemonKey()
+			if m.users[key] == nil {
+				m.users[key] = users{}
 			}
-			m.users[b.GPUUUID][c.UID] = useOf(c, b.GPUUUID)
+			m.users[key][c.UID] = useOf(c, key)
 		}
 	}
 	m.mu.Unlock()

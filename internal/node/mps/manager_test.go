@@ -324,7 +324,7 @@ func TestRestoreRebuildsCountsAndCollectsGarbage(t *testing.T) {
 }
 
 func TestRenderRefusesATemplateThatDropsTheLabels(t *testing.T) {
-	broken := strings.Replace(mps.DaemonTemplate, "gpufrac.dev/gpu: \"{{.GPUUUID}}\"", "", 1)
+	broken := strings.Replace(mps.DaemonTemplate, "gpufrac.dev/gpu: \"{{.DaemonKey}}\"", "", 1)
 	_, err := mps.Render(broken, mps.DaemonParams{Name: "n", Namespace: ns, NodeName: node, GPUUUID: "GPU-a", Image: "i", DriverRoot: "/", Version: "legacy"})
 	if err == nil || !strings.Contains(err.Error(), "must keep the labels") {
 		t.Errorf("got %v", err)

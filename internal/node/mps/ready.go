@@ -14,43 +14,49 @@ import (
 // least every interval, and Acquire sees a daemon turn ready. A scrape reads
 // what they saw last instead of asking the API or the daemon.
 
-// noteReady records what Acquire saw of the GPU's daemon.
-func (m *Manager) noteReady(gpu string, ready bool) {
+// noteReady records what Acquire saw of the daemon key names.
+func (m *Manager) noteReady(key string, ready bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.ready[gpu] = ready
+	m.ready[key] = ready
 }
 
-// noteListed records the readiness of the daemons reconcile listed: a GPU
-// claims use whose daemon is missing, stopping or failing its probe is not
-// ready. GPUs no claim uses are forgotten.
+// noteListed records the readiness of the daemons reconcile listed: a
+// daemon claims use that is missing, stopping or failing its probe is not
+// ready. Daemons no claim uses are forgotten.
 func (m *Manager) noteListed(running map[string]*corev1.Pod) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for gpu := range m.ready {
-		if len(m.users[gpu]) == 0 {
-			delete(m.ready, gpu)
+	for key := range m.ready {
+		if len(m.users[key]) == 0 {
+			delete(m.ready, key)
 		}
 	}
-	for gpu, us := range m.users {
+	for key, us := range m.users {
 		if len(us) == 0 {
 			continue
 		}
-		pod := running[gpu]
-		m.ready[gpu] = pod != nil && podReady(pod)
+		pod := running[key]
+		m.ready[key] = pod != nil && podReady(pod)
 	}
 }
 
-// Ready reports, for every GPU whose daemon claims use, whether that daemon
-// passed its health check when last seen. A GPU claims use whose daemon
-// has not been seen yet is not ready.
+// Ready reports, for every GPU served by a daemon claims use, whether that
+// daemon passed its health check when last seen: one entry per GPU, so a
+// node server's readiness is reported for each GPU it serves (the same
+// value for each). A daemon claims use that has not been seen yet is not
+// ready.
 func (m *Manager) Ready() map[string]bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := map[string]bool{}
-	for gpu, us := range m.users {
-		if len(us) > 0 {
-			out[gpu] = m.ready[gpu]
+	for key, us := range m.users {
+		for _, u := range us {
+			if b := u.claim.MPS(); b != nil && b.DaemonKey() == key {
+				for _, gpu := range servedGPUs(*b) {
+					out[gpu] = m.ready[key]
+				}
+			}
 		}
 	}
 	return out

@@ -20,7 +20,7 @@ import (
 // The reconcile loop: daemons no claim uses are collected, daemons that
 // stopped under their claims are recreated.
 
-// reconcile deletes daemons of GPUs no claim uses (left by a crash or an
+// reconcile deletes daemons no claim uses (left by a crash or an
 // upgrade) and recreates daemons that died while claims use them.
 func (m *Manager) reconcile(ctx context.Context) error {
 	pods, err := m.daemons(ctx)
@@ -34,11 +34,11 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	m.mu.Lock()
 	users := map[string][]user{}
 	logs := map[string]string{}
-	for gpu, us := range m.users {
+	for key, us := range m.users {
 		for _, u := range us {
-			users[gpu] = append(users[gpu], u)
+			users[key] = append(users[key], u)
 			if b := u.claim.MPS(); b != nil {
-				logs[gpu] = b.LogDir
+				logs[key] = b.LogDir
 			}
 		}
 	}
@@ -51,7 +51,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// collectUnused deletes the running daemons of GPUs no claim uses, unless
+// collectUnused deletes the running daemons no claim uses, unless
 // the preparer is uncertain of its claims (KeepUnused) or the daemon is
 // still starting for a Prepare the kubelet will retry.
 func (m *Manager) collectUnused(ctx context.Context, running map[string]*corev1.Pod, users map[string][]user) []error {
@@ -61,12 +61,12 @@ func (m *Manager) collectUnused(ctx context.Context, running map[string]*corev1.
 	if m.cfg.KeepUnused != nil {
 		keep = m.cfg.KeepUnused()
 	}
-	for gpu, pod := range running {
-		if len(users[gpu]) > 0 {
+	for key, pod := range running {
+		if len(users[key]) > 0 {
 			continue
 		}
 		if keep != "" {
-			logger.Info("Keeping an MPS daemon no known claim uses", "pod", klog.KObj(pod), "gpu", gpu, "reason", keep)
+			logger.Info("Keeping an MPS daemon no known claim uses", "pod", klog.KObj(pod), "daemon", key, "reason", keep)
 			continue
 		}
 		if time.Since(pod.CreationTimestamp.Time) < m.cfg.ReadyTimeout {
@@ -74,15 +74,15 @@ func (m *Manager) collectUnused(ctx context.Context, running map[string]*corev1.
 			continue
 		}
 		if m.beforeCollect != nil {
-			m.beforeCollect(gpu)
+			m.beforeCollect(key)
 		}
-		deleted, err := m.collect(ctx, gpu, pod)
+		deleted, err := m.collect(ctx, key, pod)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if deleted {
-			logger.Info("Deleted an MPS daemon no claim uses", "pod", klog.KObj(pod), "gpu", gpu)
+			logger.Info("Deleted an MPS daemon no claim uses", "pod", klog.KObj(pod), "daemon", key)
 		}
 	}
 	return errs
@@ -94,12 +94,12 @@ func (m *Manager) collectUnused(ctx context.Context, running map[string]*corev1.
 func (m *Manager) restoreUsed(ctx context.Context, running map[string]*corev1.Pod, users map[string][]user) []error {
 	logger := klog.FromContext(ctx)
 	var errs []error
-	for gpu, us := range users {
-		pod := running[gpu]
+	for key, us := range users {
+		pod := running[key]
 		if pod != nil && pod.DeletionTimestamp == nil && pod.Status.Phase != corev1.PodFailed && pod.Status.Phase != corev1.PodSucceeded {
-			if m.restarted[gpu] && podReady(pod) {
-				delete(m.restarted, gpu)
-				logger.Info("A recreated MPS daemon is ready", "gpu", gpu, "claims", len(us))
+			if m.restarted[key] && podReady(pod) {
+				delete(m.restarted, key)
+				logger.Info("A recreated MPS daemon is ready", "daemon", key, "claims", len(us))
 				if m.cfg.Events != nil {
 					for _, u := range us {
 						m.cfg.Events.DaemonRecovered(&u.claim)
@@ -108,11 +108,11 @@ func (m *Manager) restoreUsed(ctx context.Context, running map[string]*corev1.Po
 			}
 			continue
 		}
-		reason := "the MPS daemon of GPU " + gpu + " is gone"
+		reason := "the MPS daemon of " + daemonName(key) + " is gone"
 		if pod != nil {
-			reason = fmt.Sprintf("the MPS daemon of GPU %s stopped (%s)", gpu, describePod(pod))
+			reason = fmt.Sprintf("the MPS daemon of %s stopped (%s)", daemonName(key), describePod(pod))
 		}
-		created, err := m.recreate(ctx, us[0].claim, gpu, pod)
+		created, err := m.recreate(ctx, us[0].claim, key, pod)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -120,8 +120,8 @@ func (m *Manager) restoreUsed(ctx context.Context, running map[string]*corev1.Po
 		if !created {
 			continue
 		}
-		m.restarted[gpu] = true
-		logger.Info("Recreated an MPS daemon claims depend on", "gpu", gpu, "claims", len(us), "reason", reason)
+		m.restarted[key] = true
+		logger.Info("Recreated an MPS daemon claims depend on", "daemon", key, "claims", len(us), "reason", reason)
 		if m.cfg.Events != nil {
 			for _, u := range us {
 				m.cfg.Events.DaemonRestarted(&u.claim, reason+"; it was recreated, and its clients must reconnect")
@@ -131,16 +131,16 @@ func (m *Manager) restoreUsed(ctx context.Context, running map[string]*corev1.Po
 	return errs
 }
 
-// collect deletes pod, the daemon of gpu, if it is still unused. The
-// check is repeated under the GPU's lock, which Acquire holds while it
+// collect deletes pod, the daemon key names, if it is still unused. The
+// check is repeated under the daemon's lock, which Acquire holds while it
 // hands the daemon out: the users seen before taking the lock may be out
 // of date. The deletion is of that very Pod (its UID), not of a
 // successor with the same name.
-func (m *Manager) collect(ctx context.Context, gpu string, pod *corev1.Pod) (bool, error) {
-	m.locks.LockKey(gpu)
-	defer func() { _ = m.locks.UnlockKey(gpu) }()
+func (m *Manager) collect(ctx context.Context, key string, pod *corev1.Pod) (bool, error) {
+	m.locks.LockKey(key)
+	defer func() { _ = m.locks.UnlockKey(key) }()
 	m.mu.Lock()
-	used := len(m.users[gpu]) > 0
+	used := len(m.users[key]) > 0
 	m.mu.Unlock()
 	if used {
 		return false, nil
@@ -160,12 +160,12 @@ func (m *Manager) collect(ctx context.Context, gpu string, pod *corev1.Pod) (boo
 // recreate replaces a dead daemon; it reports whether a new Pod was
 // created (a stopped one is deleted first, and replaced on a later pass
 // because the new Pod takes the same name).
-func (m *Manager) recreate(ctx context.Context, c plan.Claim, gpu string, old *corev1.Pod) (bool, error) {
-	m.locks.LockKey(gpu)
-	defer func() { _ = m.locks.UnlockKey(gpu) }()
+func (m *Manager) recreate(ctx context.Context, c plan.Claim, key string, old *corev1.Pod) (bool, error) {
+	m.locks.LockKey(key)
+	defer func() { _ = m.locks.UnlockKey(key) }()
 	b := c.MPS()
 	m.mu.Lock()
-	used := len(m.users[gpu]) > 0
+	used := len(m.users[key]) > 0
 	m.mu.Unlock()
 	if b == nil || !used {
 		// Released since reconcile looked: nothing to bring back.
@@ -183,11 +183,11 @@ func (m *Manager) recreate(ctx context.Context, c plan.Claim, gpu string, old *c
 	}
 	// The watch's cache may not show a daemon an Acquire just created:
 	// only the API can say it is gone.
-	if _, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, PodName(m.cfg.NodeName, gpu), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	if _, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, PodName(m.cfg.NodeName, key), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		return false, err
 	}
 	m.mu.Lock()
-	file, content := desired(m.cfg.Version, m.users[gpu])
+	file, content := desired(m.cfg.Version, m.users[key])
 	m.mu.Unlock()
 	if _, err := m.create(ctx, *b, file, content); err != nil {
 		return false, err

@@ -10,12 +10,16 @@
 // claim goes. Reference counts are rebuilt from the checkpoint after a
 // restart.
 //
-// One daemon per GPU rather than one per node (NVIDIA allows either): a
-// daemon's restart, or a wedged server, touches one GPU's tenants; a
-// daemon runs only for GPUs that hold fractions; and bindings, directories
-// and reference counts stay per GPU as checkpoints already have them. The
-// price: a container reaches one daemon, so a claim whose shares are MPS
-// clients spans one GPU (internal/core/plan refuses others with the reason).
+// One daemon per GPU by default rather than one per node (NVIDIA allows
+// either): a daemon's restart, or a wedged server, touches one GPU's
+// tenants, and a daemon runs only for GPUs that hold fractions. The price:
+// a container reaches one daemon, so a claim whose shares are MPS clients
+// spans one GPU (internal/core/plan refuses others with the reason). MPS
+// v3 nodes may run the node server instead (domain.NodeMPSBindingFor): one
+// daemon whose server lists every fraction GPU of the node, so a claim of
+// several GPUs is one client of it. Daemons, their users, locks, Pods and
+// readiness are keyed by domain.MPSBinding.DaemonKey; the memory ledger,
+// limits and incidents stay per GPU.
 //
 // A Pod, not a Deployment: the plugin owns the daemon's whole lifecycle
 // (reference counts, garbage collection, recreation); a Deployment's
@@ -59,8 +63,18 @@ type DaemonParams struct {
 	Name      string
 	Namespace string
 	NodeName  string
-	GPUUUID   string
-	GPUIndex  int
+	// GPUUUID is the daemon's GPU, or for the node server the
+	// comma-separated list of the GPUs it serves (CUDA_VISIBLE_DEVICES's
+	// form).
+	GPUUUID string
+	// DaemonKey is domain.MPSBinding.DaemonKey: the GPU's UUID for a
+	// per-GPU daemon, domain.NodeServerKey for the node server; the Pod's
+	// LabelGPU carries it.
+	DaemonKey string
+	// GPUs are the GPUs the daemon serves, one for a per-GPU daemon; each
+	// gets its compute-mode init container.
+	GPUs     []string
+	GPUIndex int
 	// Image is the plugin's own image: the daemon runs the node's MPS
 	// binaries through its gpufrac-mps-launcher, never an image of its own.
 	Image string
@@ -76,6 +90,10 @@ type DaemonParams struct {
 	// GPUMemoryMiB is the GPU's memory: informational for a real daemon,
 	// the memory ledger's size for the MPS double.
 	GPUMemoryMiB int64
+	// GPUsMemoryMiB is every served GPU's memory, "<uuid>=<MiB>,...":
+	// informational for a real daemon, the MPS double's ledger of a node
+	// server's GPUs.
+	GPUsMemoryMiB string
 	// SafetyMemoryMiB and SafetyThreadPercentage bind the shared MPS v3
 	// server's default namespace, where a misrouted SMSharing client
 	// would land (Config.DefaultNamespaceLimits).
@@ -86,15 +104,25 @@ type DaemonParams struct {
 // ConfigDir is where the plugin writes a GPU daemon's settings.
 func ConfigDir(b domain.MPSBinding) string { return filepath.Join(filepath.Dir(b.PipeDir), "config") }
 
-// PodName names a GPU's daemon: stable for the node and GPU, short enough
-// for any node name.
-func PodName(nodeName, gpuUUID string) string {
-	sum := sha256.Sum256([]byte(nodeName + "/" + gpuUUID))
+// PodName names a daemon: stable for the node and the daemon's key (a
+// GPU's UUID, or domain.NodeServerKey), short enough for any node name.
+func PodName(nodeName, daemonKey string) string {
+	sum := sha256.Sum256([]byte(nodeName + "/" + daemonKey))
 	return "gpufrac-mps-" + hex.EncodeToString(sum[:])[:16]
 }
 
 // Render turns the template text into the daemon Pod.
 func Render(text string, p DaemonParams) (*corev1.Pod, error) {
+	// Callers of a per-GPU daemon may name only its GPU.
+	if p.DaemonKey == "" {
+		p.DaemonKey = p.GPUUUID
+	}
+	if len(p.GPUs) == 0 {
+		p.GPUs = []string{p.GPUUUID}
+	}
+	if p.GPUsMemoryMiB == "" {
+		p.GPUsMemoryMiB = fmt.Sprintf("%s=%d", p.GPUUUID, p.GPUMemoryMiB)
+	}
 	tmpl, err := template.New("mps-control-daemon").Option("missingkey=error").Parse(text)
 	if err != nil {
 		return nil, fmt.Errorf("parsing the MPS daemon template: %w", err)
@@ -110,8 +138,8 @@ func Render(text string, p DaemonParams) (*corev1.Pod, error) {
 	if pod.Name != p.Name || pod.Namespace != p.Namespace || pod.Spec.NodeName != p.NodeName {
 		return nil, fmt.Errorf("the MPS daemon template must keep name {{.Name}}, namespace {{.Namespace}} and nodeName {{.NodeName}}")
 	}
-	if pod.Labels[LabelComponent] != ComponentValue || pod.Labels[LabelNode] != p.NodeName || pod.Labels[LabelGPU] != p.GPUUUID {
-		return nil, fmt.Errorf("the MPS daemon template must keep the labels %s, %s and %s", LabelComponent, LabelNode, LabelGPU)
+	if pod.Labels[LabelComponent] != ComponentValue || pod.Labels[LabelNode] != p.NodeName || pod.Labels[LabelGPU] != p.DaemonKey {
+		return nil, fmt.Errorf("the MPS daemon template must keep the labels %s, %s and %s ({{.DaemonKey}}: %q)", LabelComponent, LabelNode, LabelGPU, p.DaemonKey)
 	}
 	return &pod, nil
 }

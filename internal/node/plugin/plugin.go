@@ -334,8 +334,12 @@ func newMPSManager(ctx context.Context, cfg Config, inv *domain.Inventory, event
 	if driverRoot == "" {
 		driverRoot = "/"
 	}
+	memory := map[string]int64{}
+	for _, g := range inv.GPUs {
+		memory[g.UUID] = int64(g.MemoryBytes >> 20)
+	}
 	m, err := mps.NewManager(mps.Config{
-		Client: cfg.KubeClient, Namespace: cfg.MPS.Namespace, NodeName: cfg.NodeName,
+		Client: cfg.KubeClient, Namespace: cfg.MPS.Namespace, NodeName: cfg.NodeName, GPUMemoryMiB: memory,
 		Template: cfg.MPS.Template, Image: cfg.MPS.Image, DriverRoot: driverRoot, Version: inv.MPSVersion, DriverVersion: inv.DriverVersion,
 		ReadyTimeout: cfg.MPS.ReadyTimeout, DefaultNamespaceLimits: cfg.MPS.DefaultNamespaceLimits, Events: events, RecordDir: cfg.CDI.RecordDir, KeepUnused: keepUnused,
 	})

@@ -18,12 +18,17 @@ import (
 
 func main() {
 	version := flag.String("version", "legacy", "MPS version: legacy or v3")
-	uuid := flag.String("uuid", "", "GPU UUID; for -part toml, a comma-separated list renders a node server over those GPUs")
+	uuid := flag.String("uuid", "", "GPU UUID; a comma-separated list renders a node server over those GPUs")
 	part := flag.String("part", "script", "what to print: script, init (the init container's command), probe, toml (the v3 daemon's configuration) or server-reserve (the default MPS server reserve, MiB)")
 	driver := flag.String("driver", "615.0", "driver version, for -part toml")
 	flag.Parse()
+	// A list is the node server's, as the plugin renders it.
+	key, gpus := *uuid, strings.Split(*uuid, ",")
+	if len(gpus) > 1 {
+		key = domain.NodeServerKey
+	}
 	pod, err := mps.Render(mps.DaemonTemplate, mps.DaemonParams{
-		Name: "gpu-check", Namespace: "gpu-check", NodeName: "gpu-check", GPUUUID: *uuid, Image: "none", Version: *version,
+		Name: "gpu-check", Namespace: "gpu-check", NodeName: "gpu-check", GPUUUID: *uuid, DaemonKey: key, GPUs: gpus, Image: "none", Version: *version,
 		PipeDir: "/unused", LogDir: "/unused", ShmDir: "/unused", ConfigDir: "/unused", ServerName: domain.MPSServerName, DriverRoot: "/unused",
 		SafetyMemoryMiB: mps.DefaultSafetyLimits.PinnedMemoryMiB, SafetyThreadPercentage: mps.DefaultSafetyLimits.ActiveThreadPercentage,
 	})
