@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -62,11 +63,29 @@ func understoodV1(key string, e *v1.Entry) error {
 		if _, err := domain.ParseEnforcement(d.Enforcement); err != nil {
 			errs = append(errs, fmt.Errorf("plan.devices[%d].enforcement: %w", i, err))
 		}
-		if d.MPS != nil && d.MPS.Version != "" && d.MPS.Version != domain.MPSVersionV3 {
-			errs = append(errs, fmt.Errorf("plan.devices[%d].mps.version %q is not empty (legacy) or %s", i, d.MPS.Version, domain.MPSVersionV3))
+		if d.MPS != nil {
+			errs = append(errs, understoodMPSV1(i, d.MPS)...)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// understoodMPSV1 checks a share's MPS binding: its version, and that the
+// node server's list is there exactly when the version says so.
+func understoodMPSV1(i int, b *v1.MPSBinding) []error {
+	switch b.Version {
+	case "", domain.MPSVersionV3:
+		if len(b.ServerGPUs) > 0 {
+			return []error{fmt.Errorf("plan.devices[%d].mps.serverGPUs is set but mps.version is %q, not %s", i, b.Version, v1.MPSVersionV3NodeServer)}
+		}
+	case v1.MPSVersionV3NodeServer:
+		if len(b.ServerGPUs) == 0 {
+			return []error{fmt.Errorf("plan.devices[%d].mps.version is %s but mps.serverGPUs is empty", i, v1.MPSVersionV3NodeServer)}
+		}
+	default:
+		return []error{fmt.Errorf("plan.devices[%d].mps.version %q is not empty (legacy), %s or %s", i, b.Version, domain.MPSVersionV3, v1.MPSVersionV3NodeServer)}
+	}
+	return nil
 }
 
 func fromV1(e *v1.Entry) Entry {
@@ -98,6 +117,9 @@ func fromV1(e *v1.Entry) Entry {
 		if d.MPS != nil {
 			pd.MPS = &domain.MPSBinding{GPUUUID: d.MPS.GPUUUID, PipeDir: d.MPS.PipeDir, LogDir: d.MPS.LogDir,
 				ShmDir: d.MPS.ShmDir, Version: d.MPS.Version, Namespace: d.MPS.Namespace}
+			if d.MPS.Version == v1.MPSVersionV3NodeServer {
+				pd.MPS.Version, pd.MPS.ServerGPUs = domain.MPSVersionV3, slices.Clone(d.MPS.ServerGPUs)
+			}
 		}
 		out.Plan.Devices[i] = pd
 	}
@@ -133,6 +155,10 @@ func toV1(e *Entry) v1.Entry {
 		if d.MPS != nil {
 			vd.MPS = &v1.MPSBinding{GPUUUID: d.MPS.GPUUUID, PipeDir: d.MPS.PipeDir, LogDir: d.MPS.LogDir,
 				ShmDir: d.MPS.ShmDir, Version: d.MPS.Version, Namespace: d.MPS.Namespace}
+			if len(d.MPS.ServerGPUs) > 0 {
+				// The node server is MPS v3 only (internal/core/plan).
+				vd.MPS.Version, vd.MPS.ServerGPUs = v1.MPSVersionV3NodeServer, slices.Clone(d.MPS.ServerGPUs)
+			}
 		}
 		out.Plan.Devices[i] = vd
 	}

@@ -101,4 +101,16 @@ type MPSBinding struct {
 	ShmDir    string `json:"shmDir"`
 	Version   string `json:"version,omitempty"`
 	Namespace string `json:"namespace,omitempty"`
+	// ServerGPUs (added in version 1, omitted for a per-GPU daemon, so
+	// earlier entries read as per-GPU): every GPU of the node server the
+	// share is a client of. Such a binding is written with Version
+	// MPSVersionV3NodeServer: a release that predates the node server
+	// would take the binding for GPUUUID's own daemon and, at Unprepare,
+	// stop that daemon and remove the node server's directories; its
+	// check of the version quarantines the entry instead.
+	ServerGPUs []string `json:"serverGPUs,omitempty"`
 }
+
+// MPSVersionV3NodeServer is MPSBinding.Version of a client of the MPS v3
+// node server (ServerGPUs set); "v3" is a per-GPU v3 daemon's.
+const MPSVersionV3NodeServer = "v3-node-server"
