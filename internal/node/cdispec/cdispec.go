@@ -195,10 +195,18 @@ func env(c *plan.Claim) []string {
 				}
 			}
 		}
-		out = append(out,
-			"CUDA_MPS_PIPE_DIRECTORY="+ContainerMPSPipeDir,
-			// A client can only lower what the daemon set, never raise it.
-			fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s=%dM", mps.GPUUUID, MiB(hard)))
+		out = append(out, "CUDA_MPS_PIPE_DIRECTORY="+ContainerMPSPipeDir)
+		// A client can only lower what the daemon set, never raise it. A
+		// client of the node server gets none: its claim may span GPUs,
+		// and gpufrac uses a list of per-device limits only once it has
+		// read NVIDIA's form of it again (docs/design/nvidia-contract.md,
+		// issue 35 item 4); the node server runs only on dmem nodes, where
+		// the container's cgroup holds each GPU to its own share's limit
+		// (the hook's per-GPU limits, limitEnv), and an SMSharing claim's
+		// namespace carries its largest per-GPU limit daemon-side.
+		if len(mps.ServerGPUs) == 0 {
+			out = append(out, fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%s=%dM", mps.GPUUUID, MiB(hard)))
+		}
 		if atp != nil {
 			out = append(out, fmt.Sprintf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d", *atp))
 		}
