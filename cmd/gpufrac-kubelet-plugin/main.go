@@ -74,6 +74,7 @@ type flags struct {
 	mpsSafetyMiB        int64
 	mpsSafetyPercent    int
 	mpsServerReserveMiB int64
+	mpsServerScope      string
 	statusClearDelay    time.Duration
 	statusBurstQuiet    time.Duration
 	sliceOrderInterval  time.Duration
@@ -151,6 +152,8 @@ func newCommand() *cobra.Command {
 		"active thread percentage (1 to 100) of the MPS v3 shared server's default namespace")
 	fs.Int64Var(&f.mpsServerReserveMiB, "mps-server-reserve-mib", domain.DefaultServerReserveMiB,
 		"MiB of each GPU kept back from its published memory for the MPS server's own context, on nodes that run MPS daemons (0 to 'below the GPU's memory'; the default is inferred: docs/enforcement.md)")
+	fs.StringVar(&f.mpsServerScope, "mps-server-scope", domain.MPSServerScopeGPU,
+		"which MPS daemons serve the node's fractions: gpu (one daemon per GPU: a daemon's restart touches one GPU's tenants) or node (MPS v3 only: one server over every fraction GPU of the node, which admits claims whose MPS shares span GPUs, and whose restart ends the MPS clients of every GPU); slices say it as mpsServerScope")
 	fs.DurationVar(&f.statusClearDelay, "status-clear-delay", claimstatus.DefaultClearDelay,
 		"how long the write clearing an unprepared claim's status.devices waits, at most 10m; a claim prepared again, deleted or deallocated meanwhile needs none (0: at once)")
 	fs.DurationVar(&f.statusBurstQuiet, "status-burst-quiet", claimstatus.DefaultBurstQuiet,
@@ -197,6 +200,7 @@ func (f *flags) check() error {
 		// 1 TiB bounds the arithmetic; a reserve at or above a GPU's own
 		// memory is refused once the inventory is known.
 		flagcheck.Int("--mps-server-reserve-mib", f.mpsServerReserveMiB, 0, 1<<20),
+		flagcheck.OneOf("--mps-server-scope", f.mpsServerScope, domain.MPSServerScopeGPU, domain.MPSServerScopeNode),
 		flagcheck.Duration("--status-clear-delay", f.statusClearDelay, 0, 10*time.Minute),
 		flagcheck.Duration("--status-burst-quiet", f.statusBurstQuiet, 0, claimstatus.DefaultBurstMax),
 		flagcheck.Duration("--slice-order-interval", f.sliceOrderInterval, 0, 10*time.Minute),
@@ -286,6 +290,7 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 			Namespace: f.namespace, Image: f.mpsDaemonImage,
 			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: mps.DaemonTemplate, ReadyTimeout: f.mpsReadyTimeout,
 			ServerReserveMiB: f.mpsServerReserveMiB,
+			ServerScope:      f.mpsServerScope,
 		},
 		CDI:                cdispec.Options{HookPath: f.cdiHookPath, DriverRoot: f.driverRoot, DeviceNode: cdispec.HostDeviceNode, MIGCaps: cdispec.HostMIGCaps("/"), ShmSizeBytes: shmSize},
 		Failpoint:          failpointHook(),

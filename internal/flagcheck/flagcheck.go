@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,6 +67,14 @@ func OptionalAbsPath(flag, value string) error {
 		return nil
 	}
 	return AbsPath(flag, value)
+}
+
+// OneOf: a choice among allowed values.
+func OneOf(flag, value string, allowed ...string) error {
+	if !slices.Contains(allowed, value) {
+		return fmt.Errorf("%s %q: must be one of %s", flag, value, strings.Join(allowed, ", "))
+	}
+	return nil
 }
 
 // Duration: a wait or delay from lo to hi, both included.

@@ -32,6 +32,8 @@ func TestRules(t *testing.T) {
 		{"an empty path", flagcheck.AbsPath("--cdi-root", ""), `--cdi-root "": must be an absolute path`},
 		{"an optional path left empty", flagcheck.OptionalAbsPath("--cert-dir", ""), ""},
 		{"an optional relative path", flagcheck.OptionalAbsPath("--cert-dir", "./certs"), `--cert-dir "./certs": must be an absolute path`},
+		{"a choice", flagcheck.OneOf("--scope", "node", "gpu", "node"), ""},
+		{"a choice not offered", flagcheck.OneOf("--scope", "rack", "gpu", "node"), `--scope "rack": must be one of gpu, node`},
 		{"a duration in range", flagcheck.Duration("--x", time.Second, 0, time.Minute), ""},
 		{"a duration at its bounds", flagcheck.All(flagcheck.Duration("--x", 0, 0, time.Minute), flagcheck.Duration("--x", time.Minute, 0, time.Minute)), ""},
 		{"a negative duration", flagcheck.Duration("--x", -time.Second, 0, time.Minute), "--x -1s: must be from 0s to 1m0s"},

@@ -130,6 +130,11 @@ type Inventory struct {
 	// empty when it is not.
 	EnforcementNote string
 	MPSVersion      string
+	// MPSServerScope is the MPS daemons the plugin runs: MPSServerScopeNode
+	// (one node server over every fraction GPU; MPS v3 only) or
+	// MPSServerScopeGPU (one daemon per GPU); empty where the node runs no
+	// MPS daemons.
+	MPSServerScope string
 	// VisibleDevicesEnvvar is what the node's NVIDIA runtime does with a
 	// pod's own NVIDIA_VISIBLE_DEVICES; empty where nobody looked.
 	VisibleDevicesEnvvar VisibleDevicesEnvvar

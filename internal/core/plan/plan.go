@@ -399,10 +399,10 @@ func checkMPSPerContainer(devs []Device, resultsPath *field.Path) field.ErrorLis
 	}
 	if smSharing {
 		return field.ErrorList{field.Forbidden(resultsPath,
-			fmt.Sprintf("SMSharing shares on %d GPUs in one claim: a container joins one MPS server, and servers are per GPU on this node; use one GPU per SMSharing claim", len(gpus)))}
+			fmt.Sprintf("SMSharing shares on %d GPUs in one claim: a container joins one MPS server, and servers are per GPU on this node; use one GPU per SMSharing claim, or select a node server (nodes whose slices say device.attributes[\"gpufrac.dev\"].mpsServerScope == \"node\" run one server for all their GPUs)", len(gpus)))}
 	}
 	return field.ErrorList{field.Forbidden(resultsPath,
-		fmt.Sprintf("shares on %d GPUs in one claim: on this node every share is an MPS client (its request is upheld by MPS eviction), a container joins one MPS control daemon, and daemons are per GPU on this node; use one GPU per claim", len(gpus)))}
+		fmt.Sprintf("shares on %d GPUs in one claim: on this node every share is an MPS client (its request is upheld by MPS eviction), a container joins one MPS control daemon, and daemons are per GPU on this node; use one GPU per claim, or select a node server (nodes whose slices say device.attributes[\"gpufrac.dev\"].mpsServerScope == \"node\" run one server for all their GPUs)", len(gpus)))}
 }
 
 // GPULimits is the per-GPU sum of a claim's shares: two shares of one GPU

@@ -343,18 +343,18 @@ func TestComputeInvalid(t *testing.T) {
 		// borrowers, so the claim is refused with that reason.
 		name: "TimeSlicing on two GPUs in one claim where every share is an MPS client, per-GPU daemons", inv: dmem,
 		claim: claim(twoGPUs),
-		want:  `status.allocation.devices.results: Forbidden: shares on 2 GPUs in one claim: on this node every share is an MPS client (its request is upheld by MPS eviction), a container joins one MPS control daemon, and daemons are per GPU on this node; use one GPU per claim`,
+		want:  `status.allocation.devices.results: Forbidden: shares on 2 GPUs in one claim: on this node every share is an MPS client (its request is upheld by MPS eviction), a container joins one MPS control daemon, and daemons are per GPU on this node; use one GPU per claim, or select a node server (nodes whose slices say device.attributes["gpufrac.dev"].mpsServerScope == "node" run one server for all their GPUs)`,
 	}, {
 		name: "SMSharing on two GPUs in one claim, per-GPU daemons", inv: dmem, scope: domain.MPSServerScopeGPU,
 		claim: claim(twoGPUs, fromClass(fc(`,"computeMode":"SMSharing"`))),
-		want:  `status.allocation.devices.results: Forbidden: SMSharing shares on 2 GPUs in one claim: a container joins one MPS server, and servers are per GPU on this node; use one GPU per SMSharing claim`,
+		want:  `status.allocation.devices.results: Forbidden: SMSharing shares on 2 GPUs in one claim: a container joins one MPS server, and servers are per GPU on this node; use one GPU per SMSharing claim, or select a node server (nodes whose slices say device.attributes["gpufrac.dev"].mpsServerScope == "node" run one server for all their GPUs)`,
 	}, {
 		// A legacy daemon has no allowed_devices list: the node scope
 		// applies to MPS v3 only, and legacy daemons stay per GPU.
 		name: "SMSharing on two GPUs of a legacy-MPS node, node scope asked", inv: testInventory(domain.EnforcementMPS, domain.MPSVersionLegacy),
 		scope: domain.MPSServerScopeNode,
 		claim: claim(twoGPUs, fromClass(fc(`,"computeMode":"SMSharing"`))),
-		want:  `status.allocation.devices.results: Forbidden: SMSharing shares on 2 GPUs in one claim: a container joins one MPS server, and servers are per GPU on this node; use one GPU per SMSharing claim`,
+		want:  `status.allocation.devices.results: Forbidden: SMSharing shares on 2 GPUs in one claim: a container joins one MPS server, and servers are per GPU on this node; use one GPU per SMSharing claim, or select a node server (nodes whose slices say device.attributes["gpufrac.dev"].mpsServerScope == "node" run one server for all their GPUs)`,
 	}, {
 		name: "a mode the GPU is not reserved for", inv: func() *domain.Inventory {
 			inv := testInventory(domain.EnforcementDMem, domain.MPSVersionV3)

@@ -40,7 +40,12 @@ const (
 	AttrCUDADriverVersion     resourceapi.QualifiedName = "cudaDriverVersion"
 	AttrMemoryEnforcement     resourceapi.QualifiedName = "memoryEnforcement"
 	AttrMPSVersion            resourceapi.QualifiedName = "mpsVersion"
-	AttrComputeModes          resourceapi.QualifiedName = "computeModes"
+	// AttrMPSServerScope is domain.Inventory.MPSServerScope: "node" where
+	// one MPS v3 server serves every fraction GPU of the node, so a claim
+	// whose MPS shares span GPUs can be prepared there; "gpu" where each
+	// GPU has its own daemon; absent where the node runs no MPS daemons.
+	AttrMPSServerScope resourceapi.QualifiedName = "mpsServerScope"
+	AttrComputeModes   resourceapi.QualifiedName = "computeModes"
 	// AttrNVIDIAVisibleDevicesEnvvar is domain.VisibleDevicesEnvvar:
 	// whether the node's NVIDIA runtime lets a pod name GPUs itself.
 	AttrNVIDIAVisibleDevicesEnvvar resourceapi.QualifiedName = "nvidiaVisibleDevicesEnvvar"
@@ -122,6 +127,9 @@ func Device(gpu domain.GPU, inv *domain.Inventory) (resourceapi.Device, error) {
 		AttrComputeModes:          {StringValue: ptr.To(computeModes(gpu))},
 		AttrType:                  {StringValue: ptr.To(domain.DeviceTypeGPU)},
 		AttrMemoryTotalMiB:        {IntValue: ptr.To(int64(gpu.MemoryBytes >> 20))},
+	}
+	if inv.MPSServerScope != "" {
+		attrs[AttrMPSServerScope] = resourceapi.DeviceAttribute{StringValue: ptr.To(inv.MPSServerScope)}
 	}
 	if inv.VisibleDevicesEnvvar != "" {
 		attrs[AttrNVIDIAVisibleDevicesEnvvar] = resourceapi.DeviceAttribute{StringValue: ptr.To(string(inv.VisibleDevicesEnvvar))}

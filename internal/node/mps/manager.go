@@ -196,6 +196,10 @@ func (m *Manager) Acquire(ctx context.Context, b domain.MPSBinding, c *plan.Clai
 	defer func() { _ = m.locks.UnlockKey(key) }()
 
 	m.mu.Lock()
+	if err := m.conflict(b); err != nil {
+		m.mu.Unlock()
+		return err
+	}
 	if m.users[key] == nil {
 		m.users[key] = users{}
 	}
@@ -222,6 +226,27 @@ func (m *Manager) Acquire(ctx context.Context, b domain.MPSBinding, c *plan.Clai
 		}
 	}
 	return err
+}
+
+// conflict refuses a binding whose GPU another daemon in use already
+// serves: a per-GPU daemon beside the node server (or the reverse) would
+// put two servers on one GPU, and eviction is per server, so neither
+// could evict the other's borrowers. It happens only when the plugin's
+// --mps-server-scope changed while MPS claims stayed prepared. Under mu.
+func (m *Manager) conflict(b domain.MPSBinding) error {
+	const why = "one GPU must have one MPS server (eviction is per server); the plugin's --mps-server-scope changed while MPS claims were prepared on this node: unprepare them (drain the node's MPS pods) and retry"
+	if b.DaemonKey() == domain.NodeServerKey {
+		for key, us := range m.users {
+			if key != domain.NodeServerKey && len(us) > 0 && slices.Contains(b.ServerGPUs, key) {
+				return fmt.Errorf("GPU %s still has its own MPS daemon with %d claims, and this claim's shares were planned for the node server: %s", key, len(us), why)
+			}
+		}
+		return nil
+	}
+	if us := m.users[domain.NodeServerKey]; len(us) > 0 {
+		return fmt.Errorf("the MPS node server still serves GPU %s with %d claims, and this claim's share was planned for the GPU's own daemon: %s", b.GPUUUID, len(us), why)
+	}
+	return nil
 }
 
 func (m *Manager) dropUser(b domain.MPSBinding, uid types.UID) {

@@ -119,3 +119,46 @@ func TestNodeServerServesEveryGPUOfTheNode(t *testing.T) {
 		t.Errorf("%d daemon pods, ready %v after the last release", n, m.Ready())
 	}
 }
+
+// A per-GPU daemon and the node server never serve one GPU at once: with
+// claims still on one, a claim planned for the other (the plugin's scope
+// changed under prepared claims) is refused with the reason, and admitted
+// once the first kind's claims are gone.
+func TestNodeServerAndAGPUsDaemonNeverShareAGPU(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	client := fake.NewClientset()
+	root := t.TempDir()
+	kubelet(ctx, t, client, true)
+	m, err := mps.NewManager(mps.Config{
+		Client: client, Namespace: ns, NodeName: node, Template: mps.DaemonTemplate,
+		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 10 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perGPU := v3Claim(root, "own", "GPU-a", 8, nil)
+	if err := m.Acquire(ctx, *perGPU.MPS(), perGPU); err != nil {
+		t.Fatal(err)
+	}
+	pair := nodeClaim(root, "pair", []string{"GPU-a", "GPU-b"}, "GPU-a", "GPU-b")
+	err = m.Acquire(ctx, *pair.MPS(), pair)
+	if err == nil || !strings.Contains(err.Error(), "GPU GPU-a still has its own MPS daemon") || !strings.Contains(err.Error(), "--mps-server-scope changed") {
+		t.Errorf("node server beside GPU-a's daemon: %v, want the refusal with its reason", err)
+	}
+	if err := m.Release(ctx, *perGPU.MPS(), perGPU.UID); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Acquire(ctx, *pair.MPS(), pair); err != nil {
+		t.Fatalf("node server once GPU-a's daemon is gone: %v", err)
+	}
+	other := v3Claim(root, "other", "GPU-b", 8, nil)
+	err = m.Acquire(ctx, *other.MPS(), other)
+	if err == nil || !strings.Contains(err.Error(), "the MPS node server still serves GPU GPU-b") {
+		t.Errorf("GPU-b's own daemon beside the node server: %v, want the refusal", err)
+	}
+	if n := len(daemonPods(t, client)); n != 1 {
+		t.Errorf("%d daemon pods, want the node server alone", n)
+	}
+}

@@ -153,6 +153,11 @@ type MPSConfig struct {
 	// ServerReserveMiB is kept back from each GPU's published memory for
 	// the MPS server's own context on nodes that run MPS daemons.
 	ServerReserveMiB int64
+	// ServerScope is domain.MPSServerScopeGPU (empty: the default) or
+	// domain.MPSServerScopeNode: one MPS v3 node server over every
+	// fraction GPU of the node, which admits claims whose MPS shares span
+	// GPUs. A node without MPS v3 runs per-GPU daemons whatever it says.
+	ServerScope string
 }
 
 // dataDirMode is the plugin data directory's mode, set at every start.
@@ -577,6 +582,7 @@ func describeNode(ctx context.Context, cfg Config) (*domain.Inventory, resources
 			"detectedMPSVersion", inv.MPSVersion)
 		inv.MPSVersion = domain.MPSVersionNone
 	}
+	inv.MPSServerScope = mpsServerScope(ctx, cfg.MPS.ServerScope, inv.MPSVersion)
 	if err := reserveForServer(inv, cfg.MPS.ServerReserveMiB); err != nil {
 		return nil, resourceslice.DriverResources{}, runtimeReport, err
 	}
@@ -585,6 +591,22 @@ func describeNode(ctx context.Context, cfg Config) (*domain.Inventory, resources
 		return nil, resourceslice.DriverResources{}, runtimeReport, fmt.Errorf("building ResourceSlices: %w", err)
 	}
 	return inv, resources, runtimeReport, nil
+}
+
+// mpsServerScope is the scope the node runs: the node server only where
+// its MPS is v3 (a legacy daemon has no allowed_devices list), none where
+// it runs no MPS daemons.
+func mpsServerScope(ctx context.Context, want, version string) string {
+	switch {
+	case version == domain.MPSVersionNone:
+		return ""
+	case want == domain.MPSServerScopeNode && version == domain.MPSVersionV3:
+		return domain.MPSServerScopeNode
+	case want == domain.MPSServerScopeNode:
+		klog.FromContext(ctx).Info("--mps-server-scope=node needs MPS v3 (driver r615+); this node runs one MPS daemon per GPU, and claims whose MPS shares span GPUs are refused here",
+			"mpsVersion", version)
+	}
+	return domain.MPSServerScopeGPU
 }
 
 // reserveForServer keeps reserveMiB of every GPU back for the MPS server's

@@ -56,7 +56,7 @@ func (p *Plugin) newPreparer(ctx, bgCtx context.Context, cfg Config, ckpt *check
 	}
 	pcfg := preparer.Config{
 		Inventory:   p.inventory,
-		PlanOptions: plan.Options{NodeName: cfg.NodeName, MPSRoot: filepath.Join(cfg.PluginDataDir, "mps")},
+		PlanOptions: plan.Options{NodeName: cfg.NodeName, MPSRoot: filepath.Join(cfg.PluginDataDir, "mps"), MPSServerScope: p.inventory.MPSServerScope},
 		Checkpoint:  ckpt,
 		CDI:         cdi,
 		Status:      p.status,
