@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpufrac/gpufrac/internal/node/mps"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 )
 
@@ -105,6 +106,14 @@ type daemonRun struct {
 // env is added to the daemon's environment (the double's switches).
 func startDaemon(t testing.TB, version string, settings map[string]string, env ...string) *daemonRun {
 	t.Helper()
+	return startDaemonOn(t, version, nil, settings, env...)
+}
+
+// startDaemonOn is startDaemon for the node server over gpus ("<uuid>=<MiB>"
+// each, the double's ledger from the template's GPUFRAC_GPUS_MEMORY_MIB);
+// nil gpus: GPU-a's own daemon.
+func startDaemonOn(t testing.TB, version string, gpus []string, settings map[string]string, env ...string) *daemonRun {
+	t.Helper()
 	launcher, driverRoot := buildDouble(t)
 	host := t.TempDir()
 	dirs := map[string]string{
@@ -124,26 +133,38 @@ func startDaemon(t testing.TB, version string, settings map[string]string, env .
 			t.Fatal(err)
 		}
 	}
-	pod, err := mps.Render(mps.DaemonTemplate, mps.DaemonParams{
+	params := mps.DaemonParams{
 		Name: "d", Namespace: ns, NodeName: node, GPUUUID: "GPU-a", Image: "img", DriverRoot: driverRoot, Version: version,
 		PipeDir: dirs["/mps/pipe"], LogDir: dirs["/mps/log"], ShmDir: host, ConfigDir: dirs["/mps/config"],
 		ServerName: "gpufrac", SafetyMemoryMiB: 64, SafetyThreadPercentage: 1,
-	})
+	}
+	// The double's memory ledger: the GPU's size, or the template's list.
+	ledger := []string{"MPSDOUBLE_GPUS=GPU-a=81920"}
+	if gpus != nil {
+		ledger = nil
+		params.DaemonKey, params.GPUsMemoryMiB, params.GPUs = domain.NodeServerKey, strings.Join(gpus, ","), nil
+		for _, g := range gpus {
+			uuid, _, _ := strings.Cut(g, "=")
+			params.GPUs = append(params.GPUs, uuid)
+		}
+		params.GPUUUID = strings.Join(params.GPUs, ",")
+	}
+	pod, err := mps.Render(mps.DaemonTemplate, params)
 	if err != nil {
 		t.Fatal(err)
 	}
 	daemon := pod.Spec.Containers[0]
-	// The double's memory ledger: the GPU's size.
-	env = append(append(containerEnv(daemon, dirs), "MPSDOUBLE_GPUS=GPU-a=81920"), env...)
+	env = append(append(containerEnv(daemon, dirs), ledger...), env...)
 	r := &daemonRun{t: t, dirs: dirs, env: env, probe: argv(launcher, daemon.StartupProbe.Exec.Command...), exited: make(chan error, 1)}
 
-	// The init container, then the daemon, as the kubelet would run them.
-	initC := pod.Spec.InitContainers[0]
-	initArgv := argv(launcher, initC.Command...)
-	run := exec.Command(initArgv[0], initArgv[1:]...)
-	run.Env = containerEnv(initC, dirs)
-	if out, err := run.CombinedOutput(); err != nil {
-		t.Fatalf("init container: %v\n%s", err, out)
+	// The init containers, then the daemon, as the kubelet would run them.
+	for _, initC := range pod.Spec.InitContainers {
+		initArgv := argv(launcher, initC.Command...)
+		run := exec.Command(initArgv[0], initArgv[1:]...)
+		run.Env = containerEnv(initC, dirs)
+		if out, err := run.CombinedOutput(); err != nil {
+			t.Fatalf("init container %s: %v\n%s", initC.Name, err, out)
+		}
 	}
 	main := argv(launcher, append(slices.Clone(daemon.Command), daemon.Args...)...)
 	r.cmd = exec.Command(main[0], main[1:]...)
@@ -348,4 +369,44 @@ func TestLeftoverClientsAreTerminatedInEitherListShape(t *testing.T) {
 			r.stop()
 		})
 	}
+}
+
+// The node server's rendered Pod runs on the MPS double as on a node: a
+// compute-mode init container per GPU, allowed_devices over both GPUs,
+// each GPU's ledger from the template's GPUFRAC_GPUS_MEMORY_MIB; a
+// TimeSlicing client of both GPUs on the main socket allocates on each
+// within that GPU's memory and not beyond it.
+func TestTemplateRunsTheNodeServerOverTwoGPUs(t *testing.T) {
+	fakecuda := filepath.Join(t.TempDir(), "fakecuda")
+	build := exec.Command("go", "build", "-o", fakecuda, "../../../test/fakecuda")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building fakecuda: %v\n%s", err, out)
+	}
+	toml, err := mps.DaemonTOML("615.23.01", "gpufrac", "GPU-a", "GPU-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startDaemonOn(t, "v3", []string{"GPU-a=1024", "GPU-b=4096"}, map[string]string{mps.NamespacesFile: "", mps.ConfigTOMLFile: toml})
+	// An empty namespaces list reads like a missing .applied: wait for the
+	// startup probe instead.
+	for deadline := time.Now().Add(20 * time.Second); !r.probePasses(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			raw, _ := os.ReadFile(filepath.Join(r.dirs["/mps/log"], "control.log"))
+			t.Fatalf("the node server never passed its startup probe; control.log:\n%s", raw)
+		}
+	}
+	client := func(steps ...string) (string, error) {
+		c := exec.Command(fakecuda, append([]string{"-device", "GPU-a,GPU-b", "-soft", "512,2048", "-hard", "1024,4096"}, steps...)...)
+		c.Env = []string{"CUDA_MPS_PIPE_DIRECTORY=" + r.dirs["/mps/pipe"]}
+		out, err := c.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := client("alloc", "512", "on", "GPU-b", "alloc", "3072"); err != nil || strings.Count(out, "CUDA_SUCCESS") != 3 {
+		t.Errorf("a client of both GPUs: %v\n%s", err, out)
+	}
+	if out, err := client("alloc", "2048"); err == nil || !strings.Contains(out, "CUDA_ERROR_OUT_OF_MEMORY") {
+		t.Errorf("2048 MiB on GPU-a, a GPU of 1024 MiB: %v\n%s, want out of memory", err, out)
+	}
+	r.stop()
 }
