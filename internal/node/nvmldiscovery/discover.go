@@ -50,14 +50,11 @@ type Options struct {
 // caller; Discover initialises and shuts down its own NVML session.
 func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*domain.Inventory, error) {
 	logger := klog.FromContext(ctx)
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("initialising NVML: %w", ret)
+	end, err := session(ctx, lib, "discovery")
+	if err != nil {
+		return nil, err
 	}
-	defer func() {
-		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
-			logger.Error(ret, "Shutting down NVML after discovery")
-		}
-	}()
+	defer end()
 
 	inv := &domain.Inventory{}
 	var ret nvml.Return
@@ -210,4 +207,17 @@ func hasSymbol(lib nvml.Interface, symbol string) bool {
 func isCgroupV2(root string) bool {
 	_, err := os.Stat(filepath.Join(cgroupRootOrDefault(root), "cgroup.controllers"))
 	return err == nil
+}
+
+// session initialises lib for one read (what, for the log) and returns
+// its end, which shuts lib down and logs a failure to.
+func session(ctx context.Context, lib nvml.Interface, what string) (func(), error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("initialising NVML: %w", ret)
+	}
+	return func() {
+		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
+			klog.FromContext(ctx).Error(ret, "Shutting down NVML after "+what)
+		}
+	}, nil
 }

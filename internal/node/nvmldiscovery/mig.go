@@ -10,7 +10,6 @@ import (
 
 	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -90,14 +89,11 @@ type Layout struct {
 // its minor number, so it is described again). lib must not be
 // initialised by the caller.
 func ReadLayout(ctx context.Context, lib nvml.Interface, opts Options) (Layout, error) {
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return Layout{}, fmt.Errorf("initialising NVML: %w", ret)
+	end, err := session(ctx, lib, "reading the MIG layout")
+	if err != nil {
+		return Layout{}, err
 	}
-	defer func() {
-		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
-			klog.FromContext(ctx).Error(ret, "Shutting down NVML after reading the MIG layout")
-		}
-	}()
+	defer end()
 	return readLayout(lib, opts)
 }
 
