@@ -72,10 +72,10 @@ test: kube-binaries
 # ${XDG_CACHE_HOME:-~/.cache}/gpufrac/kube-$(COMPAT_KUBE_VERSION) from the
 # recipe test/kube136 (kube-binaries shows that build's progress first).
 # -race as above, so the test binary is the one `make test` just built.
-# TestPackingPolicyPatchesAsTheWebhook is left out: on v1.36.3 the packing
-# MutatingAdmissionPolicy was not applied within its wait (testing.md).
+# The packing policy's tests run on v1.36.3 with the parameter informer
+# kept alive (harness.KeepParameterInformer; install.md says why).
 COMPAT_KUBE_VERSION ?= v1.36.3
-COMPAT_TESTS ?= ^(TestResourceSlicesAcceptedByAPIServer|TestDeviceClassCELSelectors|TestSevenPodsOfFortyGiOnTwoH200|TestSevenPodsRunAndAReplacementStarts|TestPreparedClaimReachesTheContainer|TestUnhealthyGPUIsTaintedAndAvoided|TestOneGuaranteePolicy|TestPackingInTheRealScheduler|TestKAIAnnotatedPodRunsWithItsShare|TestKAIDryRunCreatesNothing|TestWhyNamesWhatTheSchedulerDoesNot|TestRefusesToStartWithoutConsumableCapacity)$$
+COMPAT_TESTS ?= ^(TestResourceSlicesAcceptedByAPIServer|TestDeviceClassCELSelectors|TestSevenPodsOfFortyGiOnTwoH200|TestSevenPodsRunAndAReplacementStarts|TestPreparedClaimReachesTheContainer|TestUnhealthyGPUIsTaintedAndAvoided|TestOneGuaranteePolicy|TestPackingInTheRealScheduler|TestKAIAnnotatedPodRunsWithItsShare|TestKAIDryRunCreatesNothing|TestWhyNamesWhatTheSchedulerDoesNot|TestRefusesToStartWithoutConsumableCapacity|TestPackingPolicyPatchesAsTheWebhook|TestPackingPolicyAfterTheLastParamPolicyWentAway)$$
 test-compat:
 	@GPUFRAC_KUBE_VERSION=$(COMPAT_KUBE_VERSION) $(GO) run ./test/cmd/kube-binaries -q
 	GPUFRAC_KUBE_VERSION=$(COMPAT_KUBE_VERSION) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(COMPAT_TESTS)' ./test/integration/
