@@ -44,7 +44,7 @@ type panel struct {
 	} `json:"targets"`
 }
 
-type model struct {
+type dashModel struct {
 	Panels     []panel `json:"panels"`
 	Templating struct {
 		List []struct {
@@ -55,8 +55,8 @@ type model struct {
 	} `json:"templating"`
 }
 
-func load(path string) (model, error) {
-	var m model
+func load(path string) (dashModel, error) {
+	var m dashModel
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return m, fmt.Errorf("reading the dashboard: %w", err)
