@@ -30,6 +30,10 @@ const (
 
 // Render builds the dashboard and returns its JSON as checked in.
 func Render() ([]byte, error) {
+	// The classic (v1) dashboard model, not dashboardv2: the dashboard
+	// sidecar and Import load v1 JSON in every Grafana version, v2 only in
+	// Grafana 12 with its feature flag on.
+	//lint:ignore SA1019 v1 is the model every Grafana imports (above)
 	b := dashboard.NewDashboardBuilder("gpufrac: GPU fractions").
 		Uid(UID).
 		Description("Memory-enforced GPU fractions: what each GPU offers, guarantees and uses, who borrows, incidents, Prepare, MPS daemons, health and fragmentation (docs/dashboards.md).").
