@@ -414,7 +414,7 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		wg.Go(func() {
 			start := time.Now()
 			results[i] = p.preparer.Unprepare(ctx, claim)
-			p.metrics.ObserveUnprepare(time.Since(start))
+			p.metrics.ObserveUnprepare(time.Since(start), claim.UID, results[i])
 			if results[i] != nil {
 				p.events.UnprepareFailed(claim, results[i])
 			}
@@ -437,13 +437,13 @@ func failureReason(err error) string {
 	case err == nil:
 		return ""
 	case errors.As(err, &invalid):
-		return "invalid_claim"
+		return fractionmetrics.ReasonInvalidClaim
 	case errors.As(err, &conflict):
-		return "mode_conflict"
+		return fractionmetrics.ReasonModeConflict
 	case errors.Is(err, preparer.ErrNoMPS):
-		return "no_mps"
+		return fractionmetrics.ReasonNoMPS
 	default:
-		return "internal"
+		return fractionmetrics.ReasonInternal
 	}
 }
 

@@ -6,12 +6,14 @@ package plugin_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
@@ -207,7 +209,8 @@ func TestPluginRegistersAndPublishes(t *testing.T) {
 
 // TestSMSharingStartsTheGPUsMPSDaemon prepares an SMSharing claim over the
 // DRA socket: the GPU's daemon Pod is created in the plugin's namespace,
-// Prepare waits until it is Ready, and the last Unprepare deletes it.
+// Prepare waits until it is Ready (gpufrac_mps_daemon_ready says 1), and
+// the last Unprepare deletes it (the daemon's and the share's series go).
 func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -227,6 +230,8 @@ func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 		SMSharingGPUs: "1",
 		MPS:           nodeplugin.MPSConfig{Namespace: "gpufrac-system", Image: "mps:test", Template: mps.DaemonTemplate, ReadyTimeout: 30 * time.Second},
 	}
+	registry := prometheus.NewRegistry()
+	cfg.Metrics = registry
 	plugin, err := nodeplugin.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -293,6 +298,14 @@ func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 	if len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != nodeName {
 		t.Fatalf("daemon pods %d, want one on %s", len(pods.Items), nodeName)
 	}
+	gpu1 := plugin.Inventory().GPUs[1].UUID
+	ready, incidents := gathered(t, registry, "gpufrac_mps_daemon_ready"), gathered(t, registry, "gpufrac_fraction_incidents_total")
+	if len(ready) != 1 || ready[`gpu_uuid=`+gpu1+` node=`+nodeName] != 1 {
+		t.Errorf("gpufrac_mps_daemon_ready after Prepare: %v, want 1 for %s", ready, gpu1)
+	}
+	if len(incidents) != 5 || incidents[`claim=`+claim.Name+` claim_uid=`+string(claim.UID)+` gpu_uuid=`+gpu1+` kind=MPSClientEvicted namespace=`+claim.Namespace+` node=`+nodeName] != 0 {
+		t.Errorf("gpufrac_fraction_incidents_total after Prepare: %v, want every kind at 0 for the claim", incidents)
+	}
 	// gpu-0 is reserved for TimeSlicing by --sm-sharing-gpus=1.
 	other := allocatedClaim()
 	other.Name, other.UID = "other", "claim-uid-2"
@@ -315,6 +328,35 @@ func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 	if len(pods.Items) != 0 {
 		t.Errorf("%d daemon pods after the last SMSharing claim went", len(pods.Items))
 	}
+	for _, family := range []string{"gpufrac_mps_daemon_ready", "gpufrac_fraction_incidents_total"} {
+		if got := gathered(t, registry, family); len(got) != 0 {
+			t.Errorf("%s after the Unprepare: %v, want no series", family, got)
+		}
+	}
+}
+
+// gathered is one family of the registry: each series' labels, sorted and
+// written name=value, to its value.
+func gathered(t *testing.T, registry *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
+	families, err := registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			out[strings.Join(labels, " ")] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return out
 }
 
 func allocatedClaim() *resourceapi.ResourceClaim {
@@ -334,14 +376,17 @@ func allocatedClaim() *resourceapi.ResourceClaim {
 }
 
 // TestUnhealthyGPUIsReportedAndTainted marks a simulated GPU unhealthy: the
-// kubelet's health stream (its own gRPC client) reports it, and the
-// published slice taints it NoSchedule; clearing the file recovers both.
+// kubelet's health stream (its own gRPC client) reports it, the published
+// slice taints it NoSchedule and gpufrac_gpu_unhealthy says so with the
+// reason; clearing the file recovers all three.
 func TestUnhealthyGPUIsReportedAndTainted(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
 	cfg := simNodeConfig(t, client)
+	registry := prometheus.NewRegistry()
+	cfg.Metrics = registry
 	healthFile := cfg.Health.SimulatedFile
 	plugin, err := nodeplugin.Start(ctx, cfg)
 	if err != nil {
@@ -393,6 +438,30 @@ func TestUnhealthyGPUIsReportedAndTainted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("taint never published: %+v", taints())
 	}
+	unhealthy := func() map[string]string {
+		families, err := registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, f := range families {
+			if f.GetName() != "gpufrac_gpu_unhealthy" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				l := map[string]string{}
+				for _, p := range m.GetLabel() {
+					l[p.GetName()] = p.GetValue()
+				}
+				out[l["device"]] = fmt.Sprintf("%s %q %g", l["gpu_uuid"], l["reason"], m.GetGauge().GetValue())
+			}
+		}
+		return out
+	}
+	healthy0 := fmt.Sprintf("%s %q 0", plugin.Inventory().GPUs[0].UUID, "")
+	if got := unhealthy(); len(got) != 2 || got["gpu-0"] != healthy0 || got["gpu-1"] != fmt.Sprintf("%s %q 1", sick, "XID 79") {
+		t.Errorf("gpufrac_gpu_unhealthy after XID 79: %v", got)
+	}
 	if err := os.WriteFile(healthFile, []byte(`{}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -404,6 +473,9 @@ func TestUnhealthyGPUIsReportedAndTainted(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("taint not removed after recovery: %+v", taints())
+	}
+	if got := unhealthy(); got["gpu-1"] != fmt.Sprintf("%s %q 0", sick, "") {
+		t.Errorf("gpufrac_gpu_unhealthy after recovery: %v", got)
 	}
 }
 
