@@ -28,7 +28,8 @@ import (
 // kube-apiserver, gives every pod shape exactly what the packing webhook's
 // patch (podterms.Patch) gives it, without calling the webhook;
 // pods the policy cannot tell (a whole-GPU template, a template newer than
-// its parameter) still reach the webhook, and opted-out pods get nothing.
+// its parameter) still reach the webhook, opted-out pods get nothing, and a
+// pod that arrives labelled a fraction reaches neither.
 func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 	e := newEnv(t)
 	class := e.classFor("policy", "")
@@ -73,6 +74,10 @@ func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 		viaPolicy bool
 		// packed: the pod comes back with the webhook's patch applied.
 		packed bool
+		// neither: the policy leaves it and the webhook's object selector
+		// keeps it from the webhook (a pod that arrives labelled a
+		// fraction counts as packed).
+		neither bool
 	}{
 		{name: "bare", pod: pod(nil, "frac"), viaPolicy: true, packed: true},
 		{name: "labels", pod: pod(func(p *v1.Pod) { p.Labels = map[string]string{"app": "llm"} }, "frac"), viaPolicy: true, packed: true},
@@ -92,6 +97,7 @@ func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 		{name: "whole GPU", pod: pod(nil, "whole")},
 		{name: "opted out", pod: pod(func(p *v1.Pod) { p.Annotations = map[string]string{podterms.AnnotationPacking: "false"} }, "frac")},
 		{name: "unknown template", pod: pod(nil, "not-yet")},
+		{name: "labelled a fraction, unknown template", pod: pod(func(p *v1.Pod) { p.Labels = map[string]string{podterms.LabelFraction: "true"} }, "not-yet"), neither: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := tc.pod.DeepCopy()
@@ -127,8 +133,8 @@ func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 			if viaPolicy := mutationsAfter > mutations; viaPolicy != tc.viaPolicy {
 				t.Errorf("applied by the policy: %v, want %v", viaPolicy, tc.viaPolicy)
 			}
-			if called := hooksAfter > hooks; called == tc.viaPolicy {
-				t.Errorf("webhook called: %v, want %v", called, !tc.viaPolicy)
+			if called, want := hooksAfter > hooks, !tc.viaPolicy && !tc.neither; called != want {
+				t.Errorf("webhook called: %v, want %v", called, want)
 			}
 		})
 	}
