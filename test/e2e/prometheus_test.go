@@ -41,9 +41,9 @@ var panelsWithoutData = map[string]string{
 	"Fragmentation by pool/C":   "gpufrac-controller does not run on the e2e tier (as A)",
 	"GPUs with ignored sizes/A": "gpufrac-controller does not run on the e2e tier (as Fragmentation by pool)",
 	"Unhealthy GPUs and their claims/A": "no GPU of the real node is unhealthy in this scenario " +
-		"(the unhealthy-GPU series are evaluated in test/dashexpr's unhealthy-gpu-with-claims scenario)",
+		"(test/dashexpr evaluates the panel over test/promscenario's unhealthy-gpu-with-claims)",
 	"Unhealthy GPUs and their claims/B": "no GPU of the real node is unhealthy (as A)",
-	"Prepare errors by reason/A":        "every Prepare of this scenario succeeds (prepare-errors is a test/dashexpr scenario)",
+	"Prepare errors by reason/A":        "every Prepare of this scenario succeeds (test/dashexpr evaluates the panel over test/promscenario's prepare-errors)",
 }
 
 // TestDashboardAndAlertsOnALivePrometheus (issue 38, item 4, root tier): a
@@ -54,10 +54,11 @@ var panelsWithoutData = map[string]string{
 // memory a holds: the daemon evicts a's client three times, the kubelet
 // restarts a's container each time, and its claim stays prepared. Then a's
 // container uses 128Gi (the simulated NVML's per-cgroup use), above its
-// request on a GPU over 90% used. With the shipped rule file loaded
-// (evaluated every second, each `for` shortened to seconds: the
-// expressions are the shipped ones), GPUFracRepeatedEvictions and
-// GPUFracBorrowerNearEviction fire for a's claim; and every query of the
+// request on a GPU over 90% used and within 2% of its limit. With the
+// shipped rule file loaded (evaluated every second, each `for` shortened
+// to seconds: the expressions are the shipped ones),
+// GPUFracRepeatedEvictions, GPUFracBorrowerNearEviction and
+// GPUFracContainerAtHardLimit fire for a's claim; and every query of the
 // shipped dashboard returns data through the HTTP API, but those
 // panelsWithoutData lists with its reason.
 func TestDashboardAndAlertsOnALivePrometheus(t *testing.T) {
@@ -109,7 +110,7 @@ func TestDashboardAndAlertsOnALivePrometheus(t *testing.T) {
 	}
 	e.pollVector(prom, fmt.Sprintf(`gpufrac_container_gpu_memory_used_bytes{claim_uid=%q} == %d`, claimUID, 128*gib))
 
-	for _, alert := range []string{"GPUFracRepeatedEvictions", "GPUFracBorrowerNearEviction"} {
+	for _, alert := range []string{"GPUFracRepeatedEvictions", "GPUFracBorrowerNearEviction", "GPUFracContainerAtHardLimit"} {
 		e.waitFiring(prom, alert, g.Claim.Name)
 	}
 	e.checkPanels(prom, start)
