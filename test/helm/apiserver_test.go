@@ -124,6 +124,22 @@ var serviceMonitorCRD = &unstructured.Unstructured{Object: map[string]any{
 	},
 }}
 
+// prometheusRuleCRD stands in for the operator's PrometheusRule CRD, as
+// serviceMonitorCRD does; the rules themselves are checked by promtool
+// (test/alerts) and TestPrometheusRuleCarriesTheRuleFile.
+var prometheusRuleCRD = &unstructured.Unstructured{Object: map[string]any{
+	"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+	"metadata": map[string]any{"name": "prometheusrules.monitoring.coreos.com"},
+	"spec": map[string]any{
+		"group": "monitoring.coreos.com", "scope": "Namespaced",
+		"names": map[string]any{"plural": "prometheusrules", "singular": "prometheusrule", "kind": "PrometheusRule", "listKind": "PrometheusRuleList"},
+		"versions": []any{map[string]any{
+			"name": "v1", "served": true, "storage": true,
+			"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+		}},
+	},
+}}
+
 // TestEveryRenderedObjectPassesTheAPIServer applies every object of every
 // value set to kube-apiserver v1.37.2 with server-side dry run: schema
 // validation, defaulting and the admission chain (Pod Security is the
@@ -131,8 +147,10 @@ var serviceMonitorCRD = &unstructured.Unstructured{Object: map[string]any{
 func TestEveryRenderedObjectPassesTheAPIServer(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	a := newApplier(t)
-	if err := a.apply(ctx, serviceMonitorCRD, false); err != nil {
-		t.Fatal(err)
+	for _, crd := range []*unstructured.Unstructured{serviceMonitorCRD, prometheusRuleCRD} {
+		if err := a.apply(ctx, crd, false); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ch := loadChart(t)
 	for _, vs := range valueSets() {
@@ -146,7 +164,7 @@ func TestEveryRenderedObjectPassesTheAPIServer(t *testing.T) {
 				err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 					err := a.apply(ctx, o, true)
 					// The CRD's kind takes a moment to be served.
-					if err != nil && o.GetKind() == "ServiceMonitor" && strings.Contains(err.Error(), "does not serve") {
+					if err != nil && (o.GetKind() == "ServiceMonitor" || o.GetKind() == "PrometheusRule") && strings.Contains(err.Error(), "does not serve") {
 						return false, nil
 					}
 					return true, err

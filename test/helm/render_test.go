@@ -66,6 +66,7 @@ func valueSets() []valueSet {
 				}}}},
 			}}},
 			"serviceMonitor":  map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
+			"alerts":          map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
 			"kubernetesAPI":   map[string]any{"host": "10.20.30.40", "port": 6443},
 			"nvidiaEnvPolicy": map[string]any{"enabled": true, "validationActions": []any{"Warn", "Audit"}, "excludedNamespaces": []any{"gpu-operator"}},
 		}},

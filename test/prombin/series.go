@@ -101,6 +101,28 @@ func InputSeries(interval time.Duration, scrapes []Scrape) ([]Series, error) {
 // parse reads one exposition text into samples labelled as a scrape of
 // job/instance labels them, plus the target's up series.
 func parse(text []byte, job, instance string) (model.Vector, error) {
+	out, err := Samples(text)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, &model.Sample{Metric: model.Metric{model.MetricNameLabel: "up"}, Value: 1})
+	for _, s := range out {
+		for _, l := range []model.LabelName{model.JobLabel, model.InstanceLabel} {
+			if v, ok := s.Metric[l]; ok {
+				s.Metric[model.ExportedLabelPrefix+l] = v
+			}
+		}
+		s.Metric[model.JobLabel] = model.LabelValue(job)
+		s.Metric[model.InstanceLabel] = model.LabelValue(instance)
+	}
+	return out, nil
+}
+
+// Samples reads one exposition text (Prometheus's text format) into its
+// samples, as their target exposes them (no job or instance label);
+// histograms and summaries expanded into their _bucket, _sum and _count
+// series.
+func Samples(text []byte) (model.Vector, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(text))
 	if err != nil {
@@ -118,16 +140,6 @@ func parse(text []byte, job, instance string) (model.Vector, error) {
 			return nil, fmt.Errorf("metric family %s: %w", n, err)
 		}
 		out = append(out, vec...)
-	}
-	out = append(out, &model.Sample{Metric: model.Metric{model.MetricNameLabel: "up"}, Value: 1})
-	for _, s := range out {
-		for _, l := range []model.LabelName{model.JobLabel, model.InstanceLabel} {
-			if v, ok := s.Metric[l]; ok {
-				s.Metric[model.ExportedLabelPrefix+l] = v
-			}
-		}
-		s.Metric[model.JobLabel] = model.LabelValue(job)
-		s.Metric[model.InstanceLabel] = model.LabelValue(instance)
 	}
 	return out, nil
 }

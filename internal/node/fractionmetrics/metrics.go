@@ -30,6 +30,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/cdihook"
+	"github.com/gpufrac/gpufrac/internal/node/incident"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -52,6 +53,12 @@ type Config struct {
 	// Quarantined returns how many checkpoint entries this plugin version
 	// could not understand; optional.
 	Quarantined func() int
+	// Unhealthy returns the GPUs the plugin holds unhealthy (and taints),
+	// by UUID, with the reason; optional.
+	Unhealthy func() map[string]string
+	// MPSReady returns, per GPU whose MPS daemon claims need, whether it
+	// passed its health check when last seen; optional.
+	MPSReady func() map[string]bool
 }
 
 // Collector implements prometheus.Collector for the fraction metrics and
@@ -69,15 +76,19 @@ type Collector struct {
 	gpuTotal, gpuGuaranteed, gpuLimitSum, gpuOvercommit  *prometheus.Desc
 	claimsPrepared, mpsDaemons, mpsDaemonClaims          *prometheus.Desc
 	quarantined                                          *prometheus.Desc
+	joins                                                joinDescs
+
+	incidents shareIncidents
 }
 
 // New builds the collector; register it with a registry.
 func New(cfg Config) *Collector {
-	share := []string{"node", "namespace", "claim", "gpu_uuid", "device", "share", "compute_mode", "enforcement"}
+	// claim_uid joins a share to its containers' usage series.
+	share := []string{"node", "namespace", "claim", "claim_uid", "gpu_uuid", "device", "share", "compute_mode", "enforcement"}
 	gpu := []string{"node", "gpu_uuid", "device"}
 	container := []string{"node", "namespace", "pod", "container", "claim_uid", "gpu_uuid"}
 	return &Collector{
-		cfg: cfg,
+		cfg: cfg, joins: newJoinDescs(), incidents: shareIncidents{counts: map[shareKey]map[incident.Kind]float64{}},
 		prepareSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "gpufrac_prepare_duration_seconds", Help: "Time to prepare one claim.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"result"}),
@@ -121,8 +132,14 @@ func (c *Collector) ObservePrepare(d time.Duration, reason string) {
 	c.prepareSeconds.WithLabelValues(result).Observe(d.Seconds())
 }
 
-// ObserveUnprepare records one Unprepare.
-func (c *Collector) ObserveUnprepare(d time.Duration) { c.unprepareSeconds.Observe(d.Seconds()) }
+// ObserveUnprepare records one Unprepare of the claim uid; err nil means
+// the claim is gone from the node, and so are its incident counts.
+func (c *Collector) ObserveUnprepare(d time.Duration, uid types.UID, err error) {
+	c.unprepareSeconds.Observe(d.Seconds())
+	if err == nil {
+		c.incidents.forget(func(u types.UID) bool { return u != uid })
+	}
+}
 
 // ObserveSliceReorder counts one republish in fill order.
 func (c *Collector) ObserveSliceReorder() {
@@ -139,6 +156,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.reordersTotal.Describe(ch)
 	c.migLost.Describe(ch)
 	for _, d := range []*prometheus.Desc{c.shareRequest, c.shareLimit, c.containerUsed, c.containerSM, c.gpuTotal, c.gpuGuaranteed, c.gpuLimitSum, c.gpuOvercommit, c.claimsPrepared, c.mpsDaemons, c.mpsDaemonClaims, c.quarantined} {
+		ch <- d
+	}
+	for _, d := range c.joins.all() {
 		ch <- d
 	}
 }
@@ -164,7 +184,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			if d.ShareID != nil {
 				share = string(*d.ShareID)
 			}
-			labels := []string{node, claim.Namespace, claim.Name, d.GPU.UUID, d.Device, share, string(d.ComputeMode), string(d.Enforcement)}
+			labels := []string{node, claim.Namespace, claim.Name, string(claim.UID), d.GPU.UUID, d.Device, share, string(d.ComputeMode), string(d.Enforcement)}
 			ch <- prometheus.MustNewConstMetric(c.shareRequest, prometheus.GaugeValue, float64(d.SoftLimitBytes), labels...)
 			ch <- prometheus.MustNewConstMetric(c.shareLimit, prometheus.GaugeValue, float64(d.HardLimitBytes), labels...)
 			guaranteed[d.GPU.UUID] += float64(d.SoftLimitBytes)
@@ -190,6 +210,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.mpsDaemonClaims, prometheus.GaugeValue, float64(n), node, gpu)
 		}
 	}
+	c.collectHealth(ch)
+	c.collectMPSReady(ch)
+	c.collectShareIncidents(ch, prepared)
 	c.collectUsage(ch, live)
 }
 
@@ -233,8 +256,14 @@ func readRecord(path string) (cdihook.Record, bool) {
 
 // PruneRecords removes the records of claims no longer prepared and of
 // containers whose cgroup is gone, so their series end and the directory
-// does not grow. It returns how many it removed.
+// does not grow, and the incident counts of claims no longer prepared. It
+// returns how many records it removed.
 func (c *Collector) PruneRecords() (int, error) {
+	live := map[types.UID]bool{}
+	for _, claim := range c.cfg.Prepared() {
+		live[claim.UID] = true
+	}
+	c.incidents.forget(func(uid types.UID) bool { return live[uid] })
 	if c.cfg.RecordDir == "" {
 		return 0, nil
 	}
@@ -244,10 +273,6 @@ func (c *Collector) PruneRecords() (int, error) {
 	}
 	if err != nil {
 		return 0, fmt.Errorf("reading container records: %w", err)
-	}
-	live := map[types.UID]bool{}
-	for _, claim := range c.cfg.Prepared() {
-		live[claim.UID] = true
 	}
 	removed := 0
 	var errs []error

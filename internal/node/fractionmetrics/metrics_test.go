@@ -85,10 +85,10 @@ gpufrac_checkpoint_quarantined_entries{node="node-a"} 1
 gpufrac_container_gpu_memory_used_bytes{claim_uid="uid-1",container="main",gpu_uuid="` + u + `",namespace="team",node="node-a",pod="llm-0"} 1.2884901888e+10
 # HELP gpufrac_fraction_memory_limit_bytes Hard GPU memory limit of a prepared share.
 # TYPE gpufrac_fraction_memory_limit_bytes gauge
-gpufrac_fraction_memory_limit_bytes{claim="llm",compute_mode="TimeSlicing",device="gpu-0",enforcement="dmem",gpu_uuid="` + u + `",namespace="team",node="node-a",share="s1"} 6.442450944e+10
+gpufrac_fraction_memory_limit_bytes{claim="llm",claim_uid="uid-1",compute_mode="TimeSlicing",device="gpu-0",enforcement="dmem",gpu_uuid="` + u + `",namespace="team",node="node-a",share="s1"} 6.442450944e+10
 # HELP gpufrac_fraction_memory_request_bytes Guaranteed GPU memory of a prepared share (its soft limit).
 # TYPE gpufrac_fraction_memory_request_bytes gauge
-gpufrac_fraction_memory_request_bytes{claim="llm",compute_mode="TimeSlicing",device="gpu-0",enforcement="dmem",gpu_uuid="` + u + `",namespace="team",node="node-a",share="s1"} 4.294967296e+10
+gpufrac_fraction_memory_request_bytes{claim="llm",claim_uid="uid-1",compute_mode="TimeSlicing",device="gpu-0",enforcement="dmem",gpu_uuid="` + u + `",namespace="team",node="node-a",share="s1"} 4.294967296e+10
 # HELP gpufrac_gpu_memory_overcommit_ratio Sum of hard limits over GPU memory; above 1 the limits are burstable, never the requests.
 # TYPE gpufrac_gpu_memory_overcommit_ratio gauge
 gpufrac_gpu_memory_overcommit_ratio{device="gpu-0",gpu_uuid="` + u + `",node="node-a"} 0.425531914893617

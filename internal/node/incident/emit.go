@@ -20,12 +20,20 @@ type Conditions interface {
 	SetShareCondition(ctx context.Context, namespace, name string, uid, pool, device, shareID string, cond metav1.Condition) error
 }
 
-// Emitter makes incidents visible. Recorder and Conditions may be nil (a
-// plugin without API access still counts).
+// ShareCounter counts incident starts per prepared share
+// (gpufrac_fraction_incidents_total; internal/node/fractionmetrics.Collector
+// implements it).
+type ShareCounter interface {
+	CountShareIncident(s Share, kind Kind)
+}
+
+// Emitter makes incidents visible. Recorder, Conditions and Shares may be
+// nil (a plugin without API access still counts).
 type Emitter struct {
 	Recorder   events.EventRecorder
 	Conditions Conditions
 	Counter    *prometheus.CounterVec
+	Shares     ShareCounter
 }
 
 // NewCounter is gpufrac_incidents_total{node, kind, gpu_uuid}: bounded
@@ -54,6 +62,9 @@ func (e *Emitter) Emit(ctx context.Context, inc Incident) {
 		logger.Info("GPU memory incident", "kind", inc.Kind, "claim", klog.KObj(claim), "gpu", inc.Share.GPUUUID, "message", msg)
 		if e.Counter != nil {
 			e.Counter.WithLabelValues(inc.Node, string(inc.Kind), inc.Share.GPUUUID).Inc()
+		}
+		if e.Shares != nil {
+			e.Shares.CountShareIncident(inc.Share, inc.Kind)
 		}
 		switch {
 		case e.Recorder == nil:

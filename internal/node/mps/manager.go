@@ -96,6 +96,9 @@ type Manager struct {
 	// restarted are GPUs whose daemon was recreated and has not been
 	// seen ready since; only the reconcile loop touches it.
 	restarted map[string]bool
+	// ready is, per GPU, whether its daemon passed its health check when
+	// last seen (ready.go), under mu.
+	ready map[string]bool
 	// logOffsets: how far each daemon's control.log was scanned for
 	// terminated clients, and report (WatchTerminations) who hears of
 	// them, under scanMu.
@@ -133,7 +136,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 60 * time.Second
 	}
-	return &Manager{cfg: cfg, locks: keymutex.NewHashed(0), users: map[string]users{}, restarted: map[string]bool{}, logOffsets: map[string]int64{}}, nil
+	return &Manager{cfg: cfg, locks: keymutex.NewHashed(0), users: map[string]users{}, restarted: map[string]bool{}, ready: map[string]bool{}, logOffsets: map[string]int64{}}, nil
 }
 
 // useOf is what a claim asks of a GPU's daemon: the sum of its SMSharing
@@ -230,6 +233,7 @@ func (m *Manager) ensure(ctx context.Context, b domain.MPSBinding, file, content
 	if err := m.waitReady(ctx, b, name); err != nil {
 		return err
 	}
+	m.noteReady(b.GPUUUID, true)
 	return m.waitApplied(ctx, b, file, content)
 }
 

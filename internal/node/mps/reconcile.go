@@ -43,6 +43,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 	}
 	m.mu.Unlock()
+	m.noteListed(running)
 	m.scanEvictions(ctx, logs)
 
 	errs := m.collectUnused(ctx, running, users)

@@ -42,7 +42,7 @@ func (p *Plugin) watchIncidents(ctx context.Context, lib nvml.Interface, recordD
 			}
 		}
 	}
-	emitter := &incident.Emitter{Recorder: p.events.recorder, Conditions: p.events.status, Counter: counter}
+	emitter := &incident.Emitter{Recorder: p.events.recorder, Conditions: p.events.status, Counter: counter, Shares: p.metrics}
 	if src, ok := mpsManager.(incident.MPSEventSource); ok {
 		// The manager reports while it reads a daemon's log, which it also
 		// does inside a claim's Unprepare (so that the victim's claim is

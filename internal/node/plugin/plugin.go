@@ -414,7 +414,7 @@ func (p *Plugin) UnprepareResourceClaims(ctx context.Context, claims []kubeletpl
 		wg.Go(func() {
 			start := time.Now()
 			results[i] = p.preparer.Unprepare(ctx, claim)
-			p.metrics.ObserveUnprepare(time.Since(start))
+			p.metrics.ObserveUnprepare(time.Since(start), claim.UID, results[i])
 			if results[i] != nil {
 				p.events.UnprepareFailed(claim, results[i])
 			}

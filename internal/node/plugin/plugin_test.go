@@ -6,12 +6,14 @@ package plugin_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
@@ -334,14 +336,17 @@ func allocatedClaim() *resourceapi.ResourceClaim {
 }
 
 // TestUnhealthyGPUIsReportedAndTainted marks a simulated GPU unhealthy: the
-// kubelet's health stream (its own gRPC client) reports it, and the
-// published slice taints it NoSchedule; clearing the file recovers both.
+// kubelet's health stream (its own gRPC client) reports it, the published
+// slice taints it NoSchedule and gpufrac_gpu_unhealthy says so with the
+// reason; clearing the file recovers all three.
 func TestUnhealthyGPUIsReportedAndTainted(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
 	cfg := simNodeConfig(t, client)
+	registry := prometheus.NewRegistry()
+	cfg.Metrics = registry
 	healthFile := cfg.Health.SimulatedFile
 	plugin, err := nodeplugin.Start(ctx, cfg)
 	if err != nil {
@@ -393,6 +398,30 @@ func TestUnhealthyGPUIsReportedAndTainted(t *testing.T) {
 	if err != nil {
 		t.Fatalf("taint never published: %+v", taints())
 	}
+	unhealthy := func() map[string]string {
+		families, err := registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, f := range families {
+			if f.GetName() != "gpufrac_gpu_unhealthy" {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				l := map[string]string{}
+				for _, p := range m.GetLabel() {
+					l[p.GetName()] = p.GetValue()
+				}
+				out[l["device"]] = fmt.Sprintf("%s %q %g", l["gpu_uuid"], l["reason"], m.GetGauge().GetValue())
+			}
+		}
+		return out
+	}
+	healthy0 := fmt.Sprintf("%s %q 0", plugin.Inventory().GPUs[0].UUID, "")
+	if got := unhealthy(); len(got) != 2 || got["gpu-0"] != healthy0 || got["gpu-1"] != fmt.Sprintf("%s %q 1", sick, "XID 79") {
+		t.Errorf("gpufrac_gpu_unhealthy after XID 79: %v", got)
+	}
 	if err := os.WriteFile(healthFile, []byte(`{}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -404,6 +433,9 @@ func TestUnhealthyGPUIsReportedAndTainted(t *testing.T) {
 	})
 	if err != nil {
 		t.Errorf("taint not removed after recovery: %+v", taints())
+	}
+	if got := unhealthy(); got["gpu-1"] != fmt.Sprintf("%s %q 0", sick, "") {
+		t.Errorf("gpufrac_gpu_unhealthy after recovery: %v", got)
 	}
 }
 

@@ -81,8 +81,9 @@ func (p *Plugin) newPreparer(ctx, bgCtx context.Context, cfg Config, ckpt *check
 // for memory incidents.
 func (p *Plugin) startMetrics(bgCtx context.Context, cfg Config, ckpt *checkpoint.Checkpoint, mpsManager *mps.Manager) error {
 	var mpsDaemons func() map[string]int
+	var mpsReady func() map[string]bool
 	if mpsManager != nil {
-		mpsDaemons = mpsManager.Users
+		mpsDaemons, mpsReady = mpsManager.Users, mpsManager.Ready
 	}
 	usage := usageNVML(bgCtx, cfg.NVML)
 	p.metrics = fractionmetrics.New(fractionmetrics.Config{
@@ -90,6 +91,7 @@ func (p *Plugin) startMetrics(bgCtx context.Context, cfg Config, ckpt *checkpoin
 		RecordDir: cfg.CDI.RecordDir, NVML: usage, MPSDaemons: mpsDaemons,
 		CgroupRoot:  cfg.InventoryOptions.CgroupRoot,
 		Quarantined: func() int { return len(ckpt.Quarantined()) },
+		MPSReady:    mpsReady, Unhealthy: p.unhealthyReasons,
 	})
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(p.metrics); err != nil {
@@ -109,6 +111,16 @@ func (p *Plugin) startMetrics(bgCtx context.Context, cfg Config, ckpt *checkpoin
 	}
 	p.watchIncidents(bgCtx, usage, cfg.CDI.RecordDir, mpsSource)
 	return nil
+}
+
+// unhealthyReasons are the GPUs the health monitor holds unhealthy (and
+// the slices taint), with the taint's reason.
+func (p *Plugin) unhealthyReasons() map[string]string {
+	out := map[string]string{}
+	for uuid, st := range p.health.Unhealthy() {
+		out[uuid] = st.Reason
+	}
+	return out
 }
 
 // runMPS brings the MPS daemons in line with the recovered claims and
