@@ -138,8 +138,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := claims.WaitForSync(ctx); err != nil {
 		return err
 	}
-	watchSliceSizes(ctx, cfg.Client, cluster, cfg.Metrics)
-	registerFragmentation(factory, cfg.Metrics)
+	RegisterClusterMetrics(ctx, cfg.Client, factory, cluster, cfg.Metrics)
 	close(ready.synced)
 	if err := waitForCertificate(ctx, certs); err != nil {
 		return fmt.Errorf("waiting for the webhook certificate: %w", err)

@@ -4,11 +4,15 @@
 package controller
 
 import (
+	"context"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 
+	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/core/fragmentation"
 )
 
@@ -23,6 +27,17 @@ type fragmentationCollector struct {
 	slices                    resourcelisters.ResourceSliceLister
 	claims                    resourcelisters.ResourceClaimLister
 	inUse, lowerBound, freeMe *prometheus.Desc
+}
+
+// RegisterClusterMetrics registers, where metrics can be registered, the
+// series the controller computes from its caches of the cluster:
+// gpufrac_fragmentation_gpus_* and gpufrac_resourceslice_ignored_sizes
+// (whose devices also get Events through client until ctx ends). cluster
+// is the admission cache built on factory, started and synced. Run calls it;
+// test/promscenario calls it to expose the controller's real series.
+func RegisterClusterMetrics(ctx context.Context, client kubernetes.Interface, factory informers.SharedInformerFactory, cluster *admission.InformerCluster, metrics prometheus.Gatherer) {
+	watchSliceSizes(ctx, client, cluster, metrics)
+	registerFragmentation(factory, metrics)
 }
 
 // registerFragmentation registers the collector where metrics can be

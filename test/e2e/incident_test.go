@@ -24,7 +24,8 @@ import (
 // 50Gi, then 60Gi, then 10Gi through the simulated NVML's per-cgroup use.
 // The plugin reports borrowing and then the hard limit as Warning Events on
 // the claim and on the pod naming the GPU, as conditions on the claim's
-// status.devices, and in gpufrac_incidents_total; back within its request,
+// status.devices, and in gpufrac_incidents_total and the claim's
+// gpufrac_fraction_incidents_total; back within its request,
 // both conditions turn False.
 func TestMemoryIncidentsAreVisible(t *testing.T) {
 	e := newEnv(t)
@@ -79,23 +80,32 @@ func TestMemoryIncidentsAreVisible(t *testing.T) {
 			return false, nil
 		})
 	}
+	// Counted per GPU, and per share under the claim's UID.
 	counted := func(kind incident.Kind) {
 		t.Helper()
-		e.poll("gpufrac_incidents_total for "+string(kind), func() (bool, error) {
+		e.poll("gpufrac_incidents_total and gpufrac_fraction_incidents_total for "+string(kind), func() (bool, error) {
 			resp, err := http.Get("http://" + metricsAddr + "/metrics")
 			if err != nil {
 				return false, nil
 			}
 			defer func() { _ = resp.Body.Close() }()
 			raw, _ := io.ReadAll(resp.Body)
+			perGPU, perShare := false, false
 			for _, line := range strings.Split(string(raw), "\n") {
-				if strings.HasPrefix(line, "gpufrac_incidents_total{") && strings.Contains(line, `kind="`+string(kind)+`"`) &&
-					strings.Contains(line, `gpu_uuid="`+g.UUID+`"`) && !strings.HasSuffix(line, " 0") {
-					t.Logf("metric: %s", line)
-					return true, nil
+				if !strings.Contains(line, `kind="`+string(kind)+`"`) || !strings.Contains(line, `gpu_uuid="`+g.UUID+`"`) || strings.HasSuffix(line, " 0") {
+					continue
 				}
+				switch {
+				case strings.HasPrefix(line, "gpufrac_incidents_total{"):
+					perGPU = true
+				case strings.HasPrefix(line, "gpufrac_fraction_incidents_total{") && strings.Contains(line, `claim_uid="`+string(g.Claim.UID)+`"`):
+					perShare = true
+				default:
+					continue
+				}
+				t.Logf("metric: %s", line)
 			}
-			return false, nil
+			return perGPU && perShare, nil
 		})
 	}
 

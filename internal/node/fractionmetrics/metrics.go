@@ -61,6 +61,15 @@ type Config struct {
 	MPSReady func() map[string]bool
 }
 
+// The reasons of gpufrac_prepare_errors_total (the plugin classifies each
+// failed Prepare as one).
+const (
+	ReasonInvalidClaim = "invalid_claim"
+	ReasonModeConflict = "mode_conflict"
+	ReasonNoMPS        = "no_mps"
+	ReasonInternal     = "internal"
+)
+
 // Collector implements prometheus.Collector for the fraction metrics and
 // holds the driver's latency histograms and error counters.
 type Collector struct {
@@ -87,7 +96,7 @@ func New(cfg Config) *Collector {
 	share := []string{"node", "namespace", "claim", "claim_uid", "gpu_uuid", "device", "share", "compute_mode", "enforcement"}
 	gpu := []string{"node", "gpu_uuid", "device"}
 	container := []string{"node", "namespace", "pod", "container", "claim_uid", "gpu_uuid"}
-	return &Collector{
+	c := &Collector{
 		cfg: cfg, joins: newJoinDescs(), incidents: shareIncidents{counts: map[shareKey]map[incident.Kind]float64{}},
 		prepareSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "gpufrac_prepare_duration_seconds", Help: "Time to prepare one claim.",
@@ -119,6 +128,17 @@ func New(cfg Config) *Collector {
 			"Checkpoint entries this plugin version does not understand (written by a later one): kept, and nothing they may own is removed (docs/operations.md).", []string{"node"}, nil),
 		mpsDaemonClaims: prometheus.NewDesc("gpufrac_mps_daemon_claims",
 			"Claims counted as users of a GPU's MPS daemon (SMSharing claims; on MPS v3 nodes with per-cgroup limits every claim, TimeSlicing included, is an MPS client); the daemon stops when this reaches 0.", []string{"node", "gpu_uuid"}, nil),
+	}
+	c.startErrorsAtZero()
+	return c
+}
+
+// startErrorsAtZero writes every reason's series from the start: an alert's
+// increase() then sees the node's first failed Prepare, which it would miss
+// on a series that appears at 1.
+func (c *Collector) startErrorsAtZero() {
+	for _, r := range []string{ReasonInvalidClaim, ReasonModeConflict, ReasonNoMPS, ReasonInternal} {
+		c.errorsTotal.WithLabelValues(r)
 	}
 }
 

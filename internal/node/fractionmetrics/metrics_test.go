@@ -100,7 +100,10 @@ gpufrac_mps_daemon_claims{gpu_uuid="GPU-mps",node="node-a"} 3
 gpufrac_mps_daemons{node="node-a"} 1
 # HELP gpufrac_prepare_errors_total Failed Prepare calls by reason.
 # TYPE gpufrac_prepare_errors_total counter
+gpufrac_prepare_errors_total{reason="internal"} 0
 gpufrac_prepare_errors_total{reason="invalid_claim"} 1
+gpufrac_prepare_errors_total{reason="mode_conflict"} 0
+gpufrac_prepare_errors_total{reason="no_mps"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "gpufrac_checkpoint_quarantined_entries",
 		"gpufrac_container_gpu_memory_used_bytes", "gpufrac_fraction_memory_limit_bytes", "gpufrac_fraction_memory_request_bytes",

@@ -437,13 +437,13 @@ func failureReason(err error) string {
 	case err == nil:
 		return ""
 	case errors.As(err, &invalid):
-		return "invalid_claim"
+		return fractionmetrics.ReasonInvalidClaim
 	case errors.As(err, &conflict):
-		return "mode_conflict"
+		return fractionmetrics.ReasonModeConflict
 	case errors.Is(err, preparer.ErrNoMPS):
-		return "no_mps"
+		return fractionmetrics.ReasonNoMPS
 	default:
-		return "internal"
+		return fractionmetrics.ReasonInternal
 	}
 }
 

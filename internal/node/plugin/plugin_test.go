@@ -209,7 +209,8 @@ func TestPluginRegistersAndPublishes(t *testing.T) {
 
 // TestSMSharingStartsTheGPUsMPSDaemon prepares an SMSharing claim over the
 // DRA socket: the GPU's daemon Pod is created in the plugin's namespace,
-// Prepare waits until it is Ready, and the last Unprepare deletes it.
+// Prepare waits until it is Ready (gpufrac_mps_daemon_ready says 1), and
+// the last Unprepare deletes it (the daemon's and the share's series go).
 func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
@@ -229,6 +230,8 @@ func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 		SMSharingGPUs: "1",
 		MPS:           nodeplugin.MPSConfig{Namespace: "gpufrac-system", Image: "mps:test", Template: mps.DaemonTemplate, ReadyTimeout: 30 * time.Second},
 	}
+	registry := prometheus.NewRegistry()
+	cfg.Metrics = registry
 	plugin, err := nodeplugin.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -295,6 +298,14 @@ func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 	if len(pods.Items) != 1 || pods.Items[0].Spec.NodeName != nodeName {
 		t.Fatalf("daemon pods %d, want one on %s", len(pods.Items), nodeName)
 	}
+	gpu1 := plugin.Inventory().GPUs[1].UUID
+	ready, incidents := gathered(t, registry, "gpufrac_mps_daemon_ready"), gathered(t, registry, "gpufrac_fraction_incidents_total")
+	if len(ready) != 1 || ready[`gpu_uuid=`+gpu1+` node=`+nodeName] != 1 {
+		t.Errorf("gpufrac_mps_daemon_ready after Prepare: %v, want 1 for %s", ready, gpu1)
+	}
+	if len(incidents) != 5 || incidents[`claim=`+claim.Name+` claim_uid=`+string(claim.UID)+` gpu_uuid=`+gpu1+` kind=MPSClientEvicted namespace=`+claim.Namespace+` node=`+nodeName] != 0 {
+		t.Errorf("gpufrac_fraction_incidents_total after Prepare: %v, want every kind at 0 for the claim", incidents)
+	}
 	// gpu-0 is reserved for TimeSlicing by --sm-sharing-gpus=1.
 	other := allocatedClaim()
 	other.Name, other.UID = "other", "claim-uid-2"
@@ -317,6 +328,35 @@ func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 	if len(pods.Items) != 0 {
 		t.Errorf("%d daemon pods after the last SMSharing claim went", len(pods.Items))
 	}
+	for _, family := range []string{"gpufrac_mps_daemon_ready", "gpufrac_fraction_incidents_total"} {
+		if got := gathered(t, registry, family); len(got) != 0 {
+			t.Errorf("%s after the Unprepare: %v, want no series", family, got)
+		}
+	}
+}
+
+// gathered is one family of the registry: each series' labels, sorted and
+// written name=value, to its value.
+func gathered(t *testing.T, registry *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
+	families, err := registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetName()+"="+l.GetValue())
+			}
+			out[strings.Join(labels, " ")] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	return out
 }
 
 func allocatedClaim() *resourceapi.ResourceClaim {
