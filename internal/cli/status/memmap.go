@@ -213,8 +213,9 @@ func apportion(sizes []int64, width int) []int {
 		used += cells[i]
 	}
 	for ; used < width; used++ {
-		cells[argmax(rest)]++
-		rest[argmax(rest)] = -1
+		i := argmax(rest)
+		cells[i]++
+		rest[i] = -1
 	}
 	for ; used > width; used-- {
 		// The minimum of one cell overfilled the bar (more shares than
