@@ -43,7 +43,6 @@ var panelsWithoutData = map[string]string{
 	"Unhealthy GPUs and their claims/A": "no GPU of the real node is unhealthy in this scenario " +
 		"(test/dashexpr evaluates the panel over test/promscenario's unhealthy-gpu-with-claims)",
 	"Unhealthy GPUs and their claims/B": "no GPU of the real node is unhealthy (as A)",
-	"Prepare errors by reason/A":        "every Prepare of this scenario succeeds (test/dashexpr evaluates the panel over test/promscenario's prepare-errors)",
 }
 
 // TestDashboardAndAlertsOnALivePrometheus (issue 38, item 4, root tier): a
