@@ -6,7 +6,9 @@ package domain
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"path/filepath"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -25,6 +27,35 @@ type MPSBinding struct {
 	// daemon-side (SMSharing); empty on legacy MPS and for TimeSlicing
 	// shares, which use the main socket (see ClientPipeDir).
 	Namespace string `json:"namespace,omitempty"`
+	// ServerGPUs lists, sorted, every GPU of a node server: the one MPS v3
+	// daemon whose server serves all the node's fraction GPUs (its
+	// allowed_devices), so that every client of a GPU is a client of one
+	// server, whichever GPUs its claim spans (eviction is per server,
+	// docs/design/nvidia-contract.md M4). Empty for the per-GPU daemon of
+	// GPUUUID. GPUUUID stays the share's own GPU either way: the memory
+	// ledger, incidents and metrics are per GPU.
+	ServerGPUs []string `json:"serverGPUs,omitempty"`
+}
+
+// MPS server scopes: one daemon per GPU (the default), or one node server
+// over all the node's fraction GPUs (MPS v3 only), which admits MPS
+// clients on several GPUs in one claim.
+const (
+	MPSServerScopeGPU  = "gpu"
+	MPSServerScopeNode = "node"
+)
+
+// NodeServerKey is DaemonKey of a node server's bindings.
+const NodeServerKey = "node"
+
+// DaemonKey names the daemon a binding reaches: its GPU's for a per-GPU
+// daemon, NodeServerKey for the node server. Two shares reach one MPS
+// server exactly when their keys are equal.
+func (b MPSBinding) DaemonKey() string {
+	if len(b.ServerGPUs) > 0 {
+		return NodeServerKey
+	}
+	return b.GPUUUID
 }
 
 // Route says in words where the share's container reaches MPS, for the
@@ -34,10 +65,18 @@ func (b MPSBinding) Route() string {
 	case b.Version != MPSVersionV3:
 		return "legacy MPS server (pinned device memory limit)"
 	case b.Namespace == "":
-		return "MPS v3 main socket: a per-UID server, own context (TimeSlicing)"
+		return "MPS v3 main socket" + b.nodeServer() + ": a per-UID server, own context (TimeSlicing)"
 	default:
-		return "MPS v3 namespace " + b.Namespace + " of server " + MPSServerName + ", shared context (SMSharing)"
+		return "MPS v3 namespace " + b.Namespace + " of server " + MPSServerName + b.nodeServer() + ", shared context (SMSharing)"
 	}
+}
+
+// nodeServer says, for Route, that the server is the node's.
+func (b MPSBinding) nodeServer() string {
+	if len(b.ServerGPUs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (the node server over %d GPUs)", len(b.ServerGPUs))
 }
 
 // MPSServerName is the one named MPS v3 server per GPU that SMSharing
@@ -83,5 +122,22 @@ func MPSBindingFor(root, gpuUUID string) *MPSBinding {
 		PipeDir: filepath.Join(dir, "pipe"),
 		LogDir:  filepath.Join(dir, "log"),
 		ShmDir:  filepath.Join(dir, "shm"),
+	}
+}
+
+// NodeMPSBindingFor is the node server's layout under root, for a share of
+// gpuUUID, one of serverGPUs (the node's fraction GPUs). One directory for
+// the node, shorter than a GPU's, so the namespace sockets stay under the
+// unix path limit too.
+func NodeMPSBindingFor(root, gpuUUID string, serverGPUs []string) *MPSBinding {
+	dir := filepath.Join(root, NodeServerKey)
+	gpus := slices.Clone(serverGPUs)
+	slices.Sort(gpus)
+	return &MPSBinding{
+		GPUUUID:    gpuUUID,
+		PipeDir:    filepath.Join(dir, "pipe"),
+		LogDir:     filepath.Join(dir, "log"),
+		ShmDir:     filepath.Join(dir, "shm"),
+		ServerGPUs: gpus,
 	}
 }

@@ -6,10 +6,13 @@
 // as the CUDA driver does, and allocates device memory against the
 // double's per-GPU ledger. It runs a script of steps:
 //
-//	fakecuda [-soft MiB] [-hard MiB] [-device GPU-uuid] [-linger duration] alloc <MiB> ... hold <duration> ... fault <name>
+//	fakecuda [-soft MiB[,MiB]] [-hard MiB[,MiB]] [-device GPU-uuid[,GPU-uuid]] [-linger duration] alloc <MiB> ... on <GPU-uuid> ... hold <duration> ... fault <name>
 //
 // fault runs a kernel that raises a fatal GPU exception; -linger keeps a
 // failed process connected for a while, as one that ignores the error.
+// A process of several GPUs (a multi-GPU share under one MPS server) lists
+// them in -device, with one soft and hard limit each; `on` makes the
+// following steps work on that GPU (the first one until then).
 // alloc is cuMemAlloc; hold keeps the memory for the duration (0: until
 // killed), synchronising every 100 ms, which is when an evicted client
 // learns it was terminated. Each step prints its CUDA result. Exit status:
@@ -35,17 +38,25 @@ import (
 )
 
 type request struct {
-	Kind  string `json:"kind"`
-	Hello *hello `json:"hello,omitempty"`
-	Op    string `json:"op,omitempty"`
-	Bytes int64  `json:"bytes,omitempty"`
+	Kind   string `json:"kind"`
+	Hello  *hello `json:"hello,omitempty"`
+	Op     string `json:"op,omitempty"`
+	Bytes  int64  `json:"bytes,omitempty"`
+	Device string `json:"device,omitempty"`
 }
 
 type hello struct {
+	Device    string        `json:"device"`
+	SoftBytes int64         `json:"softBytes"`
+	HardBytes int64         `json:"hardBytes"`
+	Cmd       string        `json:"cmd"`
+	Devices   []helloDevice `json:"devices,omitempty"`
+}
+
+type helloDevice struct {
 	Device    string `json:"device"`
 	SoftBytes int64  `json:"softBytes"`
 	HardBytes int64  `json:"hardBytes"`
-	Cmd       string `json:"cmd"`
 }
 
 type response struct {
@@ -57,28 +68,71 @@ type response struct {
 
 func main() { os.Exit(run(os.Args[1:])) }
 
-// envMiB reads NVIDIA's singular variable, or the first value of
-// gpufrac's older per-GPU list (NAME + "S").
-func envMiB(name string) int64 {
-	v := os.Getenv(name)
-	if v == "" {
-		v, _, _ = strings.Cut(os.Getenv(name+"S"), ",")
+// envMiB reads gpufrac's per-GPU list (NAME + "S", in the order of
+// NVIDIA_VISIBLE_DEVICES), or NVIDIA's singular variable.
+func envMiB(name string) string {
+	if v := os.Getenv(name + "S"); v != "" {
+		return v
 	}
-	n, _ := strconv.ParseInt(v, 10, 64)
-	return n
+	return os.Getenv(name)
+}
+
+// hello is what the client tells the server: one GPU and its limits, or
+// several, each with its own (lists in the order of devices; a single
+// limit applies to every GPU).
+func helloFor(devices, soft, hard, name string) (*hello, error) {
+	devs := strings.Split(devices, ",")
+	softs, hards := strings.Split(soft, ","), strings.Split(hard, ",")
+	h := &hello{Cmd: name}
+	for i, d := range devs {
+		s, err := nth(softs, i)
+		if err != nil {
+			return nil, fmt.Errorf("soft limit of %s: %w", d, err)
+		}
+		hd, err := nth(hards, i)
+		if err != nil {
+			return nil, fmt.Errorf("hard limit of %s: %w", d, err)
+		}
+		h.Devices = append(h.Devices, helloDevice{Device: d, SoftBytes: s << 20, HardBytes: hd << 20})
+	}
+	if len(h.Devices) == 1 {
+		h.Device, h.SoftBytes, h.HardBytes, h.Devices = h.Devices[0].Device, h.Devices[0].SoftBytes, h.Devices[0].HardBytes, nil
+	}
+	return h, nil
+}
+
+// nth is the i-th MiB value of a list, the only one of a one-value list,
+// or 0 for none.
+func nth(list []string, i int) (int64, error) {
+	v := list[0]
+	if len(list) > 1 {
+		if i >= len(list) {
+			return 0, fmt.Errorf("%d values for more GPUs", len(list))
+		}
+		v = list[i]
+	}
+	if v == "" {
+		return 0, nil
+	}
+	return strconv.ParseInt(v, 10, 64)
 }
 
 func run(args []string) (rc int) {
 	fs := flag.NewFlagSet("fakecuda", flag.ContinueOnError)
-	soft := fs.Int64("soft", envMiB("NVIDIA_GPU_MEMORY_REQUEST"), "soft limit (guaranteed) in MiB")
-	hard := fs.Int64("hard", envMiB("NVIDIA_GPU_MEMORY_LIMIT"), "hard limit in MiB; 0 none")
-	device := fs.String("device", os.Getenv("NVIDIA_VISIBLE_DEVICES"), "GPU UUID")
+	soft := fs.String("soft", envMiB("NVIDIA_GPU_MEMORY_REQUEST"), "soft limit (guaranteed) in MiB, one per GPU")
+	hard := fs.String("hard", envMiB("NVIDIA_GPU_MEMORY_LIMIT"), "hard limit in MiB, one per GPU; 0 none")
+	device := fs.String("device", os.Getenv("NVIDIA_VISIBLE_DEVICES"), "GPU UUIDs, comma-separated")
 	name := fs.String("name", "fakecuda", "command name the daemon lists")
 	linger := fs.Duration("linger", 0, "after a failed CUDA call, stay connected this long before exiting (a process that ignores the error)")
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
 	steps := fs.Args()
+	hi, err := helloFor(*device, *soft, *hard, *name)
+	if err != nil {
+		fmt.Printf("fakecuda: %v\n", err)
+		return 1
+	}
 	pipe := os.Getenv("CUDA_MPS_PIPE_DIRECTORY")
 	if pipe == "" {
 		pipe = "/tmp/nvidia-mps"
@@ -108,12 +162,18 @@ func run(args []string) (rc int) {
 		}
 		return resp
 	}
-	h := call(request{Kind: "client", Hello: &hello{Device: *device, SoftBytes: *soft << 20, HardBytes: *hard << 20, Cmd: *name}})
+	h := call(request{Kind: "client", Hello: hi})
 	if h.Err != "" {
 		fmt.Printf("cuInit: %s\n", h.Err)
 		return 2
 	}
 	fmt.Printf("cuInit: CUDA_SUCCESS: MPS client on %s\n", h.Route)
+	return runSteps(steps, call)
+}
+
+// runSteps runs the script's steps, each on the current GPU (on).
+func runSteps(steps []string, call func(request) response) int {
+	on := ""
 	for i := 0; i < len(steps); i++ {
 		if i+1 >= len(steps) {
 			fmt.Printf("step %q needs an argument\n", steps[i])
@@ -128,8 +188,8 @@ func run(args []string) (rc int) {
 				fmt.Printf("alloc %q: not MiB\n", arg)
 				return 1
 			}
-			r := call(request{Op: "alloc", Bytes: mib << 20})
-			fmt.Printf("cuMemAlloc(%d MiB): %s%s\n", mib, r.Result, why(r))
+			r := call(request{Op: "alloc", Bytes: mib << 20, Device: on})
+			fmt.Printf("cuMemAlloc(%d MiB%s): %s%s\n", mib, onText(on), r.Result, why(r))
 			if rc := exitFor(r); rc != 0 {
 				return rc
 			}
@@ -141,7 +201,7 @@ func run(args []string) (rc int) {
 			}
 			end := time.Now().Add(d)
 			for d == 0 || time.Now().Before(end) {
-				r := call(request{Op: "sync"})
+				r := call(request{Op: "sync", Device: on})
 				if rc := exitFor(r); rc != 0 {
 					fmt.Printf("cuCtxSynchronize: %s%s\n", r.Result, why(r))
 					return rc
@@ -152,15 +212,26 @@ func run(args []string) (rc int) {
 		case "fault":
 			// A kernel with a fatal GPU exception (an illegal address),
 			// named by arg: the server ends every client of the GPU.
-			r := call(request{Op: "fault"})
+			r := call(request{Op: "fault", Device: on})
 			fmt.Printf("kernel %s: fatal GPU exception: %s%s\n", arg, r.Result, why(r))
 			return exitFor(r)
+		case "on":
+			// cuCtxSetCurrent of the GPU's context.
+			on = arg
 		default:
-			fmt.Printf("unknown step %q (alloc, hold, fault)\n", verb)
+			fmt.Printf("unknown step %q (alloc, on, hold, fault)\n", verb)
 			return 1
 		}
 	}
 	return 0
+}
+
+// onText names the GPU of a step that is not on the first one.
+func onText(on string) string {
+	if on == "" {
+		return ""
+	}
+	return " on " + on
 }
 
 // dial connects to a control socket, through its directory's

@@ -47,6 +47,10 @@
 #    simulated node uses, and (inferred) that a CUDA process given only one
 #    instance's two capability devices allocates on it and, given none,
 #    finds no device (mig_check).
+# 7. A node MPS server over two GPUs (r615+, a host with two GPUs; issue 35
+#    item 4, docs/design/nvidia-contract.md M1, M6-M8): the server starts
+#    and lists both, a client allocates on both, eviction picks its victim
+#    per GPU and ends the victim on both (multigpu_check).
 # Prints PASS/FAIL per check and exits non-zero on any FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -645,19 +649,26 @@ driverfiles_check() {
 	esac
 }
 
-# multigpu_check: docs/design/nvidia-contract.md M1-M2 (issue 35 item 4): a
-# v3 server whose allowed_devices lists two GPUs starts, and `server list`
-# shows both (documented, v3cfg); a client of it reaching both devices is
-# inferred (NVIDIA ran its multi-GPU guide on one GPU) and gpufrac does not
-# rely on it yet: the FACT line prints what the server lists.
+# multigpu_check: docs/design/nvidia-contract.md M1-M2, M6-M8 (issue 35
+# item 4): the node server gpufrac renders with --mps-server-scope=node
+# (test/gpu/render -part toml over two GPUs) starts and `server list` shows
+# both GPUs (M1, documented); then what the MPS double assumes and NVIDIA
+# does not show (its multi-GPU guide ran on one GPU): one client process
+# allocates on both GPUs of the server (M6); on cgroup v2 with dmem, an
+# eviction picks its victim per GPU: pressure on GPU 1, where the two-GPU
+# client T is within its soft limit, evicts O (over its soft limit there)
+# and not T, although T is far above its soft limit on GPU 0 (M7); pressure
+# on GPU 0 then evicts T, and T's contexts on both GPUs fail (the server
+# ends the client process, M8).
 multigpu_check() {
 	uuids=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n2 | paste -sd, -)
 	case $uuids in *,*) ;; *) echo "SKIP: multi-GPU MPS server: this host has one GPU"; return ;; esac
+	first=${uuids%%,*} second=${uuids#*,}
 	rm -rf "$work/mpipe" "$work/mlog"; mkdir -p "$work/mpipe" "$work/mlog"
-	printf 'schema_version = "1.0"\n\n[servers.gpufrac]\nallowed_devices = "%s"\n' "$uuids" >"$work/multi.toml"
+	go run ./test/gpu/render -part toml -uuid "$uuids" -driver "$driver" >"$work/multi.toml" || { fail "multi-GPU: cannot render the node server's TOML"; return; }
 	# In -f the v3 daemon stops at the end of its stdin (row 3): hold it open.
 	rm -f "$work/mstdin"; mkfifo "$work/mstdin"; exec 8<>"$work/mstdin"
-	CUDA_MPS_PIPE_DIRECTORY=$work/mpipe CUDA_MPS_LOG_DIRECTORY=$work/mlog \
+	CUDA_VISIBLE_DEVICES=$uuids CUDA_MPS_PIPE_DIRECTORY=$work/mpipe CUDA_MPS_LOG_DIRECTORY=$work/mlog \
 		nvidia-cuda-mps-control -f -p 3 -m -a "$work/multi.toml" <&8 >"$work/multi.out" 2>&1 &
 	mdaemon=$!
 	listed=""
@@ -666,15 +677,83 @@ multigpu_check() {
 		sleep 0.2
 	done
 	fact "multi-GPU MPS server lists: $listed"
-	first=${uuids%%,*} second=${uuids#*,}
 	if echo "$listed" | grep -q "$first" && echo "$listed" | grep -q "$second"; then
 		pass "multi-GPU MPS server: allowed_devices with two GPUs accepted, both listed (M1)"
 	else
 		fail "multi-GPU MPS server: allowed_devices = \"$uuids\" not served as documented (M1): $(tail -n3 "$work/multi.out")"
 	fi
-	CUDA_MPS_PIPE_DIRECTORY=$work/mpipe nvidia-cuda-mps-control -q >/dev/null 2>&1 || kill -TERM "$mdaemon"
+	gcc -O2 -o "$work/multialloc" test/gpu/multialloc.c -ldl || { fail "multi-GPU: cannot build multialloc"; multigpu_stop; return; }
+	out=$(tenant_on "$work/mpipe" "$work/multialloc" 1024 1024 2>&1)
+	fact "multi-GPU client: $(echo "$out" | tr '\n' ' ')"
+	if echo "$out" | grep -q '^device 0: allocated 1024 MiB' && echo "$out" | grep -q '^device 1: allocated 1024 MiB'; then
+		pass "multi-GPU client: one MPS client process allocates on both GPUs of the node server (M6, what the double assumes)"
+	else
+		fail "multi-GPU client: a client of the two-GPU server could not allocate on both (M6; the double and --mps-server-scope=node assume it): $out"
+	fi
+	multigpu_eviction
+	multigpu_stop
+}
+
+# tenant_on PIPE CMD...: CMD as a fraction container's client of the node
+# server's main socket (tenant.sh with the node server's directories).
+tenant_on() { "$work/tenant.sh" "$1" "$work/mpipe" "$work/mlog" "${@:2}"; }
+
+multigpu_stop() {
+	CUDA_MPS_PIPE_DIRECTORY=$work/mpipe nvidia-cuda-mps-control -p 3 -q >/dev/null 2>&1 || kill -TERM "$mdaemon"
 	wait "$mdaemon" 2>/dev/null
 	exec 8>&-
+}
+
+# multigpu_eviction: M7 and M8 (see multigpu_check), with gpufrac-cdi-hook
+# setting each client's per-GPU soft and hard limits as Prepare would.
+multigpu_eviction() {
+	[ -f /sys/fs/cgroup/cgroup.controllers ] || { echo "SKIP: multi-GPU eviction: host is not cgroup v2"; return; }
+	make -s --no-print-directory build-host BIN="$work" || { fail "multi-GPU eviction: cannot build the hook"; return; }
+	t0=$(nvidia-smi -i "$first" --query-gpu=memory.total --format=csv,noheader,nounits)
+	t1=$(nvidia-smi -i "$second" --query-gpu=memory.total --format=csv,noheader,nounits)
+	mlimit() { # cgroup then one "uuid soft-MiB hard-MiB" triple per GPU
+		cg=$1; shift
+		mkdir "$cg" || return 1
+		sh -c "echo \$\$ > $cg/cgroup.procs; exec sleep 600" &
+		sleep 0.5
+		args=()
+		while [ $# -ge 3 ]; do args+=(--gpu "$1=$(($2 << 20)):$(($3 << 20))"); shift 3; done
+		echo "{\"ociVersion\":\"1.2.0\",\"id\":\"gpu-check\",\"status\":\"created\",\"pid\":$!,\"bundle\":\"/\"}" |
+			"$work/gpufrac-cdi-hook" apply "${args[@]}"
+	}
+	in_cg() { cg=$1; shift; sh -c "echo \$\$ > $cg/cgroup.procs; exec $work/tenant.sh $work/mpipe $work/mpipe $work/mlog $*"; }
+	T=/sys/fs/cgroup/gpufrac-gpu-multi-t-$$ O=/sys/fs/cgroup/gpufrac-gpu-multi-o-$$
+	N=/sys/fs/cgroup/gpufrac-gpu-multi-n-$$ M=/sys/fs/cgroup/gpufrac-gpu-multi-m-$$
+	# T: soft 4 GiB on each GPU; far above it on GPU 0, within it on GPU 1.
+	mlimit "$T" "$first" 4096 $((t0 - 8192)) "$second" 4096 8192 || fail "multi-GPU eviction: hook for T failed"
+	mlimit "$O" "$second" 4096 $((t1 - 8192)) || fail "multi-GPU eviction: hook for O failed"
+	mlimit "$N" "$second" 16384 16384 || fail "multi-GPU eviction: hook for N failed"
+	mlimit "$M" "$first" 16384 16384 || fail "multi-GPU eviction: hook for M failed"
+	in_cg "$T" "$work/multialloc" $((t0 - 12288)) 2048 90 >"$work/t.out" 2>&1 &
+	pt=$!
+	sleep 5
+	in_cg "$O" "$work/multialloc" 0 $((t1 - 12288)) 60 >"$work/o.out" 2>&1 &
+	po=$!
+	sleep 5
+	outn=$(in_cg "$N" "$work/multialloc" 0 16384 2>&1)
+	sleep 2
+	wait $po
+	if grep -q 'MPS_CLIENT_TERMINATED' "$work/o.out" && kill -0 $pt 2>/dev/null && ! grep -q '^held:' "$work/t.out"; then
+		pass "multi-GPU eviction: pressure on GPU 1 evicted O (over its soft limit there), not the two-GPU client T, which is over its soft limit only on GPU 0 (M7)"
+	else
+		fail "multi-GPU eviction: pressure on GPU 1 did not evict per device (M7; the double assumes it): N: $(echo "$outn" | tr '\n' ' '); O: $(tr '\n' ' ' <"$work/o.out"); T: $(tr '\n' ' ' <"$work/t.out")"
+	fi
+	outm=$(in_cg "$M" "$work/multialloc" 16384 0 2>&1)
+	wait $pt
+	fact "multi-GPU eviction: M: $(echo "$outm" | tr '\n' ' '); T: $(tr '\n' ' ' <"$work/t.out")"
+	if grep -q '^held: device 0: CUDA_ERROR_MPS_CLIENT_TERMINATED' "$work/t.out" && grep -q '^held: device 1: CUDA_ERROR_MPS_CLIENT_TERMINATED' "$work/t.out"; then
+		pass "multi-GPU eviction: T, evicted on GPU 0, lost both GPUs (M8, what the double assumes)"
+	else
+		fail "multi-GPU eviction: T's contexts after its eviction on GPU 0 are not both terminated (M8; the double ends the whole client): $(tr '\n' ' ' <"$work/t.out")"
+	fi
+	grep -ih evict "$work/mlog/control.log" "$work/mlog"/*/server.log 2>/dev/null | tail -n 6 | sed 's/^/FACT: multi-GPU daemon log: /'
+	# shellcheck disable=SC2046 # one PID a word
+	for cg in "$T" "$O" "$N" "$M"; do kill $(cat "$cg/cgroup.procs") 2>/dev/null; sleep 0.2; rmdir "$cg"; done
 }
 
 # mig_check: see 6. above. Skips where no MIG instance is configured.

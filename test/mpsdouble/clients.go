@@ -19,6 +19,8 @@ const (
 	cudaNoDevice     = "CUDA_ERROR_NO_DEVICE"
 	cudaNotPermitted = "CUDA_ERROR_NOT_PERMITTED"
 	cudaInvalidValue = "CUDA_ERROR_INVALID_VALUE"
+	// cudaInvalidDevice: an operation on a device the client does not use.
+	cudaInvalidDevice = "CUDA_ERROR_INVALID_DEVICE"
 	// cudaServerNotReady: the server is recovering from a fatal failure.
 	cudaServerNotReady = "CUDA_ERROR_MPS_SERVER_NOT_READY"
 	unlimited          = int64(1) << 62
@@ -84,12 +86,35 @@ func (l *ledger) allDevices() string { return strings.Join(l.order, ",") }
 // hello is what a client says when it connects: what the driver would
 // know about it without asking (its device and its cgroup's soft and hard
 // limits, dmem.min and dmem.max), which the fake client reads from the
-// environment gpufrac gives the container.
+// environment gpufrac gives the container. A process that uses several
+// GPUs of the server lists them in Devices, each with its cgroup's limits
+// there (the dmem limits are per device); Device and the byte fields are
+// then unused.
 type hello struct {
+	Device    string        `json:"device"`
+	SoftBytes int64         `json:"softBytes"`
+	HardBytes int64         `json:"hardBytes"`
+	Cmd       string        `json:"cmd"`
+	Devices   []helloDevice `json:"devices,omitempty"`
+}
+
+// helloDevice is one GPU of a multi-GPU client and its limits there.
+type helloDevice struct {
 	Device    string `json:"device"`
 	SoftBytes int64  `json:"softBytes"`
 	HardBytes int64  `json:"hardBytes"`
-	Cmd       string `json:"cmd"`
+}
+
+// clientKey names one client process's use of one device. A client of a
+// server over several GPUs (NVIDIA's multi-GPU configuration, contract
+// M1/M2) may use more than one; memacct's soft and hard limits, the ledger
+// and eviction are per device (the dmem limits are: one line per GPU), so
+// each use is a record of its own, and the process is ended as a whole
+// (terminate). How NVIDIA's server keeps a client of several devices is
+// not documented: inferred, and test/gpu/run.sh multigpu_check checks it.
+type clientKey struct {
+	pid    int
+	device string
 }
 
 // route is where a client lands: the socket it connected to decides
@@ -97,8 +122,9 @@ type hello struct {
 type route struct{ server, namespace string }
 
 // connect registers a client arriving on rt (server "" = the main socket,
-// routed by UID to server uid_<uid>).
-func (s *v3State) connect(pid, uid int, rt route, h hello) (*client, error) {
+// routed by UID to server uid_<uid>): one record per device it uses, in
+// the order it listed them.
+func (s *v3State) connect(pid, uid int, rt route, h hello) ([]*client, error) {
 	if rt.server == "" {
 		rt = route{"uid_" + strconv.Itoa(uid), "default"}
 		if s.servers[rt.server] == nil {
@@ -111,45 +137,91 @@ func (s *v3State) connect(pid, uid int, rt route, h hello) (*client, error) {
 	if srv == nil || srv.namespaces[rt.namespace] == nil {
 		return nil, fmt.Errorf("%s: no such server or namespace %s/%s", cudaNoDevice, rt.server, rt.namespace)
 	}
-	devices := strings.Split(srv.devices, ",")
-	if h.Device == "" && len(devices) == 1 {
-		h.Device = devices[0]
+	uses := h.Devices
+	if len(uses) == 0 {
+		uses = []helloDevice{{Device: h.Device, SoftBytes: h.SoftBytes, HardBytes: h.HardBytes}}
 	}
-	if !slices.Contains(devices, h.Device) || s.ledger.capacity[h.Device] == 0 {
+	devices := strings.Split(srv.devices, ",")
+	if len(uses) == 1 && uses[0].Device == "" && len(devices) == 1 {
+		uses[0].Device = devices[0]
+	}
+	if live := s.recordsOf(pid); len(live) > 0 && live[0].terminated == "" {
+		return nil, fmt.Errorf("%s: pid %d is already a client", cudaNotPermitted, pid)
+	}
+	seen := map[string]bool{}
+	for i, u := range uses {
+		if err := s.admit(pid, srv, devices, u); err != nil {
+			return nil, err
+		}
+		if seen[u.Device] {
+			return nil, fmt.Errorf("%s: device %s listed twice", cudaInvalidValue, u.Device)
+		}
+		seen[u.Device] = true
+		if uses[i].HardBytes <= 0 {
+			uses[i].HardBytes = unlimited
+		}
+	}
+	s.forget(pid)
+	out := make([]*client, len(uses))
+	for i, u := range uses {
+		c := &client{pid: pid, uid: uid, server: rt.server, namespace: rt.namespace, device: u.Device, cmd: h.Cmd,
+			soft: u.SoftBytes, hard: u.HardBytes, cgroup: cgroupOf(pid)}
+		// Context sharing: clients of a context-shared server share one
+		// context per device; the default socket's UID servers do not when
+		// default_socket is off (KAI's reading of the feature, inferred).
+		c.context = contextOwnPerProc
+		if s.contextShare && (!srv.auto || s.defaultSocketShared) {
+			c.context = 0
+		}
+		s.clients[clientKey{pid, u.Device}] = c
+		logLine("client connected: pid=%d uid=%d route=%s/%s device=%s soft=%dMiB hard=%dMiB context=%s",
+			pid, uid, c.server, c.namespace, c.device, c.soft>>20, min(c.hard, unlimited)>>20, contextName(c.context))
+		out[i] = c
+	}
+	return out, nil
+}
+
+// admit checks one device a connecting client asks for.
+func (s *v3State) admit(pid int, srv *server, devices []string, u helloDevice) error {
+	if !slices.Contains(devices, u.Device) || s.ledger.capacity[u.Device] == 0 {
 		// NVIDIA (Dynamo guide): a server without the device fails with
 		// "no CUDA-capable device is detected".
-		return nil, fmt.Errorf("%s: server %s does not serve device %q", cudaNoDevice, srv.name, h.Device)
+		return fmt.Errorf("%s: server %s does not serve device %q", cudaNoDevice, srv.name, u.Device)
 	}
-	if lingering := s.lingering(h.Device); len(lingering) > 0 {
+	if lingering := s.lingering(u.Device); len(lingering) > 0 {
 		// NVIDIA (error containment): the server waits for the clients
 		// the fault reached to exit and rejects new client requests to
 		// the device meanwhile (CUDA_ERROR_MPS_SERVER_NOT_READY).
 		logLine("client refused: pid=%d cgroup=%s device=%s: server not ready: waiting for the clients a fatal GPU exception ended to exit: %s",
-			pid, cgroupOf(pid), h.Device, strings.Join(lingering, ", "))
-		return nil, fmt.Errorf("%s: device %s waits for the clients a fatal GPU exception ended to exit", cudaServerNotReady, h.Device)
+			pid, cgroupOf(pid), u.Device, strings.Join(lingering, ", "))
+		return fmt.Errorf("%s: device %s waits for the clients a fatal GPU exception ended to exit", cudaServerNotReady, u.Device)
 	}
-	if old := s.clients[pid]; old != nil && old.terminated == "" {
-		return nil, fmt.Errorf("%s: pid %d is already a client", cudaNotPermitted, pid)
+	if u.SoftBytes < 0 || (u.HardBytes > 0 && u.SoftBytes > u.HardBytes) {
+		return fmt.Errorf("%s: soft limit %d above hard limit %d on %s", cudaInvalidValue, u.SoftBytes, u.HardBytes, u.Device)
 	}
-	if h.HardBytes <= 0 {
-		h.HardBytes = unlimited
+	return nil
+}
+
+// recordsOf is a process's records, one per device it uses, sorted by
+// device.
+func (s *v3State) recordsOf(pid int) []*client {
+	var out []*client
+	for k, c := range s.clients {
+		if k.pid == pid {
+			out = append(out, c)
+		}
 	}
-	if h.SoftBytes < 0 || h.SoftBytes > h.HardBytes {
-		return nil, fmt.Errorf("%s: soft limit %d above hard limit %d", cudaInvalidValue, h.SoftBytes, h.HardBytes)
+	slices.SortFunc(out, func(a, b *client) int { return strings.Compare(a.device, b.device) })
+	return out
+}
+
+// forget drops a process's records.
+func (s *v3State) forget(pid int) {
+	for k := range s.clients {
+		if k.pid == pid {
+			delete(s.clients, k)
+		}
 	}
-	c := &client{pid: pid, uid: uid, server: rt.server, namespace: rt.namespace, device: h.Device, cmd: h.Cmd,
-		soft: h.SoftBytes, hard: h.HardBytes, cgroup: cgroupOf(pid)}
-	// Context sharing: clients of a context-shared server share one
-	// context per device; the default socket's UID servers do not when
-	// default_socket is off (KAI's reading of the feature, inferred).
-	c.context = contextOwnPerProc
-	if s.contextShare && (!srv.auto || s.defaultSocketShared) {
-		c.context = 0
-	}
-	s.clients[pid] = c
-	logLine("client connected: pid=%d uid=%d route=%s/%s device=%s soft=%dMiB hard=%dMiB context=%s",
-		pid, uid, c.server, c.namespace, c.device, c.soft>>20, min(c.hard, unlimited)>>20, contextName(c.context))
-	return c, nil
 }
 
 func contextName(ctx int) string {
@@ -267,10 +339,18 @@ func (s *v3State) free(c *client, n int64) string {
 }
 
 // terminate ends a client: its memory is released and its next call
-// returns CUDA_ERROR_MPS_CLIENT_TERMINATED.
+// returns CUDA_ERROR_MPS_CLIENT_TERMINATED. The server ends the client
+// process, not one device of it: a client of several devices loses all of
+// them (inferred: NVIDIA documents termination per client; multigpu_check
+// in test/gpu/run.sh checks it), each with its line.
 func (s *v3State) terminate(c *client, why string) {
-	c.terminated, c.whyTerm, c.used = cudaTerminated, why, 0
-	logLine("client terminated: pid=%d cgroup=%s device=%s route=%s/%s: %s", c.pid, c.cgroup, c.device, c.server, c.namespace, why)
+	for _, r := range s.recordsOf(c.pid) {
+		if r.terminated != "" {
+			continue
+		}
+		r.terminated, r.whyTerm, r.used = cudaTerminated, why, 0
+		logLine("client terminated: pid=%d cgroup=%s device=%s route=%s/%s: %s", r.pid, r.cgroup, r.device, r.server, r.namespace, why)
+	}
 }
 
 // fault is a fatal GPU exception raised by c (an illegal address, say).
@@ -289,14 +369,14 @@ func (s *v3State) fault(c *client) string {
 	why := fmt.Sprintf("fatal GPU exception raised by pid %d on %s", c.pid, c.device)
 	s.terminate(c, why)
 	pids := make([]int, 0, len(s.clients))
-	for pid, o := range s.clients {
+	for k, o := range s.clients {
 		if o != c && o.terminated == "" && o.device == c.device {
-			pids = append(pids, pid)
+			pids = append(pids, k.pid)
 		}
 	}
 	slices.Sort(pids)
 	for _, pid := range pids {
-		s.terminate(s.clients[pid], why)
+		s.terminate(s.clients[clientKey{pid, c.device}], why)
 	}
 	if s.faulted == nil {
 		s.faulted = map[string][]int{}
@@ -311,7 +391,7 @@ func (s *v3State) fault(c *client) string {
 func (s *v3State) lingering(device string) []string {
 	var out []string
 	for _, pid := range s.faulted[device] {
-		if c := s.clients[pid]; c != nil && c.terminated != "" {
+		if c := s.clients[clientKey{pid, device}]; c != nil && c.terminated != "" {
 			out = append(out, fmt.Sprintf("pid=%d cgroup=%s", c.pid, c.cgroup))
 		}
 	}
@@ -321,10 +401,11 @@ func (s *v3State) lingering(device string) []string {
 	return out
 }
 
-// disconnect is the client process exiting.
-func (s *v3State) disconnect(c *client) {
-	if s.clients[c.pid] == c {
-		delete(s.clients, c.pid)
-		logLine("client disconnected: pid=%d", c.pid)
+// disconnect is the client process exiting: all its records go.
+func (s *v3State) disconnect(cs []*client) {
+	if len(cs) == 0 || s.clients[clientKey{cs[0].pid, cs[0].device}] != cs[0] {
+		return
 	}
+	s.forget(cs[0].pid)
+	logLine("client disconnected: pid=%d", cs[0].pid)
 }

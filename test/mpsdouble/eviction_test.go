@@ -101,6 +101,9 @@ func (w *world) client(dir string, args ...string) (*exec.Cmd, *syncBuffer) {
 	if err := cmd.Start(); err != nil {
 		w.t.Fatal(err)
 	}
+	// A test that fails early leaves no held client behind (a client that
+	// already exited makes both calls return errors, ignored).
+	w.t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd, out
 }
 

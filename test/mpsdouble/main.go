@@ -9,7 +9,8 @@
 // daemon makes. The daemon listens on CUDA_MPS_PIPE_DIRECTORY/control, on
 // <server>/control and <server>/<namespace>/control for each server and
 // namespace, and routes a client by the socket it connects to; CUDA
-// clients (test/fakecuda) allocate against its per-GPU memory ledger, and
+// clients (test/fakecuda), of one GPU or of several GPUs of their server,
+// allocate against its per-GPU memory ledger, and
 // memacct eviction works as NVIDIA documents it (clients.go). Every start,
 // command and eviction goes to CUDA_MPS_LOG_DIRECTORY/control.log, so tests
 // pin the exact command sequence. `client list` prints NVIDIA's documented
@@ -83,6 +84,9 @@ type request struct {
 	Hello *hello `json:"hello,omitempty"`
 	Op    string `json:"op,omitempty"` // alloc, free
 	Bytes int64  `json:"bytes,omitempty"`
+	// Device is the GPU an operation of a multi-GPU client is on; empty:
+	// its first.
+	Device string `json:"device,omitempty"`
 }
 
 type response struct {
@@ -443,7 +447,7 @@ func (d *daemonProc) serveClient(conn *net.UnixConn, dec *json.Decoder, enc *jso
 	}
 	pid, uid := peer(conn)
 	d.mu.Lock()
-	c, err := d.v3.connect(pid, uid, rt, *req.Hello)
+	cs, err := d.v3.connect(pid, uid, rt, *req.Hello)
 	d.mu.Unlock()
 	if err != nil {
 		_ = enc.Encode(response{Err: err.Error()})
@@ -451,17 +455,24 @@ func (d *daemonProc) serveClient(conn *net.UnixConn, dec *json.Decoder, enc *jso
 	}
 	defer func() {
 		d.mu.Lock()
-		d.v3.disconnect(c)
+		d.v3.disconnect(cs)
 		d.mu.Unlock()
 	}()
-	ctx := map[bool]string{true: "own context", false: "shared context"}[c.context == contextOwnPerProc]
-	if err := enc.Encode(response{Result: cudaSuccess, Route: c.server + "/" + c.namespace + " (" + ctx + ")"}); err != nil {
+	ctx := map[bool]string{true: "own context", false: "shared context"}[cs[0].context == contextOwnPerProc]
+	if err := enc.Encode(response{Result: cudaSuccess, Route: cs[0].server + "/" + cs[0].namespace + " (" + ctx + ")"}); err != nil {
 		return
 	}
 	for {
 		var op request
 		if err := dec.Decode(&op); err != nil {
 			return
+		}
+		c := onDevice(cs, op.Device)
+		if c == nil {
+			if err := enc.Encode(response{Result: cudaInvalidDevice, Why: "not a device of this client: " + op.Device}); err != nil {
+				return
+			}
+			continue
 		}
 		d.mu.Lock()
 		var res string
@@ -486,4 +497,18 @@ func (d *daemonProc) serveClient(conn *net.UnixConn, dec *json.Decoder, enc *jso
 			return
 		}
 	}
+}
+
+// onDevice is the record of a client's use of device (its first when
+// device is empty), or nil when the client does not use it.
+func onDevice(cs []*client, device string) *client {
+	if device == "" {
+		return cs[0]
+	}
+	for _, c := range cs {
+		if c.device == device {
+			return c
+		}
+	}
+	return nil
 }

@@ -19,7 +19,7 @@ type v3State struct {
 	pipeDir string
 	servers map[string]*server
 	order   []string
-	clients map[int]*client // by pid
+	clients map[clientKey]*client // by pid and device
 	ledger  *ledger
 	// Features, as [features.*] in the config set them (NVIDIA: both on
 	// by default).
@@ -51,7 +51,7 @@ type namespace struct {
 }
 
 func newV3State(pipeDir string) *v3State {
-	return &v3State{pipeDir: pipeDir, servers: map[string]*server{}, clients: map[int]*client{},
+	return &v3State{pipeDir: pipeDir, servers: map[string]*server{}, clients: map[clientKey]*client{},
 		memacct: true, contextShare: true, defaultSocketShared: true}
 }
 
@@ -180,15 +180,15 @@ func (s *v3State) handle(inv *Invocation) reply {
 		return s.clientList(inv)
 	case "client get":
 		pid, _ := strconv.Atoi(inv.Args[0])
-		c := s.clients[pid]
-		if c == nil || c.terminated != "" {
+		c := s.liveClient(pid)
+		if c == nil {
 			return failf("no client with pid %d", pid)
 		}
 		return ok(c.field(inv.Args[1]))
 	case "client terminate":
 		pid, _ := strconv.Atoi(inv.Args[0])
-		c := s.clients[pid]
-		if c == nil || c.terminated != "" {
+		c := s.liveClient(pid)
+		if c == nil {
 			return failf("no client with pid %d", pid)
 		}
 		s.terminate(c, "client terminate")
@@ -326,17 +326,25 @@ func (s *v3State) namespaceList(inv *Invocation) reply {
 // (0),VLLM::EngineCore`): the device's UUID and `<server>/<namespace>
 // (<context>)`. Both are what a real daemon may print; gpufrac's daemon
 // script accepts either.
+//
+// A client of several devices is listed once per device (the double's
+// choice: NVIDIA's row has one device column).
 func (s *v3State) clientList(inv *Invocation) reply {
-	var pids []int
-	for pid, c := range s.clients {
+	var keys []clientKey
+	for k, c := range s.clients {
 		if c.terminated == "" && (inv.Options["server"] == "" || inv.Options["server"] == c.server) {
-			pids = append(pids, pid)
+			keys = append(keys, k)
 		}
 	}
-	slices.Sort(pids)
+	slices.SortFunc(keys, func(a, b clientKey) int {
+		if a.pid != b.pid {
+			return a.pid - b.pid
+		}
+		return strings.Compare(a.device, b.device)
+	})
 	var rows [][]string
-	for _, pid := range pids {
-		c := s.clients[pid]
+	for _, k := range keys {
+		c, pid := s.clients[k], k.pid
 		dev, ns := c.device, fmt.Sprintf("%s/%s (%d)", c.server, c.namespace, c.context)
 		if s.clientListShape != clientListObserved615 {
 			dev, ns = strconv.Itoa(slices.Index(strings.Split(s.servers[c.server].devices, ","), c.device)), c.namespace
@@ -365,6 +373,14 @@ func format(f string, header []string, rows [][]string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// liveClient is a process's first record while it is a client.
+func (s *v3State) liveClient(pid int) *client {
+	if rs := s.recordsOf(pid); len(rs) > 0 && rs[0].terminated == "" {
+		return rs[0]
+	}
+	return nil
 }
 
 func (s *v3State) clientsOf(server, ns string) []*client {

@@ -31,6 +31,13 @@ type Options struct {
 	// MPSRoot is the host directory under which each GPU's MPS control
 	// daemon keeps its pipe, log and shm directories.
 	MPSRoot string
+	// MPSServerScope is domain.MPSServerScopeNode where one MPS v3 node
+	// server serves all the node's fraction GPUs, so a claim's MPS clients
+	// may span several GPUs; empty or domain.MPSServerScopeGPU: one daemon
+	// per GPU, and such claims are refused (checkMPSPerContainer). Legacy
+	// MPS nodes are per GPU whatever it says: a legacy daemon has no
+	// allowed_devices list.
+	MPSServerScope string
 }
 
 // Claim is the plan for one claim: what to prepare, and everything
@@ -278,10 +285,24 @@ func enforce(dev *Device, inv *domain.Inventory, opts Options, explicitLimit boo
 			limit.String(), request.String(), inv.MPSVersion)))
 	}
 	if dev.ComputeMode == v1alpha1.SMSharing || guarded {
-		dev.MPS = domain.MPSBindingFor(opts.MPSRoot, dev.GPU.UUID)
+		dev.MPS = mpsBinding(inv, opts, dev.GPU.UUID)
 		dev.MPS.Version = mpsVersion(inv)
 	}
 	return errs
+}
+
+// mpsBinding is the daemon a share of gpu reaches: the node server, which
+// lists every fraction GPU of the node, where the plugin runs one and the
+// node's MPS is v3; the GPU's own daemon otherwise.
+func mpsBinding(inv *domain.Inventory, opts Options, gpu string) *domain.MPSBinding {
+	if opts.MPSServerScope != domain.MPSServerScopeNode || inv.MPSVersion != domain.MPSVersionV3 {
+		return domain.MPSBindingFor(opts.MPSRoot, gpu)
+	}
+	uuids := make([]string, len(inv.GPUs))
+	for i, g := range inv.GPUs {
+		uuids[i] = g.UUID
+	}
+	return domain.NodeMPSBindingFor(opts.MPSRoot, gpu, uuids)
 }
 
 // mpsVersion is the binding's Version for the node's MPS: empty means
@@ -357,27 +378,31 @@ func enforcementFor(inv *domain.Inventory, mode v1alpha1.ComputeMode, explicitLi
 	}
 }
 
-// checkMPSPerContainer refuses MPS-bound shares on more than one GPU in
-// one claim: a CUDA process reaches one MPS control daemon (one
-// CUDA_MPS_PIPE_DIRECTORY), and the daemons are per GPU.
+// checkMPSPerContainer refuses MPS-bound shares of one claim that reach
+// more than one MPS daemon: a CUDA process reaches one control daemon
+// (one CUDA_MPS_PIPE_DIRECTORY). With per-GPU daemons that is a claim's
+// MPS shares on more than one GPU; a node server (Options.MPSServerScope)
+// serves all the node's GPUs, so every MPS share of a claim reaches it and
+// the claim may span GPUs, each share still its GPU's in the ledger.
 func checkMPSPerContainer(devs []Device, resultsPath *field.Path) field.ErrorList {
-	gpus := map[string]bool{}
+	gpus, daemons := map[string]bool{}, map[string]bool{}
 	smSharing := false
 	for _, d := range devs {
 		if d.MPS != nil {
 			gpus[d.GPU.UUID] = true
+			daemons[d.MPS.DaemonKey()] = true
 			smSharing = smSharing || d.ComputeMode == v1alpha1.SMSharing
 		}
 	}
-	if len(gpus) <= 1 {
+	if len(daemons) <= 1 {
 		return nil
 	}
 	if smSharing {
 		return field.ErrorList{field.Forbidden(resultsPath,
-			fmt.Sprintf("SMSharing shares on %d GPUs in one claim: a container joins one MPS server, and servers are per GPU; use one GPU per SMSharing claim", len(gpus)))}
+			fmt.Sprintf("SMSharing shares on %d GPUs in one claim: a container joins one MPS server, and servers are per GPU on this node; use one GPU per SMSharing claim", len(gpus)))}
 	}
 	return field.ErrorList{field.Forbidden(resultsPath,
-		fmt.Sprintf("shares on %d GPUs in one claim: on this node every share is an MPS client (its request is upheld by MPS eviction), a container joins one MPS control daemon, and daemons are per GPU; use one GPU per claim", len(gpus)))}
+		fmt.Sprintf("shares on %d GPUs in one claim: on this node every share is an MPS client (its request is upheld by MPS eviction), a container joins one MPS control daemon, and daemons are per GPU on this node; use one GPU per claim", len(gpus)))}
 }
 
 // GPULimits is the per-GPU sum of a claim's shares: two shares of one GPU
@@ -433,8 +458,10 @@ func (c *Claim) AdminOnly() bool {
 	return len(c.Devices) > 0
 }
 
-// MPS returns the claim's MPS binding, if it has SMSharing shares (at most
-// one GPU's, see checkMPSPerContainer).
+// MPS returns the claim's MPS binding, if it has shares that are MPS
+// clients: the first such share's (all of them reach one daemon, see
+// checkMPSPerContainer; on a node server each share's binding names its own
+// GPU).
 func (c *Claim) MPS() *domain.MPSBinding {
 	for _, d := range c.Devices {
 		if d.MPS != nil {

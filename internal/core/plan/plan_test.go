@@ -110,6 +110,15 @@ func client(d plan.Device, root string) plan.Device {
 	return d
 }
 
+// nodeClient is d as a client of the node's one MPS v3 server, which
+// lists both test GPUs (--mps-server-scope=node): its binding still names
+// d's own GPU.
+func nodeClient(d plan.Device, root, namespace string) plan.Device {
+	d.MPS = domain.NodeMPSBindingFor(root, d.GPU.UUID, []string{"GPU-1", "GPU-0"})
+	d.MPS.Version, d.MPS.Namespace = domain.MPSVersionV3, namespace
+	return d
+}
+
 // The MPS directory layout is pinned here: its sockets must stay under the
 // 108-byte unix path limit below the default plugin data directory.
 func TestMPSLayoutFitsSocketPaths(t *testing.T) {
@@ -123,6 +132,17 @@ func TestMPSLayoutFitsSocketPaths(t *testing.T) {
 	}
 	if ns := b.Namespace; len(ns) > 64 || strings.Trim(ns, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
 		t.Errorf("namespace %q breaks MPS's naming rule", ns)
+	}
+	// The node server's directory is the node's, not a GPU's: shares of
+	// two GPUs reach one daemon, and its sockets fit too.
+	n0 := domain.NodeMPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-0", []string{"GPU-1", "GPU-0"})
+	n1 := domain.NodeMPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-1", []string{"GPU-0", "GPU-1"})
+	n0.Version, n0.Namespace = domain.MPSVersionV3, b.Namespace
+	if n0.PipeDir != n1.PipeDir || n0.DaemonKey() != n1.DaemonKey() || n0.DaemonKey() == b.DaemonKey() {
+		t.Errorf("node server bindings of two GPUs reach different daemons (%s %s, %s %s), or the same as a per-GPU one", n0.PipeDir, n0.DaemonKey(), n1.PipeDir, n1.DaemonKey())
+	}
+	if sock := n0.ClientPipeDir() + "/control"; len(sock) >= 108 {
+		t.Errorf("node server namespace socket %s is %d bytes, over the unix limit", sock, len(sock))
 	}
 }
 
@@ -144,6 +164,7 @@ func TestComputeValid(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		inv   *domain.Inventory
+		scope string
 		claim *resourceapi.ResourceClaim
 		want  []plan.Device
 	}{{
@@ -214,8 +235,32 @@ func TestComputeValid(t *testing.T) {
 			{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"},
 		}),
 		want: []plan.Device{client(share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem), opts.MPSRoot)},
+	}, {
+		name: "TimeSlicing on two GPUs (count 2) under the node server: each share an MPS client of it, limits per GPU",
+		inv:  dmem, scope: domain.MPSServerScopeNode,
+		claim: claim([]result{
+			{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"},
+			{request: "gpu", device: "gpu-1", share: "s2", memory: "20Gi"},
+		}, fromClaim(fc(`,"memoryLimit":"60Gi"`))),
+		want: []plan.Device{
+			nodeClient(share("gpu-0", "s1", "GPU-0", 40*gib, 60*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem), opts.MPSRoot, ""),
+			nodeClient(share("gpu-1", "s2", "GPU-1", 20*gib, 60*gib, v1alpha1.TimeSlicing, domain.EnforcementDMem), opts.MPSRoot, ""),
+		},
+	}, {
+		name: "SMSharing on two GPUs under the node server: one namespace of it for the claim",
+		inv:  dmem, scope: domain.MPSServerScopeNode,
+		claim: claim([]result{
+			{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"},
+			{request: "gpu", device: "gpu-1", share: "s2", memory: "40Gi"},
+		}, fromClass(fc(`,"computeMode":"SMSharing"`))),
+		want: []plan.Device{
+			nodeClient(share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.SMSharing, domain.EnforcementDMem), opts.MPSRoot, domain.MPSNamespaceFor("uid-1")),
+			nodeClient(share("gpu-1", "s2", "GPU-1", 40*gib, 40*gib, v1alpha1.SMSharing, domain.EnforcementDMem), opts.MPSRoot, domain.MPSNamespaceFor("uid-1")),
+		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
+			opts := opts
+			opts.MPSServerScope = tc.scope
 			got, err := plan.Compute(tc.claim, tc.inv, opts)
 			if err != nil {
 				t.Fatalf("unexpected error: %v", err)
@@ -240,9 +285,14 @@ func TestComputeInvalid(t *testing.T) {
 	notAllocated.Status.Allocation = nil
 
 	const prefix = "claim ns/llm cannot be prepared: "
+	twoGPUs := []result{
+		{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"},
+		{request: "gpu", device: "gpu-1", share: "s2", memory: "40Gi"},
+	}
 	for _, tc := range []struct {
 		name  string
 		inv   *domain.Inventory
+		scope string
 		claim *resourceapi.ResourceClaim
 		want  string
 	}{{
@@ -288,19 +338,23 @@ func TestComputeInvalid(t *testing.T) {
 		claim: claim(one, fromClaim(fc(`,"memoryLimit":"60Gi"`))),
 		want:  `status.allocation.devices.results[0].config.memoryLimit: Forbidden: memoryLimit 60Gi exceeds the request 40Gi, but this node runs no MPS daemon (mpsVersion none: no MPS binaries under the driver root, or MPS turned off on the plugin), and NVIDIA upholds a request that neighbours borrow against only by MPS eviction; set memoryLimit equal to the request (strict partition) or select nodes with device.attributes["gpufrac.dev"].mpsVersion == "v3"`,
 	}, {
-		name: "TimeSlicing on two GPUs in one claim where every share is an MPS client", inv: dmem,
-		claim: claim([]result{
-			{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"},
-			{request: "gpu", device: "gpu-1", share: "s2", memory: "40Gi"},
-		}),
-		want: `status.allocation.devices.results: Forbidden: shares on 2 GPUs in one claim: on this node every share is an MPS client (its request is upheld by MPS eviction), a container joins one MPS control daemon, and daemons are per GPU; use one GPU per claim`,
+		// Per-GPU daemons (the default scope): a container reaches one
+		// daemon, and two servers on one GPU could not evict each other's
+		// borrowers, so the claim is refused with that reason.
+		name: "TimeSlicing on two GPUs in one claim where every share is an MPS client, per-GPU daemons", inv: dmem,
+		claim: claim(twoGPUs),
+		want:  `status.allocation.devices.results: Forbidden: shares on 2 GPUs in one claim: on this node every share is an MPS client (its request is upheld by MPS eviction), a container joins one MPS control daemon, and daemons are per GPU on this node; use one GPU per claim`,
 	}, {
-		name: "SMSharing on two GPUs in one claim", inv: dmem,
-		claim: claim([]result{
-			{request: "gpu", device: "gpu-0", share: "s1", memory: "40Gi"},
-			{request: "gpu", device: "gpu-1", share: "s2", memory: "40Gi"},
-		}, fromClass(fc(`,"computeMode":"SMSharing"`))),
-		want: `status.allocation.devices.results: Forbidden: SMSharing shares on 2 GPUs in one claim: a container joins one MPS server, and servers are per GPU; use one GPU per SMSharing claim`,
+		name: "SMSharing on two GPUs in one claim, per-GPU daemons", inv: dmem, scope: domain.MPSServerScopeGPU,
+		claim: claim(twoGPUs, fromClass(fc(`,"computeMode":"SMSharing"`))),
+		want:  `status.allocation.devices.results: Forbidden: SMSharing shares on 2 GPUs in one claim: a container joins one MPS server, and servers are per GPU on this node; use one GPU per SMSharing claim`,
+	}, {
+		// A legacy daemon has no allowed_devices list: the node scope
+		// applies to MPS v3 only, and legacy daemons stay per GPU.
+		name: "SMSharing on two GPUs of a legacy-MPS node, node scope asked", inv: testInventory(domain.EnforcementMPS, domain.MPSVersionLegacy),
+		scope: domain.MPSServerScopeNode,
+		claim: claim(twoGPUs, fromClass(fc(`,"computeMode":"SMSharing"`))),
+		want:  `status.allocation.devices.results: Forbidden: SMSharing shares on 2 GPUs in one claim: a container joins one MPS server, and servers are per GPU on this node; use one GPU per SMSharing claim`,
 	}, {
 		name: "a mode the GPU is not reserved for", inv: func() *domain.Inventory {
 			inv := testInventory(domain.EnforcementDMem, domain.MPSVersionV3)
@@ -319,6 +373,8 @@ func TestComputeInvalid(t *testing.T) {
 			`status.allocation.devices.results[1].device: Not found: "gpu-9"`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
+			opts := opts
+			opts.MPSServerScope = tc.scope
 			got, err := plan.Compute(tc.claim, tc.inv, opts)
 			if err == nil {
 				t.Fatalf("no error; plan %+v", got)

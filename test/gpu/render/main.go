@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -17,7 +18,7 @@ import (
 
 func main() {
 	version := flag.String("version", "legacy", "MPS version: legacy or v3")
-	uuid := flag.String("uuid", "", "GPU UUID")
+	uuid := flag.String("uuid", "", "GPU UUID; for -part toml, a comma-separated list renders a node server over those GPUs")
 	part := flag.String("part", "script", "what to print: script, init (the init container's command), probe, toml (the v3 daemon's configuration) or server-reserve (the default MPS server reserve, MiB)")
 	driver := flag.String("driver", "615.0", "driver version, for -part toml")
 	flag.Parse()
@@ -40,7 +41,7 @@ func main() {
 		}
 		fmt.Println()
 	case "toml":
-		toml, err := mps.DaemonTOML(*driver, domain.MPSServerName, *uuid)
+		toml, err := mps.DaemonTOML(*driver, domain.MPSServerName, strings.Split(*uuid, ",")...)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "render:", err)
 			os.Exit(1)
