@@ -22,6 +22,9 @@
 #    pod needs its request: the MPSClientEvicted Events and the counter;
 #    then a node with MIG instances beside a fractional GPU, a pod on a
 #    whole MIG instance (class mig.gpufrac.dev) and that node's status.
+#    A real Prometheus (Debian's 2.42) scrapes the plugins throughout; at
+#    the end the Grafana dashboard's panels evaluated on those metrics go to
+#    demo/state/dashboard-panels.txt (panel, query, series returned).
 #
 # Arguments go to the demo driver, e.g. demo/run.sh -wait (keep the cluster
 # until Ctrl-C), -gpus h100x4,a100x4 or -node=standin.

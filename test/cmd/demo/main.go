@@ -204,6 +204,8 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		}
 		nodes = append(nodes, n)
 	}
+	watch := startDashboardWatch(ctx, cluster, metricsAddr)
+	defer watch.stop()
 	kubectl := func(args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig=" + cp.Kubeconfig}, args...)...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
@@ -312,6 +314,9 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		if err := nodeKinds(ctx, o, cp, cluster, os.Stdout); err != nil {
 			return fail(err)
 		}
+	}
+	if err := watch.writeTable(ctx, root, filepath.Dir(cluster)); err != nil {
+		return fail(fmt.Errorf("the dashboard's panel table: %w", err))
 	}
 	if waitErr != nil {
 		step("Not every pod reached Running")
