@@ -12,7 +12,8 @@
 #    demo says which and why), the manifests in demo/ and the DeviceClasses
 #    of deployments/deviceclasses.yaml applied with kubectl,
 #    pods Running on GPU shares, a monitoring pod with an adminAccess claim
-#    (demo/monitor.yaml), `kubectl gpufrac status`, the plugin's
+#    (demo/monitor.yaml), `kubectl gpufrac status` and its memory map
+#    (`-o map`), the plugin's
 #    metrics for one pod and `kubectl describe resourceclaim`, and a pod too
 #    large for any GPU (demo/too-large.yaml) explained by `kubectl gpufrac why`,
 #    and (on the real node) pod llm borrowing above its request: the Warning

@@ -8,7 +8,7 @@
 // writable cgroups: test/harness's real node) or a kubelet stand-in
 // (elsewhere; it says which and why), applies the manifests in demo/ with
 // kubectl, waits until the pods are Running, shows what each GPU holds
-// (`kubectl gpufrac status`), the plugin's metrics for one pod and what its
+// (`kubectl gpufrac status`, and its memory map), the plugin's metrics for one pod and what its
 // claim says about itself, and stops everything it started. State (logs, CDI specs, the
 // stand-ins' records, the objects as YAML) stays under the printed folder.
 //
@@ -268,6 +268,12 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 	status.Stdout, status.Stderr = os.Stdout, os.Stderr
 	if err := status.Run(); err != nil {
 		return fail(fmt.Errorf("kubectl gpufrac status (bin/ comes from make build): %w", err))
+	}
+	step("kubectl gpufrac status -o map: each GPU's memory as one line")
+	memMap := exec.CommandContext(ctx, filepath.Join(root, "bin", "kubectl-gpufrac"), "status", "-o", "map", "--kubeconfig="+cp.Kubeconfig)
+	memMap.Stdout, memMap.Stderr = os.Stdout, os.Stderr
+	if err := memMap.Run(); err != nil {
+		return fail(fmt.Errorf("kubectl gpufrac status -o map: %w", err))
 	}
 	if o.real {
 		step("What each container saw inside (containerd applied the CDI specs; gpufrac-cdi-hook set the limits on its cgroup)")
