@@ -12,7 +12,8 @@
 #    demo says which and why), the manifests in demo/ and the DeviceClasses
 #    of deployments/deviceclasses.yaml applied with kubectl,
 #    pods Running on GPU shares, a monitoring pod with an adminAccess claim
-#    (demo/monitor.yaml), `kubectl gpufrac status`, the plugin's
+#    (demo/monitor.yaml), `kubectl gpufrac status` and its memory map
+#    (`-o map`), the plugin's
 #    metrics for one pod and `kubectl describe resourceclaim`, and a pod too
 #    large for any GPU (demo/too-large.yaml) explained by `kubectl gpufrac why`,
 #    and (on the real node) pod llm borrowing above its request: the Warning
@@ -21,6 +22,9 @@
 #    pod needs its request: the MPSClientEvicted Events and the counter;
 #    then a node with MIG instances beside a fractional GPU, a pod on a
 #    whole MIG instance (class mig.gpufrac.dev) and that node's status.
+#    A real Prometheus (Debian's 2.42) scrapes the plugins throughout; at
+#    the end the Grafana dashboard's panels evaluated on those metrics go to
+#    demo/state/dashboard-panels.txt (panel, query, series returned).
 #
 # Arguments go to the demo driver, e.g. demo/run.sh -wait (keep the cluster
 # until Ctrl-C), -gpus h100x4,a100x4 or -node=standin.

@@ -70,6 +70,7 @@ func newCommand() *cobra.Command {
 			}
 			restConfig.UserAgent = "gpufrac-controller"
 			restConfig.QPS, restConfig.Burst = qps, burst
+			controller.UseProtobuf(restConfig)
 			if cfg.Client, err = kubernetes.NewForConfig(restConfig); err != nil {
 				return fmt.Errorf("creating the Kubernetes client: %w", err)
 			}

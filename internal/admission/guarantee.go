@@ -5,7 +5,6 @@ package admission
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -35,15 +34,9 @@ const PathValidatePods = "/validate-pods"
 // already holds. A claim or template it cannot read is left to Prepare,
 // with a warning: the webhook fails open, the node does not.
 func (s *Server) validatePod(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
-		return allow()
-	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
-		return deny(http.StatusBadRequest, "decoding the pod: "+err.Error())
-	}
-	if pod.Namespace == "" {
-		pod.Namespace = req.Namespace
+	pod, done := podOnCreate(req)
+	if done != nil {
+		return done
 	}
 	var problems, warnings []string
 	// A claim named directly may be listed under several names: it is
@@ -67,7 +60,7 @@ func (s *Server) validatePod(ctx context.Context, req *admissionv1.AdmissionRequ
 		if !gpufrac {
 			continue
 		}
-		problems = append(problems, sharedClaimProblems(&pod, i, reservedBy, seen)...)
+		problems = append(problems, sharedClaimProblems(pod, i, reservedBy, seen)...)
 	}
 	if len(problems) > 0 {
 		resp := deny(http.StatusUnprocessableEntity, "one guarantee per claim: "+problemList(problems))
@@ -75,7 +68,7 @@ func (s *Server) validatePod(ctx context.Context, req *admissionv1.AdmissionRequ
 		return resp
 	}
 	if len(warnings) > 0 {
-		klog.FromContext(ctx).V(2).Info("Pod admitted without checking some claims", "pod", klog.KRef(pod.Namespace, podName(&pod)), "warnings", warnings)
+		klog.FromContext(ctx).V(2).Info("Pod admitted without checking some claims", "pod", klog.KRef(pod.Namespace, podName(pod)), "warnings", warnings)
 	}
 	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: warnings}
 }

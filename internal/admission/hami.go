@@ -6,15 +6,12 @@ package admission
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
@@ -38,22 +35,16 @@ type HAMiGPUs interface {
 // mutatePod, it only computes its patch: the templates are created by
 // gpufrac-controller's loop from the pod the API server accepted.
 func (s *Server) mutateHAMiPod(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
-		return allow()
-	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
-		return deny(http.StatusBadRequest, "decoding the pod: "+err.Error())
-	}
-	if pod.Namespace == "" {
-		pod.Namespace = req.Namespace
+	pod, done := podOnCreate(req)
+	if done != nil {
+		return done
 	}
 	opts := s.HAMi
 	if c, ok := s.Cluster.(HAMiGPUs); ok {
 		opts.GPUs = c.HAMiGPUs()
 	}
 	opts.MaxGPUsPerNode = s.Cluster.MaxGPUsPerNode()
-	res, err := hami.Translate(&pod, opts)
+	res, err := hami.Translate(pod, opts)
 	if err != nil {
 		return deny(http.StatusUnprocessableEntity, err.Error())
 	}
@@ -61,26 +52,20 @@ func (s *Server) mutateHAMiPod(ctx context.Context, req *admissionv1.AdmissionRe
 		return allow()
 	}
 	for _, t := range res.Templates {
-		existing := s.Cluster.ClaimSpec(pod.Namespace, corev1.PodResourceClaim{ResourceClaimTemplateName: &t.Name})
-		if existing != nil && !equality.Semantic.DeepEqual(*existing, t.Spec.Spec) {
-			return deny(http.StatusConflict, fmt.Sprintf("ResourceClaimTemplate %s/%s exists with a spec other than the one gpufrac computes from the pod's HAMi resources; delete it or rename it", pod.Namespace, t.Name))
+		if conflict := s.templateConflict(pod.Namespace, t, "HAMi resources"); conflict != nil {
+			return conflict
 		}
 	}
 	after := res.Pod
 	warnings := []string{fmt.Sprintf("gpufrac translated HAMi GPU resources into claims from ResourceClaimTemplates %v; nvidia.com/gpu, gpumem, gpumem-percentage, gpucores and priority were removed from the containers (annotation %s)", hami.TemplateNames(after), hami.AnnotationResources)}
 	warnings = append(warnings, res.Warnings...)
-	warnings = append(warnings, s.stripGPUFracContainers(&pod, after)...)
-	ops, err := podPatch(req.Object.Raw, &pod, after)
-	if err != nil {
-		return deny(http.StatusBadRequest, err.Error())
+	warnings = append(warnings, s.stripGPUFracContainers(pod, after)...)
+	resp := patchResponse(req.Object.Raw, pod, after, warnings)
+	if !resp.Allowed {
+		return resp
 	}
-	patch, err := json.Marshal(ops)
-	if err != nil {
-		return deny(http.StatusInternalServerError, "encoding the patch: "+err.Error())
-	}
-	klog.FromContext(ctx).V(2).Info("Translated HAMi resources", "pod", klog.KRef(pod.Namespace, podName(&pod)), "templates", hami.TemplateNames(after), "dryRun", req.DryRun != nil && *req.DryRun)
-	pt := admissionv1.PatchTypeJSONPatch
-	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: warnings}
+	klog.FromContext(ctx).V(2).Info("Translated HAMi resources", "pod", klog.KRef(pod.Namespace, podName(pod)), "templates", hami.TemplateNames(after), "dryRun", req.DryRun != nil && *req.DryRun)
+	return resp
 }
 
 // HAMiGPUs implements HAMiGPUs: the distinct (memoryTotalMiB, capacity)

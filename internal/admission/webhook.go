@@ -17,7 +17,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -134,15 +133,9 @@ func deny(code int32, msg string) *admissionv1.AdmissionResponse {
 // anything.
 func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	logger := klog.FromContext(ctx)
-	if req.Kind.Kind != "Pod" || req.Operation != admissionv1.Create {
-		return allow()
-	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
-		return deny(http.StatusBadRequest, "decoding the pod: "+err.Error())
-	}
-	if pod.Namespace == "" {
-		pod.Namespace = req.Namespace
+	pod, done := podOnCreate(req)
+	if done != nil {
+		return done
 	}
 	opts := s.KAI
 	opts.GPUMemorySizes = s.Cluster.GPUMemorySizes()
@@ -150,7 +143,7 @@ func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionReques
 		opts.GPUTotalsMiB = t.GPUTotalsMiB()
 	}
 	opts.MaxGPUsPerNode = s.Cluster.MaxGPUsPerNode()
-	res, err := kai.Translate(&pod, opts)
+	res, err := kai.Translate(pod, opts)
 	if err != nil {
 		return deny(http.StatusUnprocessableEntity, err.Error())
 	}
@@ -158,10 +151,8 @@ func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionReques
 		// Template names are hashes of their spec, so an existing template
 		// of that name is the same one, unless someone made it first with
 		// another spec: the pod would run on what they wrote.
-		existing := s.Cluster.ClaimSpec(pod.Namespace, corev1.PodResourceClaim{ResourceClaimTemplateName: &res.Template.Name})
-		if existing != nil && !equality.Semantic.DeepEqual(*existing, res.Template.Spec.Spec) {
-			return deny(http.StatusConflict, fmt.Sprintf("ResourceClaimTemplate %s/%s exists with a spec other than the one gpufrac computes from the pod's KAI annotations; delete it or rename it",
-				pod.Namespace, res.Template.Name))
+		if conflict := s.templateConflict(pod.Namespace, res.Template, "KAI annotations"); conflict != nil {
+			return conflict
 		}
 	}
 	after := pod.DeepCopy()
@@ -171,24 +162,15 @@ func (s *Server) mutatePod(ctx context.Context, req *admissionv1.AdmissionReques
 		warnings = append(warnings, fmt.Sprintf("gpufrac translated KAI GPU-sharing annotations into a claim from ResourceClaimTemplate %s", res.Template.Name))
 		warnings = append(warnings, res.Warnings...)
 	}
-	warnings = append(warnings, s.stripGPUFracContainers(&pod, after)...)
+	warnings = append(warnings, s.stripGPUFracContainers(pod, after)...)
 	if len(warnings) == 0 {
 		return allow()
 	}
-	ops, err := podPatch(req.Object.Raw, &pod, after)
-	if err != nil {
-		return deny(http.StatusBadRequest, err.Error())
+	resp := patchResponse(req.Object.Raw, pod, after, warnings)
+	if res != nil && resp.Allowed {
+		logger.V(2).Info("Translated KAI annotations", "pod", klog.KRef(pod.Namespace, podName(pod)), "template", res.Template.Name, "dryRun", req.DryRun != nil && *req.DryRun)
 	}
-	patch, err := json.Marshal(ops)
-	if err != nil {
-		return deny(http.StatusInternalServerError, "encoding the patch: "+err.Error())
-	}
-	pt := admissionv1.PatchTypeJSONPatch
-	if res == nil {
-		return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: warnings}
-	}
-	logger.V(2).Info("Translated KAI annotations", "pod", klog.KRef(pod.Namespace, podName(&pod)), "template", res.Template.Name, "dryRun", req.DryRun != nil && *req.DryRun)
-	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: warnings}
+	return resp
 }
 
 func podName(pod *corev1.Pod) string {

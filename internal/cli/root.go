@@ -26,6 +26,9 @@ type IOStreams struct {
 	In     io.Reader
 	Out    io.Writer
 	ErrOut io.Writer
+	// rawOut is Out before safetext wraps it: only the memory map writes
+	// to it, coloured, on a terminal, having escaped every name itself.
+	rawOut io.Writer
 }
 
 // StdStreams are the process's own streams.
@@ -50,6 +53,7 @@ func NewRootCommand(streams IOStreams) *cobra.Command {
 func newRootCommand(streams IOStreams, clientFor clientFunc) *cobra.Command {
 	// Every command prints names and messages taken from manifests and the
 	// cluster: none may act on the terminal (safetext).
+	streams.rawOut = streams.Out
 	streams.Out, streams.ErrOut = safetext.Writer(streams.Out), safetext.Writer(streams.ErrOut)
 	root := &cobra.Command{
 		Use:   "kubectl-gpufrac",

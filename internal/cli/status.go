@@ -22,11 +22,13 @@ import (
 func newStatusCommand(streams IOStreams, access *genericclioptions.ConfigFlags, clientFor clientFunc) *cobra.Command {
 	var node, output string
 	cmd := &cobra.Command{
-		Use:   "status [--node NODE] [-o json]",
+		Use:   "status [--node NODE] [-o json|map]",
 		Short: "Show each gpufrac GPU: memory, guaranteed, limits, over-commit, claims, taints; and per GPU pool how fragmented the shares are",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := checkOutput(output); err != nil {
-				return err
+			if output != "map" {
+				if err := checkOutput(output); err != nil {
+					return fmt.Errorf("%w; or map for a memory map", err)
+				}
 			}
 			client, err := clientFor(access)
 			if err != nil {
@@ -42,6 +44,9 @@ func newStatusCommand(streams IOStreams, access *genericclioptions.ConfigFlags, 
 				return fmt.Errorf("listing ResourceClaims: %w", err)
 			}
 			gpus := status.Build(slices.Items, claims.Items, node)
+			if output == "map" {
+				return printMap(streams, gpus, status.Fragmentation(slices.Items, claims.Items))
+			}
 			if output == "json" {
 				enc := json.NewEncoder(streams.Out)
 				enc.SetIndent("", "  ")
@@ -54,7 +59,8 @@ func newStatusCommand(streams IOStreams, access *genericclioptions.ConfigFlags, 
 		},
 	}
 	cmd.Flags().StringVar(&node, "node", "", "only this node")
-	cmd.Flags().StringVarP(&output, "output", "o", "", "json for a machine-readable result")
+	cmd.Flags().StringVarP(&output, "output", "o", "",
+		"json for a machine-readable result; map for a memory map, one line per GPU (coloured on a terminal unless NO_COLOR is set)")
 	return cmd
 }
 

@@ -5,16 +5,12 @@ package hami
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
@@ -84,17 +80,9 @@ func build(namespace string, req *request, opts Options) (*resourceapi.ResourceC
 			Requests: []string{RequestName}, DistinctAttribute: ptr.To(resourceapi.FullyQualifiedName(v1alpha1.DriverName + "/uuid")),
 		}}
 	}
-	raw, err := json.Marshal(spec)
+	tmpl, err := kai.ClaimTemplate("gpufrac-hami-", namespace, spec)
 	if err != nil {
-		return nil, nil, fmt.Errorf("hashing a claim template: %w", err)
-	}
-	tmpl := &resourceapi.ResourceClaimTemplate{
-		TypeMeta: metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaimTemplate"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: "gpufrac-hami-" + shortHash(raw, 12), Namespace: namespace,
-			Labels: map[string]string{kai.LabelManagedBy: kai.ManagedByValue},
-		},
-		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec},
+		return nil, nil, err
 	}
 	annotations, warnings := notesOf(req, notes)
 	if len(annotations) > 0 {
@@ -207,9 +195,4 @@ func allocatedNote(target string, hamiMiB int64, ask resource.Quantity, opts Opt
 		return nil
 	}
 	return []string{fmt.Sprintf("%s: HAMi %d MiB, the API server allocates %s (request policy min %s, step %s)", target, hamiMiB, got.String(), opts.MemoryMin.String(), opts.MemoryStep.String())}
-}
-
-func shortHash(data []byte, n int) string {
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])[:n]
 }

@@ -143,9 +143,9 @@ func Translate(pod *corev1.Pod, opts Options) (*Result, error) {
 		out.Templates = append(out.Templates, tmpl)
 		out.Warnings = append(out.Warnings, warnings...)
 		names[reqs[i].container] = tmpl.Name
-		claimName := podClaimName(reqs[i].container)
+		claimName := kai.PodClaimName("gpufrac-hami-", reqs[i].container)
 		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: claimName, ResourceClaimTemplateName: &tmpl.Name})
-		forContainer(p, reqs[i].container, func(c *corev1.Container) {
+		kai.ForContainer(p, reqs[i].container, func(c *corev1.Container) {
 			c.Resources.Claims = append(c.Resources.Claims, corev1.ResourceClaim{Name: claimName})
 			out.Warnings = append(out.Warnings, kai.StripNVIDIAEnv(c)...)
 		})
@@ -323,25 +323,4 @@ func validateGPUs(gpus []GPU) error {
 		}
 	}
 	return nil
-}
-
-func forContainer(pod *corev1.Pod, name string, f func(*corev1.Container)) {
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range list {
-			if list[i].Name == name {
-				f(&list[i])
-				return
-			}
-		}
-	}
-}
-
-// podClaimName is the pod-level claim of a container: readable when it
-// fits a DNS label, hashed when the container's name is too long.
-func podClaimName(container string) string {
-	name := "gpufrac-hami-" + container
-	if len(name) <= 63 {
-		return name
-	}
-	return "gpufrac-hami-" + shortHash([]byte(container), 16)
 }

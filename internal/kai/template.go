@@ -4,8 +4,6 @@
 package kai
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -47,18 +45,9 @@ func build(pod *corev1.Pod, req *request, opts Options) (*resourceapi.ResourceCl
 		return nil, nil, err
 	}
 	spec, rounding := claimSpec(shares, req, class, opts)
-	raw, err := json.Marshal(spec)
+	tmpl, err := ClaimTemplate("gpufrac-kai-", pod.Namespace, spec)
 	if err != nil {
-		return nil, nil, fmt.Errorf("hashing a claim template: %w", err)
-	}
-	tmpl := &resourceapi.ResourceClaimTemplate{
-		TypeMeta: metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceClaimTemplate"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      "gpufrac-kai-" + shortHash(raw, 12),
-			Namespace: pod.Namespace,
-			Labels:    map[string]string{LabelManagedBy: ManagedByValue},
-		},
-		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: spec},
+		return nil, nil, err
 	}
 	var warnings []string
 	if len(rounding) > 0 {
@@ -294,9 +283,4 @@ func fractionConfig(request string, limit *resource.Quantity, percent int32) res
 	return resourceapi.DeviceClaimConfiguration{Requests: []string{request}, DeviceConfiguration: resourceapi.DeviceConfiguration{
 		Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: v1alpha1.DriverName, Parameters: runtime.RawExtension{Raw: raw}},
 	}}
-}
-
-func shortHash(data []byte, n int) string {
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:])[:n]
 }

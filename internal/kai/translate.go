@@ -264,9 +264,9 @@ func Translate(pod *corev1.Pod, opts Options) (*Result, error) {
 	}
 	out := &Result{Pod: pod.DeepCopy(), Template: tmpl, Warnings: warnings}
 	p := out.Pod
-	claimName := podClaimName(req.container)
+	claimName := PodClaimName("gpufrac-", req.container)
 	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: claimName, ResourceClaimTemplateName: ptr.To(tmpl.Name)})
-	forContainer(p, req.container, func(c *corev1.Container) {
+	ForContainer(p, req.container, func(c *corev1.Container) {
 		c.Resources.Claims = append(c.Resources.Claims, corev1.ResourceClaim{Name: claimName})
 		out.Warnings = append(out.Warnings, StripNVIDIAEnv(c)...)
 	})
@@ -393,27 +393,6 @@ func checkBounds(pod *corev1.Pod, req *request, opts Options) *Error {
 		return refusal(AnnotationSharingMode, v, "gpufrac: must be time-slicing or sm-sharing (KAI's code does not read this key; gpufrac reads it as the default compute mode)")
 	}
 	return nil
-}
-
-func forContainer(pod *corev1.Pod, name string, f func(*corev1.Container)) {
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range list {
-			if list[i].Name == name {
-				f(&list[i])
-				return
-			}
-		}
-	}
-}
-
-// podClaimName is the pod-level claim name for a container: readable when it
-// fits a DNS label, hashed when the container's name is too long.
-func podClaimName(container string) string {
-	name := "gpufrac-" + container
-	if len(name) <= 63 {
-		return name
-	}
-	return "gpufrac-" + shortHash([]byte(container), 16)
 }
 
 // modeOf is the compute mode of the claim: the container's

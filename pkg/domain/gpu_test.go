@@ -74,3 +74,27 @@ func TestAssignComputeModes(t *testing.T) {
 		}
 	}
 }
+
+// ComputeModesOf gives a GPU that starts serving fractions later what
+// AssignComputeModes gives those discovered at start; it names a GPU the
+// node did not have then without complaint.
+func TestComputeModesOf(t *testing.T) {
+	for _, tc := range []struct {
+		setting string
+		index   int
+		want    string
+	}{
+		{"", 3, domain.ComputeModesAny},
+		{"all", 3, domain.ComputeModesSMSharing},
+		{"none", 3, domain.ComputeModesTimeSlicing},
+		{"0,3", 3, domain.ComputeModesSMSharing},
+		{"0,2", 3, domain.ComputeModesTimeSlicing},
+	} {
+		if got, err := domain.ComputeModesOf(tc.setting, tc.index); err != nil || got != tc.want {
+			t.Errorf("%q, GPU %d: %q %v, want %q", tc.setting, tc.index, got, err, tc.want)
+		}
+	}
+	if _, err := domain.ComputeModesOf("first", 0); err == nil {
+		t.Error(`"first" accepted`)
+	}
+}

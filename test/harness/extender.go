@@ -63,6 +63,7 @@ func (cp *ControlPlane) controllerClient() (kubernetes.Interface, error) {
 	config := rest.CopyConfig(cp.RestConfig)
 	config.QPS, config.Burst = controller.DefaultKubeAPIQPS, controller.DefaultKubeAPIBurst
 	config.UserAgent = "gpufrac-controller"
+	controller.UseProtobuf(config)
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("gpufrac-controller's client: %w", err)

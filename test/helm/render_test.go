@@ -67,6 +67,7 @@ func valueSets() []valueSet {
 			}}},
 			"serviceMonitor":  map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
 			"alerts":          map[string]any{"enabled": true, "labels": map[string]any{"release": "prometheus"}},
+			"dashboards":      map[string]any{"enabled": true, "annotations": map[string]any{"grafana_folder": "GPUs"}},
 			"kubernetesAPI":   map[string]any{"host": "10.20.30.40", "port": 6443},
 			"nvidiaEnvPolicy": map[string]any{"enabled": true, "validationActions": []any{"Warn", "Audit"}, "excludedNamespaces": []any{"gpu-operator"}},
 		}},

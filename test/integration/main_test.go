@@ -36,6 +36,14 @@ func run(m *testing.M) int {
 		return 1
 	}
 	fmt.Fprintf(os.Stderr, "integration tests: control plane ready in %s (state in %s)\n", time.Since(start).Round(100*time.Millisecond), cp.Dir)
+	// Packing tests register and remove the packing policy one after
+	// another; before 1.37 the last removal would stop the API server's
+	// parameter informer for good (harness.ReadsMissingParameters).
+	if err := cp.KeepParameterInformer(context.Background()); err != nil {
+		fmt.Fprintf(os.Stderr, "integration tests: %v\n", err)
+		_ = cp.Close()
+		return 1
+	}
 	code := m.Run()
 	peaks := cp.PeakRSS()
 	if err := cp.Close(); err != nil {

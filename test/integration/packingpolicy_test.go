@@ -4,12 +4,17 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
+	"os"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -23,7 +28,8 @@ import (
 // kube-apiserver, gives every pod shape exactly what the packing webhook's
 // patch (podterms.Patch) gives it, without calling the webhook;
 // pods the policy cannot tell (a whole-GPU template, a template newer than
-// its parameter) still reach the webhook, and opted-out pods get nothing.
+// its parameter) still reach the webhook, opted-out pods get nothing, and a
+// pod that arrives labelled a fraction reaches neither.
 func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 	e := newEnv(t)
 	class := e.classFor("policy", "")
@@ -68,6 +74,10 @@ func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 		viaPolicy bool
 		// packed: the pod comes back with the webhook's patch applied.
 		packed bool
+		// neither: the policy leaves it and the webhook's object selector
+		// keeps it from the webhook (a pod that arrives labelled a
+		// fraction counts as packed).
+		neither bool
 	}{
 		{name: "bare", pod: pod(nil, "frac"), viaPolicy: true, packed: true},
 		{name: "labels", pod: pod(func(p *v1.Pod) { p.Labels = map[string]string{"app": "llm"} }, "frac"), viaPolicy: true, packed: true},
@@ -87,6 +97,7 @@ func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 		{name: "whole GPU", pod: pod(nil, "whole")},
 		{name: "opted out", pod: pod(func(p *v1.Pod) { p.Annotations = map[string]string{podterms.AnnotationPacking: "false"} }, "frac")},
 		{name: "unknown template", pod: pod(nil, "not-yet")},
+		{name: "labelled a fraction, unknown template", pod: pod(func(p *v1.Pod) { p.Labels = map[string]string{podterms.LabelFraction: "true"} }, "not-yet"), neither: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := tc.pod.DeepCopy()
@@ -122,8 +133,8 @@ func TestPackingPolicyPatchesAsTheWebhook(t *testing.T) {
 			if viaPolicy := mutationsAfter > mutations; viaPolicy != tc.viaPolicy {
 				t.Errorf("applied by the policy: %v, want %v", viaPolicy, tc.viaPolicy)
 			}
-			if called := hooksAfter > hooks; called == tc.viaPolicy {
-				t.Errorf("webhook called: %v, want %v", called, !tc.viaPolicy)
+			if called, want := hooksAfter > hooks, !tc.viaPolicy && !tc.neither; called != want {
+				t.Errorf("webhook called: %v, want %v", called, want)
 			}
 		})
 	}
@@ -187,4 +198,111 @@ func applyPatch(pod *v1.Pod, ops []podterms.PatchOp) error {
 func asJSON(v any) string {
 	b, _ := json.MarshalIndent(v, "", "  ")
 	return string(b)
+}
+
+// TestPackingPolicyAfterTheLastParamPolicyWentAway pins what a cluster
+// gets once the last MutatingAdmissionPolicy with ConfigMap parameters was
+// removed from a running kube-apiserver (the packing policy turned off
+// and on again, gpufrac reinstalled) and the packing policy is bound
+// anew, in a namespace whose parameter is created after that: from 1.37
+// the API server reads the missing parameter and the policy packs; on
+// 1.36 its parameter informer stopped for good
+// (harness.ReadsMissingParameters), the policy does nothing and the
+// webhook packs every pod, as with controller.packing.admissionPolicy=false.
+// On 1.36 it runs on a control plane of its own, since the shared one
+// keeps that informer alive (KeepParameterInformer).
+func TestPackingPolicyAfterTheLastParamPolicyWentAway(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	plane := cp
+	if !cp.ReadsMissingParameters() {
+		own, err := harness.Start(ctx, harness.Options{Progress: os.Stderr, PluginBinary: cp.PluginBinary})
+		if err != nil {
+			t.Fatalf("starting a control plane of its own: %v", err)
+		}
+		t.Cleanup(func() { _ = own.Close() })
+		plane = own
+	}
+	round := func(prefix string) (*harness.Controller, string) {
+		t.Helper()
+		ns := plane.TestNamespace(ctx, t, prefix, 25, waitTimeout)
+		class := ns + "-policy"
+		if _, err := plane.Client.ResourceV1().DeviceClasses().Create(ctx, &resourceapi.DeviceClass{
+			ObjectMeta: metav1.ObjectMeta{Name: class},
+			Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{
+				CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpufrac.dev"`}}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = plane.Client.ResourceV1().DeviceClasses().Delete(context.WithoutCancel(ctx), class, metav1.DeleteOptions{})
+		})
+		if _, err := plane.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, claimTemplate("frac", class, "16Gi", 1, ""), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		opts := harness.PackingOptions{}
+		if prefix == "gf-first-" || plane.ReadsMissingParameters() {
+			opts.PolicyTemplate = "frac"
+		}
+		ctrl, err := plane.StartPacking(ctx, ns, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ctrl, ns
+	}
+
+	// The first policy with ConfigMap parameters is applied...
+	first, ns := round("gf-first-")
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// ...and removed, the last of them on this API server.
+	if err := plane.WaitPackingGone(ctx, ns, "frac"); err != nil {
+		t.Fatal(err)
+	}
+	second, ns := round("gf-second-")
+	t.Cleanup(func() { _ = second.Close() })
+	policy := harness.PackingPolicyName(ns)
+	probe := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe"},
+		Spec: v1.PodSpec{
+			ResourceClaims: []v1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("frac")}},
+			Containers:     []v1.Container{{Name: "app", Image: "busybox"}},
+		},
+	}
+	// Long enough for the policy to reach its parameter had the informer
+	// lived (StartPacking's own wait for it is 60 s; it takes a second or
+	// two), short of that wait.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		calls, mutations, err := plane.PackingCounters(ctx, harness.PackingWebhookName, policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := plane.Client.CoreV1().Pods(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		callsAfter, mutationsAfter, err := plane.PackingCounters(ctx, harness.PackingWebhookName, policy)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Labels[podterms.LabelFraction] != "true" {
+			t.Fatalf("%s: the probe was not packed (labels %v)", plane.KubeVersion, got.Labels)
+		}
+		byPolicy, byWebhook := mutationsAfter > mutations, callsAfter > calls
+		if plane.ReadsMissingParameters() {
+			if !byPolicy || byWebhook {
+				t.Fatalf("%s: packed by the policy %v, by the webhook %v; want the policy alone", plane.KubeVersion, byPolicy, byWebhook)
+			}
+			return
+		}
+		if byPolicy || !byWebhook {
+			t.Fatalf("%s: packed by the policy %v, by the webhook %v; want the webhook alone (the parameter informer stopped)", plane.KubeVersion, byPolicy, byWebhook)
+		}
+		if time.Now().After(deadline) {
+			t.Logf("%s: the re-bound packing policy never reached its parameter; the webhook packed every probe", plane.KubeVersion)
+			return
+		}
+		time.Sleep(time.Second)
+	}
 }

@@ -4,14 +4,8 @@
 package kubebuild
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,45 +23,13 @@ func prebuiltFixture(t *testing.T, dir, wrong string) map[string][]byte {
 	for _, name := range []string{Etcd, KubeAPIServer, KubeScheduler, KubeControllerMgr} {
 		bins[name] = []byte("#!/bin/sh\necho " + name + " fixture\n")
 	}
-	var archive bytes.Buffer
-	gz := gzip.NewWriter(&archive)
-	tw := tar.NewWriter(gz)
-	for _, f := range []struct {
-		name string
-		mode int64
-		data []byte
-	}{{"etcd-v3.6.0-linux-amd64/README.md", 0o644, []byte("readme")}, {"etcd-v3.6.0-linux-amd64/etcd", 0o755, bins[Etcd]}} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: f.mode, Size: int64(len(f.data))}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(f.data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	files := map[string][]byte{"etcd-v3.6.0-linux-amd64.tar.gz": archive.Bytes()}
+	files := map[string][]byte{"etcd-v3.6.0-linux-amd64.tar.gz": Tgz(t,
+		TarFile{Name: "etcd-v3.6.0-linux-amd64/README.md", Mode: 0o644, Data: []byte("readme")},
+		TarFile{Name: "etcd-v3.6.0-linux-amd64/etcd", Mode: 0o755, Data: bins[Etcd]})}
 	for _, name := range []string{KubeAPIServer, KubeScheduler, KubeControllerMgr} {
 		files[name] = bins[name]
 	}
-	var sums strings.Builder
-	for name, data := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256(data)
-		if name == wrong {
-			sum = sha256.Sum256([]byte("something else"))
-		}
-		fmt.Fprintf(&sums, "%x  %s\n", sum, name)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "SHA256SUMS"), []byte(sums.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	WritePrebuiltSet(t, dir, files, wrong)
 	return bins
 }
 
@@ -77,10 +39,8 @@ func prebuiltFixture(t *testing.T, dir, wrong string) map[string][]byte {
 func TestPrebuiltFromURL(t *testing.T) {
 	served := t.TempDir()
 	bins := prebuiltFixture(t, served, "")
-	srv := httptest.NewServer(http.FileServer(http.Dir(served)))
-	defer srv.Close()
-	t.Setenv(PrebuiltEnv, srv.URL+"/")
-	t.Setenv(PrebuiltSumsEnv, "")
+	srv := ServePrebuilt(t, served)
+	t.Setenv(PrebuiltEnv, srv.URL+"/") // a trailing slash works too
 	cache := filepath.Join(t.TempDir(), "kube-test")
 	var progress bytes.Buffer
 	got, err := Ensure(context.Background(), Options{CacheDir: cache, Progress: &progress})
@@ -112,10 +72,7 @@ func TestPrebuiltFromURL(t *testing.T) {
 func TestPrebuiltMismatchIsRefused(t *testing.T) {
 	served := t.TempDir()
 	prebuiltFixture(t, served, KubeScheduler)
-	srv := httptest.NewServer(http.FileServer(http.Dir(served)))
-	defer srv.Close()
-	t.Setenv(PrebuiltEnv, srv.URL)
-	t.Setenv(PrebuiltSumsEnv, "")
+	srv := ServePrebuilt(t, served)
 	cache := filepath.Join(t.TempDir(), "kube-test")
 	_, err := Ensure(context.Background(), Options{CacheDir: cache})
 	if err == nil {

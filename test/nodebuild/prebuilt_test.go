@@ -4,14 +4,8 @@
 package nodebuild
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -24,24 +18,11 @@ import (
 // tgz is a gzip'd tar of executables.
 func tgz(t *testing.T, files map[string][]byte) []byte {
 	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
+	var entries []kubebuild.TarFile
 	for name, data := range files {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o755, Size: int64(len(data))}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tw.Write(data); err != nil {
-			t.Fatal(err)
-		}
+		entries = append(entries, kubebuild.TarFile{Name: name, Mode: 0o755, Data: data})
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := gz.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	return kubebuild.Tgz(t, entries...)
 }
 
 // TestPrebuiltNode: the node's pieces come from a served prebuilt set as
@@ -59,20 +40,8 @@ func TestPrebuiltNode(t *testing.T) {
 			"./" + HostLocal: bin(HostLocal), "./" + PTP: bin(PTP)}),
 	}
 	dir := t.TempDir()
-	var sums strings.Builder
-	for name, data := range served {
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(&sums, "%x  %s\n", sha256.Sum256(data), name)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "SHA256SUMS"), []byte(sums.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
-	defer srv.Close()
-	t.Setenv(kubebuild.PrebuiltEnv, srv.URL)
-	t.Setenv(kubebuild.PrebuiltSumsEnv, "")
+	kubebuild.WritePrebuiltSet(t, dir, served, "")
+	kubebuild.ServePrebuilt(t, dir)
 	got, err := Ensure(context.Background(), Options{CacheDir: filepath.Join(t.TempDir(), "node-test")})
 	if err != nil {
 		t.Fatal(err)

@@ -61,7 +61,23 @@ type Server struct {
 // it when t ends (printing its log's end if t failed).
 func (b Binaries) StartServer(ctx context.Context, t testing.TB, opts ServerOptions) (*Server, error) {
 	t.Helper()
-	dir := t.TempDir()
+	s, err := b.Start(ctx, t.TempDir(), opts)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("prometheus log (end):\n%s", s.LogTail())
+		}
+		s.Stop()
+	})
+	return s, nil
+}
+
+// Start is StartServer outside a test (make demo's dashboard table): the
+// server keeps its configuration, data and log in dir, and the caller
+// stops it.
+func (b Binaries) Start(ctx context.Context, dir string, opts ServerOptions) (*Server, error) {
 	cfg, err := config(opts)
 	if err != nil {
 		return nil, err
@@ -75,12 +91,6 @@ func (b Binaries) StartServer(ctx context.Context, t testing.TB, opts ServerOpti
 	for range 3 {
 		s, err := b.start(ctx, dir)
 		if err == nil {
-			t.Cleanup(func() {
-				if t.Failed() {
-					t.Logf("prometheus log (end):\n%s", s.LogTail())
-				}
-				s.Stop()
-			})
 			return s, nil
 		}
 		lastErr = err

@@ -130,6 +130,11 @@ func newNode(ctx context.Context, dir, name, spec string) (*node, error) {
 		MPSDaemons: n.mpsUsers, MPSReady: n.mpsReady, Unhealthy: func() map[string]string { return n.unhealthy },
 	})
 	counter := incident.NewCounter()
+	uuids := make([]string, 0, len(inv.GPUs))
+	for _, g := range inv.GPUs {
+		uuids = append(uuids, g.UUID)
+	}
+	incident.StartAtZero(counter, name, uuids) // as the plugin's watchIncidents does
 	n.registry = prometheus.NewRegistry()
 	if err := n.registry.Register(n.collector); err != nil {
 		return nil, fmt.Errorf("registering the fraction metrics: %w", err)

@@ -73,7 +73,7 @@ func blockedAlt(a alt, diags []nodeDiag) *Blocked {
 			}
 		}
 	}
-	cause := fragmentation.VerdictOn(free, capacity, need, a.count)
+	cause := fragmentation.Verdict(free, capacity, need, a.count)
 	if cause == fragmentation.Fits || len(free) == 0 {
 		return nil
 	}

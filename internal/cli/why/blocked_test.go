@@ -93,17 +93,17 @@ func TestVerdict(t *testing.T) {
 		{[]int64{-gi(5), gi(20)}, gi(20), 2, fragmentation.ByCapacity}, // an over-full GPU adds nothing
 		{nil, gi(1), 1, fragmentation.ByCapacity},
 	} {
-		if got := fragmentation.Verdict(tc.free, tc.need, tc.count); got != tc.want {
+		if got := fragmentation.Verdict(tc.free, nil, tc.need, tc.count); got != tc.want {
 			t.Errorf("Verdict(%v, %s x%d) = %q, want %q", tc.free, q(tc.need), tc.count, got, tc.want)
 		}
 	}
 	// make demo's too-large pod: 200Gi on GPUs of 141Gi with plenty free in
 	// all is capacity, not fragmentation: no move makes room for it.
 	caps := []int64{gi(141), gi(141)}
-	if got := fragmentation.VerdictOn([]int64{gi(120), gi(100)}, caps, gi(200), 1); got != fragmentation.ByCapacity {
-		t.Errorf("VerdictOn(200Gi on 141Gi GPUs) = %q, want %q", got, fragmentation.ByCapacity)
+	if got := fragmentation.Verdict([]int64{gi(120), gi(100)}, caps, gi(200), 1); got != fragmentation.ByCapacity {
+		t.Errorf("Verdict(200Gi on 141Gi GPUs) = %q, want %q", got, fragmentation.ByCapacity)
 	}
-	if got := fragmentation.VerdictOn([]int64{gi(60), gi(60)}, caps, gi(100), 1); got != fragmentation.ByFragmentation {
-		t.Errorf("VerdictOn(100Gi, 60Gi free on each of two 141Gi GPUs) = %q, want %q", got, fragmentation.ByFragmentation)
+	if got := fragmentation.Verdict([]int64{gi(60), gi(60)}, caps, gi(100), 1); got != fragmentation.ByFragmentation {
+		t.Errorf("Verdict(100Gi, 60Gi free on each of two 141Gi GPUs) = %q, want %q", got, fragmentation.ByFragmentation)
 	}
 }

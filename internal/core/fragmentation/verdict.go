@@ -3,6 +3,8 @@
 
 package fragmentation
 
+import "slices"
+
 // Cause is what keeps a request out of a pool.
 type Cause string
 
@@ -20,8 +22,15 @@ const (
 
 // Verdict says why count shares of need bytes each do not fit on GPUs
 // with the given free memory (one entry per GPU the request may use), or
-// Fits when enough GPUs have need free each.
-func Verdict(free []int64, need, count int64) Cause {
+// Fits when enough GPUs have need free each. capacity, when known, is each
+// GPU's whole memory (capacity[i] is the GPU of free[i]; nil when not
+// known): a share larger than every GPU's capacity is blocked by capacity
+// whatever the free memory adds up to, since no move of other shares can
+// make room for it.
+func Verdict(free, capacity []int64, need, count int64) Cause {
+	if len(capacity) > 0 && !slices.ContainsFunc(capacity, func(c int64) bool { return c >= need }) {
+		return ByCapacity
+	}
 	count = max(count, 1)
 	var total, fitting int64
 	for _, f := range free {
@@ -38,17 +47,4 @@ func Verdict(free []int64, need, count int64) Cause {
 	default:
 		return ByCapacity
 	}
-}
-
-// VerdictOn is Verdict where each GPU's capacity is known too (capacity[i]
-// is the GPU of free[i]): a share larger than every GPU's capacity is
-// blocked by capacity whatever the free memory adds up to, since no move
-// of other shares can make room for it.
-func VerdictOn(free, capacity []int64, need, count int64) Cause {
-	for _, c := range capacity {
-		if c >= need {
-			return Verdict(free, need, count)
-		}
-	}
-	return ByCapacity
 }

@@ -38,6 +38,9 @@ import (
 type Config struct {
 	NodeName  string
 	Inventory *domain.Inventory
+	// Current, when set, returns the inventory as it is now (a GPU's MIG
+	// mode may change while the plugin runs); Inventory otherwise.
+	Current func() *domain.Inventory
 	// Prepared returns the prepared claims (the checkpoint's plans).
 	Prepared func() []plan.Claim
 	// RecordDir is where gpufrac-cdi-hook records containers.
@@ -80,6 +83,7 @@ type Collector struct {
 	errorsTotal      *prometheus.CounterVec
 	reordersTotal    prometheus.Counter
 	migLost          prometheus.Counter
+	fractionGPULost  prometheus.Counter
 
 	shareRequest, shareLimit, containerUsed, containerSM *prometheus.Desc
 	gpuTotal, gpuGuaranteed, gpuLimitSum, gpuOvercommit  *prometheus.Desc
@@ -107,6 +111,9 @@ func New(cfg Config) *Collector {
 		migLost: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gpufrac_mig_instances_lost_total",
 			Help: "Prepared claims' MIG instances found gone from the node's MIG layout (each claim's instance counted once when noticed)."}),
+		fractionGPULost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gpufrac_fraction_gpus_lost_total",
+			Help: "Prepared claims' shares of a whole GPU whose MIG mode was turned on while the plugin ran, so that it no longer serves fractions (each claim's GPU counted once when noticed)."}),
 		errorsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gpufrac_prepare_errors_total", Help: "Failed Prepare calls by reason."}, []string{"reason"}),
 		reordersTotal: prometheus.NewCounter(prometheus.CounterOpts{
@@ -175,6 +182,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	c.errorsTotal.Describe(ch)
 	c.reordersTotal.Describe(ch)
 	c.migLost.Describe(ch)
+	c.fractionGPULost.Describe(ch)
 	for _, d := range []*prometheus.Desc{c.shareRequest, c.shareLimit, c.containerUsed, c.containerSM, c.gpuTotal, c.gpuGuaranteed, c.gpuLimitSum, c.gpuOvercommit, c.claimsPrepared, c.mpsDaemons, c.mpsDaemonClaims, c.quarantined} {
 		ch <- d
 	}
@@ -190,6 +198,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	c.errorsTotal.Collect(ch)
 	c.reordersTotal.Collect(ch)
 	c.migLost.Collect(ch)
+	c.fractionGPULost.Collect(ch)
 	node := c.cfg.NodeName
 	prepared := c.cfg.Prepared()
 	guaranteed, limits := map[string]float64{}, map[string]float64{}
@@ -211,7 +220,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			limits[d.GPU.UUID] += float64(d.HardLimitBytes)
 		}
 	}
-	for _, g := range c.cfg.Inventory.GPUs {
+	inv := c.cfg.Inventory
+	if c.cfg.Current != nil {
+		inv = c.cfg.Current()
+	}
+	for _, g := range inv.GPUs {
 		labels := []string{node, g.UUID, domain.DeviceName(g.Index)}
 		total := float64(g.MemoryBytes)
 		ch <- prometheus.MustNewConstMetric(c.gpuTotal, prometheus.GaugeValue, total, labels...)
@@ -364,5 +377,13 @@ func (c *Collector) containerUsage(ch chan<- prometheus.Metric, r cdihook.Record
 func (c *Collector) ObserveMIGLost(n int) {
 	if c != nil {
 		c.migLost.Add(float64(n))
+	}
+}
+
+// ObserveFractionGPULost counts n prepared shares whose GPU stopped
+// serving fractions (its MIG mode was turned on).
+func (c *Collector) ObserveFractionGPULost(n int) {
+	if c != nil {
+		c.fractionGPULost.Add(float64(n))
 	}
 }

@@ -46,6 +46,17 @@ func NewCounter() *prometheus.CounterVec {
 	}, []string{"node", "kind", "gpu_uuid"})
 }
 
+// StartAtZero writes every kind of every GPU at 0, so that the first
+// incident of a kind on a GPU is an increase() a dashboard or an alert
+// sees: a series that appears at 1 reads as no change.
+func StartAtZero(counter *prometheus.CounterVec, node string, gpuUUIDs []string) {
+	for _, gpu := range gpuUUIDs {
+		for _, kind := range Kinds {
+			counter.WithLabelValues(node, string(kind), gpu)
+		}
+	}
+}
+
 // Emit records one transition: a start makes a Warning Event on the claim
 // and on the pod, sets the condition True and counts; an end sets the
 // condition False. Failures are logged: an incident must never fail the

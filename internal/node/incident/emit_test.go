@@ -204,3 +204,25 @@ func TestEmitterKinds(t *testing.T) {
 		})
 	}
 }
+
+// TestStartAtZero: every kind of every GPU is a series at 0 before any
+// incident, and an incident then counts 1 on its own series only.
+func TestStartAtZero(t *testing.T) {
+	counter := incident.NewCounter()
+	incident.StartAtZero(counter, "node-a", []string{"GPU-a", "GPU-b"})
+	if got, want := testutil.CollectAndCount(counter), 2*len(incident.Kinds); got != want {
+		t.Fatalf("series before any incident: %d, want %d", got, want)
+	}
+	for _, kind := range incident.Kinds {
+		if v := testutil.ToFloat64(counter.WithLabelValues("node-a", string(kind), "GPU-b")); v != 0 {
+			t.Fatalf("%s on GPU-b starts at %v, want 0", kind, v)
+		}
+	}
+	counter.WithLabelValues("node-a", string(incident.MPSEvicted), "GPU-a").Inc()
+	if v := testutil.ToFloat64(counter.WithLabelValues("node-a", string(incident.MPSEvicted), "GPU-a")); v != 1 {
+		t.Fatalf("after one eviction: %v, want 1", v)
+	}
+	if got, want := testutil.CollectAndCount(counter), 2*len(incident.Kinds); got != want {
+		t.Fatalf("series after one incident: %d, want %d (no new series)", got, want)
+	}
+}

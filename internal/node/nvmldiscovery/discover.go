@@ -50,14 +50,11 @@ type Options struct {
 // caller; Discover initialises and shuts down its own NVML session.
 func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*domain.Inventory, error) {
 	logger := klog.FromContext(ctx)
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("initialising NVML: %w", ret)
+	end, err := session(ctx, lib, "discovery")
+	if err != nil {
+		return nil, err
 	}
-	defer func() {
-		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
-			logger.Error(ret, "Shutting down NVML after discovery")
-		}
-	}()
+	defer end()
 
 	inv := &domain.Inventory{}
 	var ret nvml.Return
@@ -71,37 +68,13 @@ func Discover(ctx context.Context, lib nvml.Interface, opts Options) (*domain.In
 	// NVML encodes CUDA 13.4 as 13040.
 	inv.CUDADriverVersion = fmt.Sprintf("%d.%d", cuda/1000, (cuda%1000)/10)
 
-	devlib := device.New(lib)
-	devices, err := devlib.GetDevices()
+	layout, err := readLayout(lib, opts)
 	if err != nil {
-		return nil, fmt.Errorf("listing GPUs: %w", err)
+		return nil, err
 	}
-	for i, d := range devices {
-		gpu, err := describe(d, opts)
-		if err != nil {
-			return nil, fmt.Errorf("describing GPU %d: %w", i, err)
-		}
-		// MIG splits the GPU in hardware: a fraction of a MIG-enabled GPU
-		// would double-count its memory, so such a GPU offers its
-		// configured instances, each whole, and no fractions.
-		mig, err := d.IsMigEnabled()
-		if err != nil {
-			return nil, fmt.Errorf("reading MIG mode of %s: %w", gpu.UUID, err)
-		}
-		if !mig {
-			inv.GPUs = append(inv.GPUs, gpu)
-			continue
-		}
-		instances, err := migInstances(d, gpu)
-		if err != nil {
-			return nil, err
-		}
-		if len(instances) == 0 {
-			reason := "MIG is enabled on this GPU and no MIG instance is configured: it offers neither fractions nor instances"
-			logger.Info("Skipping GPU", "index", gpu.Index, "uuid", gpu.UUID, "reason", reason)
-			inv.Skipped = append(inv.Skipped, domain.SkippedGPU{Index: gpu.Index, UUID: gpu.UUID, Reason: reason})
-		}
-		inv.MIGDevices = append(inv.MIGDevices, instances...)
+	inv.GPUs, inv.MIGDevices, inv.Skipped = layout.GPUs, layout.MIGDevices, layout.Skipped
+	for _, s := range inv.Skipped {
+		logger.Info("Skipping GPU", "index", s.Index, "uuid", s.UUID, "reason", s.Reason)
 	}
 
 	inv.MPSVersion = detectMPS(inv.DriverVersion, opts)
@@ -234,4 +207,17 @@ func hasSymbol(lib nvml.Interface, symbol string) bool {
 func isCgroupV2(root string) bool {
 	_, err := os.Stat(filepath.Join(cgroupRootOrDefault(root), "cgroup.controllers"))
 	return err == nil
+}
+
+// session initialises lib for one read (what, for the log) and returns
+// its end, which shuts lib down and logs a failure to.
+func session(ctx context.Context, lib nvml.Interface, what string) (func(), error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("initialising NVML: %w", ret)
+	}
+	return func() {
+		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
+			klog.FromContext(ctx).Error(ret, "Shutting down NVML after "+what)
+		}
+	}, nil
 }

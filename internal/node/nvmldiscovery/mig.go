@@ -10,7 +10,6 @@ import (
 
 	"github.com/NVIDIA/go-nvlib/pkg/nvlib/device"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -74,40 +73,62 @@ func describeMIG(m device.MigDevice, parent domain.GPU) (domain.MIGDevice, error
 	return inst, nil
 }
 
-// MIGLayout reads the MIG instances the node has now, as Discover does,
-// for a plugin that watches the layout while it runs. lib must not be
+// Layout is how the node's GPUs are split now: the GPUs whose MIG mode is
+// off (fraction GPUs), the instances of those whose MIG mode is on, and
+// the MIG-enabled GPUs without an instance (which offer nothing).
+type Layout struct {
+	GPUs       []domain.GPU
+	MIGDevices []domain.MIGDevice
+	Skipped    []domain.SkippedGPU
+}
+
+// ReadLayout reads the node's GPUs and MIG instances as Discover does,
+// for a plugin that watches the layout while it runs: a GPU whose MIG mode
+// was turned on or off since the last read moves between GPUs and
+// MIGDevices (NVML may reset the GPU to change the mode, which may change
+// its minor number, so it is described again). lib must not be
 // initialised by the caller.
-func MIGLayout(ctx context.Context, lib nvml.Interface, opts Options) ([]domain.MIGDevice, error) {
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, fmt.Errorf("initialising NVML: %w", ret)
+func ReadLayout(ctx context.Context, lib nvml.Interface, opts Options) (Layout, error) {
+	end, err := session(ctx, lib, "reading the MIG layout")
+	if err != nil {
+		return Layout{}, err
 	}
-	defer func() {
-		if ret := lib.Shutdown(); ret != nvml.SUCCESS {
-			klog.FromContext(ctx).Error(ret, "Shutting down NVML after reading the MIG layout")
-		}
-	}()
+	defer end()
+	return readLayout(lib, opts)
+}
+
+// readLayout walks the GPUs of an initialised lib.
+func readLayout(lib nvml.Interface, opts Options) (Layout, error) {
+	var out Layout
 	devices, err := device.New(lib).GetDevices()
 	if err != nil {
-		return nil, fmt.Errorf("listing GPUs: %w", err)
+		return out, fmt.Errorf("listing GPUs: %w", err)
 	}
-	var out []domain.MIGDevice
 	for i, d := range devices {
+		gpu, err := describe(d, opts)
+		if err != nil {
+			return out, fmt.Errorf("describing GPU %d: %w", i, err)
+		}
+		// MIG splits the GPU in hardware: a fraction of a MIG-enabled GPU
+		// would double-count its memory, so such a GPU offers its
+		// configured instances, each whole, and no fractions.
 		mig, err := d.IsMigEnabled()
 		if err != nil {
-			return nil, fmt.Errorf("reading MIG mode of GPU %d: %w", i, err)
+			return out, fmt.Errorf("reading MIG mode of %s: %w", gpu.UUID, err)
 		}
 		if !mig {
+			out.GPUs = append(out.GPUs, gpu)
 			continue
 		}
-		parent, err := describe(d, opts)
+		instances, err := migInstances(d, gpu)
 		if err != nil {
-			return nil, fmt.Errorf("describing GPU %d: %w", i, err)
+			return out, err
 		}
-		instances, err := migInstances(d, parent)
-		if err != nil {
-			return nil, err
+		if len(instances) == 0 {
+			reason := "MIG is enabled on this GPU and no MIG instance is configured: it offers neither fractions nor instances"
+			out.Skipped = append(out.Skipped, domain.SkippedGPU{Index: gpu.Index, UUID: gpu.UUID, Reason: reason})
 		}
-		out = append(out, instances...)
+		out.MIGDevices = append(out.MIGDevices, instances...)
 	}
 	return out, nil
 }

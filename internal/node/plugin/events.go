@@ -108,3 +108,12 @@ func (r *eventReporter) MIGInstanceLost(c *plan.Claim, device, uuid, profile str
 	r.recorder.Eventf(claimRef(c), nil, v1.EventTypeWarning, "MIGInstanceLost", "WatchMIGLayout",
 		"MIG instance %s (%s, %s) of this prepared claim is no longer configured on the node; its containers lost it: delete and recreate the pod to get an instance of the current layout", device, profile, uuid)
 }
+
+// FractionGPULost tells a prepared claim's owners that the GPU its share
+// is on had its MIG mode turned on under them: the GPU now offers MIG
+// instances and no fractions, and the share's limits and MPS route no
+// longer describe it. gpufrac does not drop the claim.
+func (r *eventReporter) FractionGPULost(c *plan.Claim, device, uuid string) {
+	r.recorder.Eventf(claimRef(c), nil, v1.EventTypeWarning, "FractionGPULost", "WatchMIGLayout",
+		"GPU %s (%s) of this prepared claim had its MIG mode turned on and no longer serves fractions; its containers lost their share: delete and recreate the pod to get a share of a GPU that serves fractions", device, uuid)
+}

@@ -42,6 +42,12 @@ func (p *Plugin) watchIncidents(ctx context.Context, lib nvml.Interface, recordD
 			}
 		}
 	}
+	gpus := p.preparer.Inventory().GPUs
+	uuids := make([]string, 0, len(gpus))
+	for _, g := range gpus {
+		uuids = append(uuids, g.UUID)
+	}
+	incident.StartAtZero(counter, p.cfg.NodeName, uuids)
 	emitter := &incident.Emitter{Recorder: p.events.recorder, Conditions: p.events.status, Counter: counter, Shares: p.metrics}
 	if src, ok := mpsManager.(incident.MPSEventSource); ok {
 		// The manager reports while it reads a daemon's log, which it also

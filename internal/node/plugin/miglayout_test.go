@@ -5,13 +5,16 @@ package plugin_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +25,7 @@ import (
 
 	nodeplugin "github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 func migClaim(name, uid, device string) *resourceapi.ResourceClaim {
@@ -123,4 +127,148 @@ func TestMIGLayoutChangeReportsPreparedClaims(t *testing.T) {
 	if err != nil || res[fresh.UID].Err != nil {
 		t.Fatalf("preparing a claim on the new instance: %v %+v", err, res)
 	}
+}
+
+// TestMIGModeChangeAtRuntime: while the plugin runs, an operator turns MIG
+// mode on for GPU 1, which holds a prepared fraction, and creates an
+// instance on it, and turns MIG mode off for GPU 2, whose instance a
+// prepared MIG claim holds (deleting the instance first). The plugin's
+// next read of the layout republishes the slice (GPU 1 as its instance,
+// GPU 2 as a fraction GPU with the compute modes --sm-sharing-gpus gives
+// it), reports both claims once each (a FractionGPULost and a
+// MIGInstanceLost Event, gpufrac_fraction_gpus_lost_total and
+// gpufrac_mig_instances_lost_total) without dropping them, and plans new
+// claims against the new layout.
+func TestMIGModeChangeAtRuntime(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	frac := shareClaim("frac", "gpu-1", "10Gi")
+	mig := migClaim("mig", "claim-uid-mig", "gpu-2-mig-0-0")
+	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}}, frac, mig)
+	cfg, node := simNodeConfigGPUs(t, client, "h100x2,h100x1:mig=3g.40gb")
+	cfg.SMSharingGPUs = "none"
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	plugin, err := nodeplugin.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plugin.Stop()
+	waitSlice(ctx, t, client, []string{"gpu-0", "gpu-1", "gpu-2-mig-0-0"})
+	res, err := plugin.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{frac, mig})
+	if err != nil || res[frac.UID].Err != nil || res[mig.UID].Err != nil {
+		t.Fatalf("preparing the claims: %v %+v", err, res)
+	}
+
+	// MIG mode cannot change under compute processes (NVML_ERROR_IN_USE),
+	// nor, in the simulation, off while instances exist.
+	gpu1, gpu2 := node.NVML.Devices[1].(*server.Device), node.NVML.Devices[2].(*server.Device)
+	if err := gpusim.SetMIGMode(gpu2, nodeName, false); !errors.Is(err, nvml.ERROR_IN_USE) {
+		t.Fatalf("turning MIG off with an instance: %v, want NVML_ERROR_IN_USE", err)
+	}
+	if err := gpusim.SetMIGMode(gpu1, nodeName, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gpusim.AddMIGInstance(node.NVML, gpu1, "3g.40gb"); err != nil {
+		t.Fatal(err)
+	}
+	if err := gpusim.RemoveMIGInstance(gpu2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := gpusim.SetMIGMode(gpu2, nodeName, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := plugin.CheckMIGLayout(ctx); err != nil {
+		t.Fatal(err)
+	}
+	slice := waitSlice(ctx, t, client, []string{"gpu-0", "gpu-2", "gpu-1-mig-0-0"})
+	for _, d := range slice.Spec.Devices {
+		if d.Name == "gpu-2" {
+			if modes := d.Attributes["computeModes"].StringValue; modes == nil || *modes != domain.ComputeModesTimeSlicing {
+				t.Errorf("gpu-2's computeModes %v, want %s (--sm-sharing-gpus=none)", modes, domain.ComputeModesTimeSlicing)
+			}
+			if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations {
+				t.Error("gpu-2 is not offered as a fraction GPU")
+			}
+		}
+	}
+	if note := waitForEvent(ctx, t, client, frac, "FractionGPULost"); !strings.Contains(note, "gpu-1") || !strings.Contains(note, "MIG mode turned on") {
+		t.Errorf("FractionGPULost note %q, want it to name gpu-1 and the MIG mode", note)
+	}
+	if note := waitForEvent(ctx, t, client, mig, "MIGInstanceLost"); !strings.Contains(note, "gpu-2-mig-0-0") {
+		t.Errorf("MIGInstanceLost note %q, want it to name gpu-2-mig-0-0", note)
+	}
+	// A second read of the unchanged layout reports nothing again.
+	if err := plugin.CheckMIGLayout(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]float64{"gpufrac_fraction_gpus_lost_total": 1, "gpufrac_mig_instances_lost_total": 1} {
+		if got := counterValue(t, reg, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	for _, c := range []*resourceapi.ResourceClaim{frac, mig} {
+		if specs, _ := filepath.Glob(filepath.Join(cfg.CDIRoot, "*"+string(c.UID)+"*")); len(specs) != 1 {
+			t.Errorf("claim %s's CDI spec after the change: %v, want it kept until Unprepare", c.Name, specs)
+		}
+	}
+
+	// New claims meet the new layout: a fraction of gpu-1 is refused, one
+	// of gpu-2 and a claim on gpu-1's instance are prepared.
+	stale := shareClaim("stale", "gpu-1", "10Gi")
+	onTwo := shareClaim("on-two", "gpu-2", "10Gi")
+	onInstance := migClaim("on-instance", "claim-uid-on-instance", "gpu-1-mig-0-0")
+	for _, c := range []*resourceapi.ResourceClaim{stale, onTwo, onInstance} {
+		if _, err := client.ResourceV1().ResourceClaims("default").Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err = plugin.PrepareResourceClaims(ctx, []*resourceapi.ResourceClaim{stale, onTwo, onInstance})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[stale.UID].Err == nil {
+		t.Error("a fraction of gpu-1, now in MIG mode, was prepared")
+	}
+	if res[onTwo.UID].Err != nil || res[onInstance.UID].Err != nil {
+		t.Errorf("preparing on the new layout: gpu-2 %v, gpu-1's instance %v", res[onTwo.UID].Err, res[onInstance.UID].Err)
+	}
+}
+
+// waitSlice waits until the node's one slice lists want, in order.
+func waitSlice(ctx context.Context, t *testing.T, client *fake.Clientset, want []string) *resourceapi.ResourceSlice {
+	t.Helper()
+	var got *resourceapi.ResourceSlice
+	var names []string
+	if err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			return false, nil
+		}
+		got, names = &list.Items[0], nil
+		for _, d := range got.Spec.Devices {
+			names = append(names, d.Name)
+		}
+		return slices.Equal(names, want), nil
+	}); err != nil {
+		t.Fatalf("slice devices %v, want %v", names, want)
+	}
+	return got
+}
+
+// counterValue reads the counter name from reg.
+func counterValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no counter %s", name)
+	return 0
 }

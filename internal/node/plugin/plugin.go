@@ -207,6 +207,7 @@ type Plugin struct {
 	publishMu sync.Mutex
 	published publishState
 	orderPoke chan struct{}
+	mig       migWatch
 }
 
 // Start discovers GPUs, recovers the checkpoint, starts the kubelet plugin
@@ -486,7 +487,8 @@ func (p *Plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 		changed := p.health.Changed()
 		report := kubeletplugin.DeviceHealthReport{}
 		now := time.Now()
-		for _, gpu := range p.inventory.GPUs {
+		inv := p.preparer.Inventory()
+		for _, gpu := range inv.GPUs {
 			st := p.health.Get(gpu.UUID)
 			h := kubeletplugin.DeviceHealth{PoolName: p.cfg.NodeName, DeviceName: domain.DeviceName(gpu.Index),
 				Health: kubeletplugin.HealthStatusHealthy, LastUpdated: now, HealthCheckTimeout: 3 * healthRefresh}
@@ -496,7 +498,7 @@ func (p *Plugin) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 			report.Devices = append(report.Devices, h)
 		}
 		// A MIG instance is as healthy as its GPU: XIDs name the GPU.
-		for _, m := range p.preparer.Inventory().MIGDevices {
+		for _, m := range inv.MIGDevices {
 			st := p.health.Get(m.Parent.UUID)
 			h := kubeletplugin.DeviceHealth{PoolName: p.cfg.NodeName, DeviceName: m.Name(),
 				Health: kubeletplugin.HealthStatusHealthy, LastUpdated: now, HealthCheckTimeout: 3 * healthRefresh}
@@ -527,11 +529,15 @@ func (p *Plugin) watchHealth(ctx context.Context) {
 	for _, g := range p.inventory.GPUs {
 		uuids = append(uuids, g.UUID)
 	}
-	// A MIG-enabled GPU's XIDs taint its instances (resourceslices).
+	// A MIG-enabled GPU's XIDs taint its instances (resourceslices); one
+	// without instances is watched too, for when its MIG mode changes.
 	for _, m := range p.inventory.MIGDevices {
 		if !slices.Contains(uuids, m.Parent.UUID) {
 			uuids = append(uuids, m.Parent.UUID)
 		}
+	}
+	for _, s := range p.inventory.Skipped {
+		uuids = append(uuids, s.UUID)
 	}
 	p.done.Add(2)
 	go func() {

@@ -87,7 +87,7 @@ func (p *Plugin) startMetrics(bgCtx context.Context, cfg Config, ckpt *checkpoin
 	}
 	usage := usageNVML(bgCtx, cfg.NVML)
 	p.metrics = fractionmetrics.New(fractionmetrics.Config{
-		NodeName: cfg.NodeName, Inventory: p.inventory, Prepared: p.preparer.Prepared,
+		NodeName: cfg.NodeName, Inventory: p.inventory, Current: p.preparer.Inventory, Prepared: p.preparer.Prepared,
 		RecordDir: cfg.CDI.RecordDir, NVML: usage, MPSDaemons: mpsDaemons,
 		CgroupRoot:  cfg.InventoryOptions.CgroupRoot,
 		Quarantined: func() int { return len(ckpt.Quarantined()) },

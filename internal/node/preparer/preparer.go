@@ -91,7 +91,7 @@ type Preparer struct {
 	// GPU. The record's file write happens after admit is released.
 	admit sync.Mutex
 	// inv is the inventory claims are planned against: cfg.Inventory,
-	// then a copy with the MIG layout the node has now (SetMIGDevices).
+	// then a copy with the layout the node has now (SetLayout).
 	inv atomic.Pointer[domain.Inventory]
 }
 
@@ -105,36 +105,38 @@ func New(cfg Config) *Preparer {
 // Inventory is the inventory claims are planned against now.
 func (p *Preparer) Inventory() *domain.Inventory { return p.inv.Load() }
 
-// SetMIGDevices plans later claims against the node's MIG instances as
-// they are now (a MIG layout changed under the plugin); the fraction GPUs
-// stay as discovered. Prepared claims are untouched: the caller reports
-// those whose instance is gone (MIGLostClaims).
-func (p *Preparer) SetMIGDevices(migs []domain.MIGDevice) {
+// SetLayout plans later claims against the node's GPUs and MIG instances
+// as they are now (the MIG layout, or a GPU's MIG mode, changed under the
+// plugin): gpus are the fraction GPUs, migs the instances, skipped the
+// MIG-enabled GPUs without one. Prepared claims are untouched: the caller
+// reports those whose device is gone (LostClaims).
+func (p *Preparer) SetLayout(gpus []domain.GPU, migs []domain.MIGDevice, skipped []domain.SkippedGPU) {
 	inv := *p.inv.Load()
-	inv.MIGDevices = slices.Clone(migs)
+	inv.GPUs, inv.MIGDevices, inv.Skipped = slices.Clone(gpus), slices.Clone(migs), slices.Clone(skipped)
 	p.inv.Store(&inv)
 }
 
-// LostMIG is a prepared claim whose MIG instances are gone.
-type LostMIG struct {
+// Lost is a prepared claim whose devices are gone from the node's layout.
+type Lost struct {
 	Claim plan.Claim
-	// Devices are the claim's shares on instances the node no longer has.
+	// Devices are the claim's shares on devices the node no longer offers.
 	Devices []plan.Device
 }
 
-// MIGLostClaims are the prepared claims holding a MIG instance that is not
-// in migs (by device name and UUID: one deleted and recreated has a new
-// UUID), with the instances they lost.
-func (p *Preparer) MIGLostClaims(migs []domain.MIGDevice) []LostMIG {
-	now := &domain.Inventory{MIGDevices: migs}
-	var out []LostMIG
+// LostClaims are the prepared claims holding a device inv no longer has:
+// a MIG instance not among inv.MIGDevices (by device name and UUID: one
+// deleted and recreated has a new UUID), or a share of a whole GPU not
+// among inv.GPUs (its MIG mode was turned on), with the devices they lost.
+func (p *Preparer) LostClaims(inv *domain.Inventory) []Lost {
+	var out []Lost
 	for _, c := range p.Prepared() {
-		lost := LostMIG{Claim: c}
+		lost := Lost{Claim: c}
 		for _, d := range c.Devices {
-			if d.MIG == nil {
-				continue
-			}
-			if m, ok := now.MIGByName(d.Device); !ok || m.UUID != d.GPU.UUID {
+			if d.MIG != nil {
+				if m, ok := inv.MIGByName(d.Device); !ok || m.UUID != d.GPU.UUID {
+					lost.Devices = append(lost.Devices, d)
+				}
+			} else if _, ok := inv.GPUByUUID(d.GPU.UUID); !ok {
 				lost.Devices = append(lost.Devices, d)
 			}
 		}

@@ -73,40 +73,65 @@ type ClaimSpecs interface {
 // pods, over the labels gpufrac-controller keeps:
 //
 //   - nodelabel.LabelGPUsInUse (GPUs in use on the node, "0" on the
-//     empty nodes designated next): the label exists, is greater than 0,
-//     than 1, ..., so a node matches one term more per GPU in use, up to
-//     Levels terms;
+//     empty nodes designated next): a node scores Weight/Levels for the
+//     label's presence and as much again per GPU in use, up to Levels-1;
 //   - nodelabel.LabelFillOrder (the designated nodes' rank, "1" first):
-//     less than 2, 3, ..., so the first designated node matches one term
-//     more than the second, and so on.
+//     RankWeight per rank ahead of the last, so the first designated node
+//     scores more than the second, and so on.
 //
 // The NodeAffinity score thus grows with the GPUs a node already shares
 // and the scheduler fills the nodes that hold fractions first, fullest
 // first, then the designated ones in rank order. Nodes without the labels
 // (none of their GPUs shared, or the controller down) score 0 and stay
 // feasible.
+//
+// The scores are written in binary: one term per bit of the count (In the
+// values with that bit set, weighted by the bit), one Gt term for the top
+// level, and the label's presence; the same for the rank. A ladder of one
+// term per level (Exists, Gt 0, ..., Gt 6, then Lt 2, 3, 4) scores every
+// node the same with eleven terms where these are seven, and every term
+// lengthens every fraction pod the API server stores, serves and updates
+// (docs/packing.md measured the cost).
 func Terms() []corev1.PreferredSchedulingTerm {
-	terms := make([]corev1.PreferredSchedulingTerm, Levels, Levels+nodelabel.DesignatedPerPool-1)
-	for i := range terms {
-		terms[i] = corev1.PreferredSchedulingTerm{
-			Weight: Weight / Levels,
-			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
-				Key: nodelabel.LabelGPUsInUse, Operator: corev1.NodeSelectorOpGt, Values: []string{strconv.Itoa(i - 1)},
-			}}},
+	step := int32(Weight / Levels)
+	terms := []corev1.PreferredSchedulingTerm{term(step, nodelabel.LabelGPUsInUse, corev1.NodeSelectorOpExists)}
+	// Counts 1 to Levels-2 in binary; Levels-1 and above as one term.
+	top := Levels - 2
+	terms = append(terms, binaryTerms(step, nodelabel.LabelGPUsInUse, top, func(n int) int { return n })...)
+	terms = append(terms, term(step*int32(Levels-1), nodelabel.LabelGPUsInUse, corev1.NodeSelectorOpGt, strconv.Itoa(top)))
+	// Ranks 1 to DesignatedPerPool score DesignatedPerPool-rank steps.
+	return append(terms, binaryTerms(RankWeight, nodelabel.LabelFillOrder, nodelabel.DesignatedPerPool-1,
+		func(rank int) int { return nodelabel.DesignatedPerPool - rank })...)
+}
+
+// binaryTerms are the terms that add step*steps(v) to a node whose label
+// key has the value v, for v from 1 to last (steps(v) >= 0): one term per
+// bit of steps(v), In the values with that bit set, weighted step times
+// the bit.
+func binaryTerms(step int32, key string, last int, steps func(int) int) []corev1.PreferredSchedulingTerm {
+	var out []corev1.PreferredSchedulingTerm
+	for bit := 1; ; bit <<= 1 {
+		var values []string
+		more := false
+		for v := 1; v <= last; v++ {
+			s := steps(v)
+			if s&bit != 0 {
+				values = append(values, strconv.Itoa(v))
+			}
+			more = more || s >= bit<<1
+		}
+		if len(values) > 0 {
+			out = append(out, term(step*int32(bit), key, corev1.NodeSelectorOpIn, values...))
+		}
+		if !more {
+			return out
 		}
 	}
-	// "-1" is not a valid label value (the API server warns): the label's
-	// presence is the first level.
-	terms[0].Preference.MatchExpressions[0] = corev1.NodeSelectorRequirement{Key: nodelabel.LabelGPUsInUse, Operator: corev1.NodeSelectorOpExists}
-	for rank := 2; rank <= nodelabel.DesignatedPerPool; rank++ {
-		terms = append(terms, corev1.PreferredSchedulingTerm{
-			Weight: RankWeight,
-			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{
-				Key: nodelabel.LabelFillOrder, Operator: corev1.NodeSelectorOpLt, Values: []string{strconv.Itoa(rank)},
-			}}},
-		})
-	}
-	return terms
+}
+
+func term(weight int32, key string, op corev1.NodeSelectorOperator, values ...string) corev1.PreferredSchedulingTerm {
+	return corev1.PreferredSchedulingTerm{Weight: weight, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: key, Operator: op, Values: values}}}}
 }
 
 // PatchOp is one JSON patch (RFC 6902) operation.

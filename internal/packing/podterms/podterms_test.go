@@ -4,6 +4,7 @@
 package podterms_test
 
 import (
+	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -60,4 +61,47 @@ func TestPackingTermsRankNodes(t *testing.T) {
 		total += term.Weight
 	}
 	t.Logf("score range 0-%d over %d terms", total, len(podterms.Terms()))
+}
+
+// TestPackingTermsScoreAsTheLadder: the binary terms score every label
+// value as the ladder of one term per level they replaced (the label's
+// presence, then Gt 0 to Gt Levels-2; Lt 2 to Lt DesignatedPerPool on the
+// rank): GPUs in use from 0 to well past Levels, designated ranks past
+// DesignatedPerPool, and a value that is no number.
+func TestPackingTermsScoreAsTheLadder(t *testing.T) {
+	terms, err := nodeaffinity.NewPreferredSchedulingTerms(podterms.Terms())
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := int64(podterms.Weight / podterms.Levels)
+	ladder := func(inUse, rank string) int64 {
+		var s int64
+		if inUse != "" {
+			s += step
+			if n, err := strconv.Atoi(inUse); err == nil {
+				s += step * int64(min(max(n, 0), podterms.Levels-1))
+			}
+		}
+		if r, err := strconv.Atoi(rank); err == nil {
+			s += podterms.RankWeight * int64(max(nodelabel.DesignatedPerPool-r, 0))
+		}
+		return s
+	}
+	check := func(l nodelabel.Labels) {
+		got := terms.Score(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Labels: l.Set()}})
+		if want := ladder(l.GPUsInUse, l.FillOrder); got != want {
+			t.Errorf("labels %+v score %d, the ladder %d", l, got, want)
+		}
+	}
+	for n := 0; n <= 3*podterms.Levels; n++ {
+		check(nodelabel.Labels{GPUsInUse: strconv.Itoa(n)})
+	}
+	for rank := 1; rank <= 3*nodelabel.DesignatedPerPool; rank++ {
+		check(nodelabel.LabelsDesignated(rank))
+	}
+	check(nodelabel.Labels{})
+	check(nodelabel.Labels{GPUsInUse: "many"})
+	if got, most := len(podterms.Terms()), podterms.Levels+nodelabel.DesignatedPerPool-1; got >= most {
+		t.Errorf("%d terms, no fewer than the ladder's %d", got, most)
+	}
 }

@@ -147,17 +147,6 @@ func New(spec, nodeName string) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building simulated NVML server: %w", err)
 	}
-	index := 0
-	for _, g := range groups {
-		for range g.Count {
-			if len(g.MIG) > 0 {
-				if err := enableMIG(srv, srv.Devices[index].(*server.Device), nodeName, g.MIG); err != nil {
-					return nil, err
-				}
-			}
-			index++
-		}
-	}
 	for _, d := range srv.Devices {
 		dev := d.(*server.Device)
 		dev.UUID = catalog.GPUUUID(nodeName, dev.Index)
@@ -182,6 +171,19 @@ func New(spec, nodeName string) (*server.Server, error) {
 		}
 		dev.GetMemoryLimits_v1Func = func(string) (nvml.MemoryLimits_v1, nvml.Return) {
 			return nvml.MemoryLimits_v1{}, nvml.ERROR_NOT_SUPPORTED
+		}
+	}
+	// After the answers above: turning MIG on asks the GPU for its
+	// processes, as NVML's mode change does.
+	index := 0
+	for _, g := range groups {
+		for range g.Count {
+			if len(g.MIG) > 0 {
+				if err := enableMIG(srv, srv.Devices[index].(*server.Device), nodeName, g.MIG); err != nil {
+					return nil, err
+				}
+			}
+			index++
 		}
 	}
 	return srv, nil

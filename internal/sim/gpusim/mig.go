@@ -38,14 +38,44 @@ var ciProfileForSlices = map[uint32]int{
 // profile, in order, as an operator's MIG manager would before the plugin
 // starts.
 func enableMIG(lib nvml.Interface, dev *server.Device, nodeName string, profiles []string) error {
-	if ret, _ := dev.SetMigMode(nvml.DEVICE_MIG_ENABLE); ret != nvml.SUCCESS {
-		return fmt.Errorf("simulated GPU %d: enabling MIG: %w", dev.Index, ret)
+	if err := SetMIGMode(dev, nodeName, true); err != nil {
+		return err
 	}
-	installMIGFuncs(dev, nodeName)
 	for _, p := range profiles {
 		if _, err := AddMIGInstance(lib, dev, p); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// SetMIGMode turns MIG mode on or off for dev, as nvmlDeviceSetMigMode
+// (nvidia-smi -mig 1|0) does on a running node. NVML documents that it may
+// reset the GPU to change the mode and answers NVML_ERROR_IN_USE when the
+// device is not idle: the simulated GPU refuses while it has compute
+// processes. Turned on, the GPU has no instance until AddMIGInstance
+// creates one. Turning it off while GPU instances exist is refused too,
+// stricter than the driver (whose reset would take them), so a test
+// deletes them first as the GPU Operator's MIG manager does.
+func SetMIGMode(dev *server.Device, nodeName string, on bool) error {
+	procs, ret := dev.GetComputeRunningProcesses()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("simulated GPU %d: reading its processes: %w", dev.Index, ret)
+	}
+	if len(procs) > 0 {
+		return fmt.Errorf("simulated GPU %d: %d compute processes run on it: %w", dev.Index, len(procs), nvml.ERROR_IN_USE)
+	}
+	mode := nvml.DEVICE_MIG_DISABLE
+	if on {
+		mode = nvml.DEVICE_MIG_ENABLE
+	} else if n := len(gpuInstances(dev)); n > 0 {
+		return fmt.Errorf("simulated GPU %d: %d GPU instances exist; delete them before turning MIG mode off: %w", dev.Index, n, nvml.ERROR_IN_USE)
+	}
+	if ret, _ := dev.SetMigMode(mode); ret != nvml.SUCCESS {
+		return fmt.Errorf("simulated GPU %d: setting MIG mode %d: %w", dev.Index, mode, ret)
+	}
+	if on {
+		installMIGFuncs(dev, nodeName)
 	}
 	return nil
 }

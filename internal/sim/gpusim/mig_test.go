@@ -103,3 +103,45 @@ func TestSimulatedMIGLayoutChanges(t *testing.T) {
 		t.Errorf("after the change: %s (new GI %d), want %s (GI 2)", got, gi, want)
 	}
 }
+
+// MIG mode changes as NVML's do, refusals included: not under compute
+// processes (NVML_ERROR_IN_USE), and in the simulation not off while GPU
+// instances exist; turned on, the GPU has no instance until one is made,
+// and discovery reads the GPU as a MIG GPU without instances; turned off,
+// as a fraction GPU again.
+func TestSimulatedMIGModeChanges(t *testing.T) {
+	_, ctx := ktesting.NewTestContext(t)
+	srv, err := gpusim.New("h100x1,h100x1:mig=1g.10gb", "n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, mig := srv.Devices[0].(*server.Device), srv.Devices[1].(*server.Device)
+	if err := gpusim.SetMIGMode(mig, "n", false); !errors.Is(err, nvml.ERROR_IN_USE) {
+		t.Errorf("turning MIG off with an instance: %v, want NVML_ERROR_IN_USE", err)
+	}
+	busy := plain.GetComputeRunningProcessesFunc
+	plain.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+		return []nvml.ProcessInfo{{Pid: 42}}, nvml.SUCCESS
+	}
+	if err := gpusim.SetMIGMode(plain, "n", true); !errors.Is(err, nvml.ERROR_IN_USE) {
+		t.Errorf("turning MIG on under a process: %v, want NVML_ERROR_IN_USE", err)
+	}
+	plain.GetComputeRunningProcessesFunc = busy
+	if err := gpusim.SetMIGMode(plain, "n", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := gpusim.RemoveMIGInstance(mig, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := gpusim.SetMIGMode(mig, "n", false); err != nil {
+		t.Fatal(err)
+	}
+	layout, err := nvmldiscovery.ReadLayout(ctx, srv, nvmldiscovery.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(layout.GPUs) != 1 || layout.GPUs[0].UUID != mig.UUID || len(layout.MIGDevices) != 0 ||
+		len(layout.Skipped) != 1 || layout.Skipped[0].UUID != plain.UUID {
+		t.Errorf("layout %+v, want GPU 1 serving fractions and GPU 0 in MIG mode without instances", layout)
+	}
+}

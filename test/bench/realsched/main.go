@@ -91,6 +91,8 @@ func main() {
 	optOut := flag.Bool("opt-out", false, "annotate every pod gpufrac.dev/packing: \"false\": with -packing=on, what the controller, its webhook calls and its labels cost the scheduler without packing anything")
 	var schedulerFlags stringList
 	flag.Var(&schedulerFlags, "scheduler-flag", "extra kube-scheduler flag, repeatable (e.g. --authorization-always-allow-paths=/healthz,/debug/pprof/profile to profile it)")
+	var apiserverFlags stringList
+	flag.Var(&apiserverFlags, "apiserver-flag", "extra kube-apiserver flag, repeatable (e.g. --profiling=true to read its /debug/pprof/profile with the harness's admin kubeconfig)")
 	schedulerConfig := flag.String("scheduler-config", "", "a KubeSchedulerConfiguration file kube-scheduler runs with (--config); the harness fills in clientConnection.kubeconfig, and qps/burst from -qps unless the file sets them")
 	churn := flag.Int("churn", 0, "after placing the workload, run this many churn events, each deleting a random running pod and creating one drawn from the workload, at -rate a second (a seeded Poisson process), sampling GPUs in use against the live lower bound; with -packing compare, off and on alternate on one cluster")
 	rate := flag.Float64("rate", 10, "with -churn: events a second")
@@ -117,7 +119,7 @@ func main() {
 		}
 	}
 	cfg := config{schedulerConfig: schedConfig, file: *file, trace: *trace, seed: *seed, nodes: *nodes, gpus: *gpus,
-		packing: *packing, rounds: *rounds, against: *against, extenderDown: *extenderDown, optOut: *optOut, qps: *qps, settle: *settle, schedulerFlags: schedulerFlags,
+		packing: *packing, rounds: *rounds, against: *against, extenderDown: *extenderDown, optOut: *optOut, qps: *qps, settle: *settle, schedulerFlags: schedulerFlags, apiserverFlags: apiserverFlags,
 		churn: *churn, rate: *rate, sample: *sample}
 	if *churn > 0 {
 		if err := printChurn(ctx, cfg, *output); err != nil {

@@ -60,6 +60,8 @@ type config struct {
 	settle time.Duration
 	// schedulerFlags are extra kube-scheduler flags.
 	schedulerFlags []string
+	// apiserverFlags are extra kube-apiserver flags (--profiling=true).
+	apiserverFlags []string
 	// schedulerConfig is a KubeSchedulerConfiguration (YAML) or empty for
 	// the scheduler's defaults.
 	schedulerConfig []byte
@@ -144,7 +146,7 @@ func setUp(ctx context.Context, cfg config) (_ *bench, closeBench func(error), f
 		schedArgs = cfg.schedulerFlags
 	}
 	cp, err := harness.Start(ctx, harness.Options{
-		Progress: os.Stderr, SchedulerArgs: schedArgs, SchedulerConfig: schedConfig, ControllerManagerArgs: lift,
+		Progress: os.Stderr, SchedulerArgs: schedArgs, APIServerArgs: cfg.apiserverFlags, SchedulerConfig: schedConfig, ControllerManagerArgs: lift,
 		// The nodes carry slices only; no plugin runs, so none is built.
 		PluginBinary: "/nonexistent/gpufrac-kubelet-plugin",
 	})

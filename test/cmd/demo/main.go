@@ -8,7 +8,7 @@
 // writable cgroups: test/harness's real node) or a kubelet stand-in
 // (elsewhere; it says which and why), applies the manifests in demo/ with
 // kubectl, waits until the pods are Running, shows what each GPU holds
-// (`kubectl gpufrac status`), the plugin's metrics for one pod and what its
+// (`kubectl gpufrac status`, and its memory map), the plugin's metrics for one pod and what its
 // claim says about itself, and stops everything it started. State (logs, CDI specs, the
 // stand-ins' records, the objects as YAML) stays under the printed folder.
 //
@@ -204,6 +204,8 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		}
 		nodes = append(nodes, n)
 	}
+	watch := startDashboardWatch(ctx, cluster, metricsAddr)
+	defer watch.stop()
 	kubectl := func(args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig=" + cp.Kubeconfig}, args...)...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
@@ -267,6 +269,12 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 	if err := status.Run(); err != nil {
 		return fail(fmt.Errorf("kubectl gpufrac status (bin/ comes from make build): %w", err))
 	}
+	step("kubectl gpufrac status -o map: each GPU's memory as one line")
+	memMap := exec.CommandContext(ctx, filepath.Join(root, "bin", "kubectl-gpufrac"), "status", "-o", "map", "--kubeconfig="+cp.Kubeconfig)
+	memMap.Stdout, memMap.Stderr = os.Stdout, os.Stderr
+	if err := memMap.Run(); err != nil {
+		return fail(fmt.Errorf("kubectl gpufrac status -o map: %w", err))
+	}
 	if o.real {
 		step("What each container saw inside (containerd applied the CDI specs; gpufrac-cdi-hook set the limits on its cgroup)")
 		r.realContainers(os.Stdout)
@@ -306,6 +314,9 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		if err := nodeKinds(ctx, o, cp, cluster, os.Stdout); err != nil {
 			return fail(err)
 		}
+	}
+	if err := watch.writeTable(ctx, root, filepath.Dir(cluster)); err != nil {
+		return fail(fmt.Errorf("the dashboard's panel table: %w", err))
 	}
 	if waitErr != nil {
 		step("Not every pod reached Running")

@@ -1,0 +1,139 @@
+// Copyright The gpufrac Authors.
+// SPDX-License-Identifier: Apache-2.0
+
+package status
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gpufrac/gpufrac/internal/safetext"
+)
+
+// legend gives each claim of a node one glyph (the same on every GPU the
+// claim holds a share of) and says, per glyph, the claim and its sizes.
+type legend struct {
+	index    map[string]int
+	entries  []legendEntry
+	monitors []string
+}
+
+type legendEntry struct {
+	claim             string
+	request, limit    int64
+	devices, problems []string
+}
+
+func claimKey(namespace, name string) string { return namespace + "/" + name }
+
+// newLegend lists a node's claims in the order the map draws them.
+func newLegend(node []GPU) *legend {
+	l := &legend{index: map[string]int{}}
+	for _, g := range node {
+		for _, c := range g.Claims {
+			key := claimKey(c.Namespace, c.Name)
+			i, ok := l.index[key]
+			if !ok {
+				i = len(l.entries)
+				l.index[key] = i
+				l.entries = append(l.entries, legendEntry{claim: key})
+			}
+			e := &l.entries[i]
+			e.devices = append(e.devices, g.Device)
+			switch {
+			case c.Invalid != "":
+				e.problems = append(e.problems, g.Device+": INVALID "+c.Invalid)
+			case !c.Prepared:
+				e.request, e.limit = e.request+c.Request, e.limit+c.Limit
+				e.problems = append(e.problems, g.Device+": not prepared yet, limit unknown")
+			default:
+				e.request, e.limit = e.request+c.Request, e.limit+c.Limit
+			}
+		}
+		for _, m := range g.Monitors {
+			l.monitors = append(l.monitors, claimKey(m.Namespace, m.Name)+" on "+g.Device)
+		}
+	}
+	return l
+}
+
+// glyph is the claim's glyph; claims past the glyphs share '*'.
+func (l *legend) glyph(c Claim) rune {
+	return glyphOf(l.index[claimKey(c.Namespace, c.Name)])
+}
+
+func glyphOf(i int) rune {
+	if i < len(glyphs) {
+		return rune(glyphs[i])
+	}
+	return otherGlyph
+}
+
+// legendFixed is the columns before a legend line's claim name.
+const legendFixed = 2 + 1 + 1 + 7 + 1 + 7 + 2
+
+// lines are the legend: a heading, one line per claim (guaranteed and
+// limit summed over the node's GPUs it holds), and the monitors.
+func (l *legend) lines(p painter, width int) []string {
+	if len(l.entries) == 0 && len(l.monitors) == 0 {
+		return nil
+	}
+	out := []string{fmt.Sprintf("  %s %7s %7s  %s", " ", "request", "limit", fit("claim (GPUs)", width-legendFixed))}
+	for i, e := range l.entries {
+		what := safetext.Escape(e.claim) + " (" + safetext.Escape(strings.Join(e.devices, ",")) + ")"
+		if len(e.problems) > 0 {
+			what += " " + safetext.Escape(strings.Join(e.problems, "; "))
+		}
+		req, lim := short(e.request), short(e.limit)
+		if e.request == 0 {
+			req, lim = "-", "-"
+		}
+		out = append(out, fmt.Sprintf("  %s %7s %7s  %s", p.paint(claimColour(i), string(glyphOf(i))), req, lim,
+			fit(what, width-legendFixed)))
+	}
+	for _, m := range l.monitors {
+		out = append(out, fit("  monitor "+safetext.Escape(m)+" (adminAccess: sees the GPU, holds no share)", width))
+	}
+	return out
+}
+
+func claimColour(i int) string { return claimColours[i%len(claimColours)] }
+
+// painter colours text when the map is coloured, and not otherwise.
+type painter struct{ colour bool }
+
+func (p painter) paint(style, s string) string {
+	if !p.colour || style == "" || s == "" {
+		return s
+	}
+	return style + s + sgrReset
+}
+
+// cells paints a bar: a run of one glyph is one coloured span.
+func (p painter) cells(cells []rune, l *legend) string {
+	var b strings.Builder
+	for i := 0; i < len(cells); {
+		j := i
+		for j < len(cells) && cells[j] == cells[i] {
+			j++
+		}
+		b.WriteString(p.paint(cellStyle(cells[i], l), string(cells[i:j])))
+		i = j
+	}
+	return b.String()
+}
+
+func cellStyle(r rune, l *legend) string {
+	switch r {
+	case burstGlyph:
+		return sgrBurst
+	case freeGlyph:
+		return sgrDim
+	case otherGlyph:
+		return sgrBold
+	}
+	if i := strings.IndexRune(glyphs, r); i >= 0 && i < len(l.entries) {
+		return claimColour(i)
+	}
+	return ""
+}
