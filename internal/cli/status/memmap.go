@@ -199,7 +199,7 @@ func barCells(g GPU, l *legend, bar int) ([]rune, bool) {
 		used, _ := l.usage.of(g, c)
 		in := min(used, c.Request)
 		sizes, glyph = append(sizes, in, c.Request-in), append(glyph, r, unusedGlyph(r))
-		borrows, borrowGlyphs = append(borrows, max(0, used-c.Request)), append(borrowGlyphs, r)
+		borrows, borrowGlyphs = append(borrows, max(0, used-c.Request)), append(borrowGlyphs, r|borrowedCell)
 		borrowed += max(0, used-c.Request)
 	}
 	total := max(g.Memory, guaranteed+borrowed)

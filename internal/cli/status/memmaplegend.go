@@ -148,13 +148,23 @@ func (p painter) cells(cells []rune, l *legend) string {
 		for j < len(cells) && cells[j] == cells[i] {
 			j++
 		}
-		b.WriteString(p.paint(cellStyle(cells[i], l), string(cells[i:j])))
+		glyph := strings.Repeat(string(cells[i]&^borrowedCell), j-i)
+		b.WriteString(p.paint(cellStyle(cells[i], l), glyph))
 		i = j
 	}
 	return b.String()
 }
 
 func cellStyle(r rune, l *legend) string {
+	if r&borrowedCell != 0 {
+		style := cellStyle(r&^borrowedCell, l)
+		if style == "" || style == sgrBold {
+			return sgrBold
+		}
+		// "\x1b[30;42m" becomes "\x1b[30;42;1;4m": the claim's colour, bold
+		// and underlined.
+		return strings.TrimSuffix(style, "m") + sgrBorrowed + "m"
+	}
 	switch r {
 	case burstGlyph:
 		return sgrBurst

@@ -51,6 +51,15 @@ func usageNote(o MapOptions) string {
 // the unused guarantee; the claims past them share '*'.
 const usedGlyphs = 26
 
+// borrowedCell marks, in a bar's cells, a borrower's glyph drawn over the
+// burst room: printed as the glyph, coloured apart (sgrBorrowed), so that
+// on a terminal a borrower's use reads apart from its own block even where
+// the two touch. Glyphs are ASCII, so the bit is never a glyph's own.
+const borrowedCell rune = 1 << 20
+
+// sgrBorrowed is added to a borrower's colour over the burst room.
+const sgrBorrowed = ";1;4"
+
 // unusedGlyph is the glyph of a claim's unused guarantee.
 func unusedGlyph(r rune) rune {
 	if r == otherGlyph {

@@ -119,6 +119,12 @@ func TestMapUsageOverAndMany(t *testing.T) {
 	if !strings.Contains(out, "|"+strings.Repeat("A", 46)+"> 20Gi free") {
 		t.Errorf("use past the GPU is not drawn over the bar's end:\n%s", out)
 	}
+	// Coloured, the 60Gi block (28 of the 46 cells) and the 40Gi borrowed
+	// (18) touch, and read apart.
+	coloured := Map([]GPU{g}, nil, MapOptions{Width: 80, Colour: true, Usage: Usage{{"n", "U", "b"}: 100 * gi}, UsageFrom: "p"})
+	if want := "\x1b[30;42m" + strings.Repeat("A", 28) + "\x1b[0m\x1b[30;42;1;4m" + strings.Repeat("A", 18) + "\x1b[0m>"; !strings.Contains(coloured, want) {
+		t.Errorf("coloured, the borrowed cells are not apart from the block: want %q in\n%q", want, coloured)
+	}
 	many := GPU{Node: "n", Device: "gpu-0", UUID: "U", Type: "gpu", Memory: 141 * gi}
 	u := Usage{}
 	for i := range 27 {
@@ -134,8 +140,9 @@ func TestMapUsageOverAndMany(t *testing.T) {
 }
 
 // Coloured, the used part is the claim's filled colour, the unused
-// guarantee its colour on no background, the borrowed part filled again;
-// without the SGR the map is the plain one.
+// guarantee its colour on no background, the borrowed part filled, bold
+// and underlined (apart from the block it may touch); without the SGR the
+// map is the plain one.
 func TestMapUsageColour(t *testing.T) {
 	o := MapOptions{Width: 80, Usage: sampleUsage(), UsageFrom: "http://prom:9090"}
 	plain := Map(sampleGPUs(), nil, o)
@@ -144,7 +151,7 @@ func TestMapUsageColour(t *testing.T) {
 	if sgr.ReplaceAllString(coloured, "") != plain {
 		t.Errorf("coloured map is not the plain one plus SGR:\n%q\nplain:\n%q", coloured, plain)
 	}
-	for _, want := range []string{"\x1b[30;42mAAAAAAAAAAA\x1b[0m\x1b[30;44mB\x1b[0m\x1b[34mbbbb\x1b[0m\x1b[30;42mAAA\x1b[0m\x1b[33m~~~\x1b[0m",
+	for _, want := range []string{"\x1b[30;42mAAAAAAAAAAA\x1b[0m\x1b[30;44mB\x1b[0m\x1b[34mbbbb\x1b[0m\x1b[30;42;1;4mAAA\x1b[0m\x1b[33m~~~\x1b[0m",
 		"\x1b[35mccc\x1b[0m", "\x1b[30;42mAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\x1b[0m\x1b[32maaaaaaaaa\x1b[0m"} {
 		if !strings.Contains(coloured, want) {
 			t.Errorf("coloured map lacks %q:\n%q", want, coloured)
