@@ -20,14 +20,17 @@ import (
 
 // newStatusCommand shows gpufrac's GPUs and their claims in a cluster.
 func newStatusCommand(streams IOStreams, access *genericclioptions.ConfigFlags, clientFor clientFunc) *cobra.Command {
-	var node, output string
+	var node, output, promURL string
 	cmd := &cobra.Command{
-		Use:   "status [--node NODE] [-o json|map]",
+		Use:   "status [--node NODE] [-o json|map [--prometheus-url URL]]",
 		Short: "Show each gpufrac GPU: memory, guaranteed, limits, over-commit, claims, taints; and per GPU pool how fragmented the shares are",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if output != "map" {
 				if err := checkOutput(output); err != nil {
 					return fmt.Errorf("%w; or map for a memory map", err)
+				}
+				if promURL != "" {
+					return fmt.Errorf("--prometheus-url %q: used memory is drawn only in the map; add -o map", promURL)
 				}
 			}
 			client, err := clientFor(access)
@@ -45,7 +48,7 @@ func newStatusCommand(streams IOStreams, access *genericclioptions.ConfigFlags, 
 			}
 			gpus := status.Build(slices.Items, claims.Items, node)
 			if output == "map" {
-				return printMap(streams, gpus, status.Fragmentation(slices.Items, claims.Items))
+				return printMap(ctx, streams, gpus, status.Fragmentation(slices.Items, claims.Items), promURL)
 			}
 			if output == "json" {
 				enc := json.NewEncoder(streams.Out)
@@ -61,6 +64,9 @@ func newStatusCommand(streams IOStreams, access *genericclioptions.ConfigFlags, 
 	cmd.Flags().StringVar(&node, "node", "", "only this node")
 	cmd.Flags().StringVarP(&output, "output", "o", "",
 		"json for a machine-readable result; map for a memory map, one line per GPU (coloured on a terminal unless NO_COLOR is set)")
+	cmd.Flags().StringVar(&promURL, "prometheus-url", "",
+		"with -o map: the base URL of a Prometheus that scrapes gpufrac's kubelet plugins (e.g. http://prometheus:9090); "+
+			"status queries its /api/v1/query once for "+usageQuery+" and draws each claim's used memory in the map")
 	return cmd
 }
 

@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"context"
 	"io"
 	"os"
 
@@ -22,9 +23,19 @@ const (
 
 // printMap writes `status -o map`: coloured straight to the terminal (the
 // map escapes every name itself and prints no escape but its colours),
-// plain through the safetext writer otherwise.
-func printMap(streams IOStreams, gpus []status.GPU, pools []fragmentation.Pool) error {
+// plain through the safetext writer otherwise. With promURL it draws the
+// used memory that Prometheus reports; when the query fails the map is
+// drawn without, and says why.
+func printMap(ctx context.Context, streams IOStreams, gpus []status.GPU, pools []fragmentation.Pool, promURL string) error {
 	o := mapOptions(streams.rawOut, os.Getenv("NO_COLOR"))
+	if promURL != "" {
+		o.UsageFrom = promURL
+		usage, err := queryUsage(ctx, promURL)
+		if err != nil {
+			o.UsageErr = err.Error()
+		}
+		o.Usage = usage
+	}
 	out := streams.Out
 	if o.Colour {
 		out = streams.rawOut

@@ -20,16 +20,17 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// `status -o map` reads the cluster as the table does and, piped (here a
-// buffer), prints the plain map: no escape, 80 columns.
-func TestStatusMapCommand(t *testing.T) {
+// mapCluster is node-a with two 80Gi GPUs, gpu-0 (UUID GPU-0c) holding
+// team/llm's 40Gi share (limit 60Gi), gpu-1 tainted.
+func mapCluster() clientFunc {
 	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("80Gi")}}
 	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: resourceapi.ResourceSliceSpec{
 		Driver: "gpufrac.dev", NodeName: ptr.To("node-a"), Pool: resourceapi.ResourcePool{Name: "node-a", ResourceSliceCount: 1},
-		Devices: []resourceapi.Device{{Name: "gpu-0", Capacity: capacity}, {Name: "gpu-1", Capacity: capacity,
+		Devices: []resourceapi.Device{{Name: "gpu-0", Capacity: capacity,
+			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"uuid": {StringValue: ptr.To("GPU-0c")}}}, {Name: "gpu-1", Capacity: capacity,
 			Taints: []resourceapi.DeviceTaint{{Key: "gpufrac.dev/unhealthy", Value: "XID-79", Effect: "NoSchedule"}}}}}}
 	data, _ := json.Marshal(map[string]string{"memoryLimit": "60Gi", "computeMode": "TimeSlicing"})
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "team"}, Status: resourceapi.ResourceClaimStatus{
+	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "team", UID: "uid-llm"}, Status: resourceapi.ResourceClaimStatus{
 		Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
 			Request: "gpu", Driver: "gpufrac.dev", Pool: "node-a", Device: "gpu-0", ShareID: ptr.To(types.UID("s1")),
 			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("40Gi")}}}}},
@@ -37,7 +38,13 @@ func TestStatusMapCommand(t *testing.T) {
 			Data: &runtime.RawExtension{Raw: data}}},
 	}}
 	client := fake.NewClientset(slice, claim)
-	clientFor := func(genericclioptions.RESTClientGetter) (kubernetes.Interface, error) { return client, nil }
+	return func(genericclioptions.RESTClientGetter) (kubernetes.Interface, error) { return client, nil }
+}
+
+// `status -o map` reads the cluster as the table does and, piped (here a
+// buffer), prints the plain map: no escape, 80 columns.
+func TestStatusMapCommand(t *testing.T) {
+	clientFor := mapCluster()
 	var out bytes.Buffer
 	cmd := newRootCommand(IOStreams{Out: &out, ErrOut: &out}, clientFor)
 	cmd.SetArgs([]string{"status", "-o", "map"})

@@ -24,10 +24,12 @@ import (
 
 // Claim is one claim's share of a GPU.
 type Claim struct {
-	Namespace string   `json:"namespace"`
-	Name      string   `json:"name"`
-	Pods      []string `json:"pods"`
-	Request   int64    `json:"requestBytes"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// UID is the claim's UID: the plugin's metrics name a claim by it.
+	UID     string   `json:"uid,omitempty"`
+	Pods    []string `json:"pods"`
+	Request int64    `json:"requestBytes"`
 	// Limit and Mode come from the plugin's status.devices once prepared.
 	Limit       int64  `json:"limitBytes,omitempty"`
 	Mode        string `json:"computeMode,omitempty"`
@@ -112,7 +114,7 @@ func Build(slices []resourceapi.ResourceSlice, claims []resourceapi.ResourceClai
 				// A MIG instance is held whole: no consumed capacity.
 				mem = *resource.NewQuantity(g.Memory, resource.BinarySI)
 			}
-			cl := Claim{Namespace: c.Namespace, Name: c.Name, Pods: pods}
+			cl := Claim{Namespace: c.Namespace, Name: c.Name, UID: string(c.UID), Pods: pods}
 			if cl.Invalid = outside("consumed memory", mem, g.Memory); cl.Invalid == "" {
 				cl.Request, cl.Limit = mem.Value(), mem.Value()
 			}

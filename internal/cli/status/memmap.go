@@ -24,6 +24,13 @@ type MapOptions struct {
 	// Colour adds ANSI colours (SGR sequences only). The caller decides: a
 	// terminal, and NO_COLOR unset.
 	Colour bool
+	// Usage is the memory each claim uses on each GPU (the plugin's
+	// gpufrac_container_gpu_memory_used_bytes, read from a Prometheus);
+	// nil: used memory is not drawn, and the map says why.
+	Usage Usage
+	// UsageFrom names where Usage was read (or was to be read); UsageErr
+	// says why reading it failed. Both are printed under the map.
+	UsageFrom, UsageErr string
 }
 
 // glyphs name the claims of a node; claims past them share '*'.
@@ -49,6 +56,11 @@ const (
 
 var claimColours = []string{"\x1b[30;42m", "\x1b[30;44m", "\x1b[30;45m", "\x1b[30;46m", "\x1b[30;43m", "\x1b[30;41m",
 	"\x1b[30;102m", "\x1b[30;104m", "\x1b[30;105m", "\x1b[30;106m", "\x1b[30;103m", "\x1b[30;101m"}
+
+// claimUnusedColours draw a claim's unused guarantee: its colour as the
+// letters', on no background.
+var claimUnusedColours = []string{"\x1b[32m", "\x1b[34m", "\x1b[35m", "\x1b[36m", "\x1b[33m", "\x1b[31m",
+	"\x1b[92m", "\x1b[94m", "\x1b[95m", "\x1b[96m", "\x1b[93m", "\x1b[91m"}
 
 // Fixed columns of a GPU line: indent, the mark between device and size,
 // the size, the bar's two ends and the spaces around them.
@@ -97,7 +109,11 @@ func Map(gpus []GPU, pools []fragmentation.Pool, o MapOptions) string {
 	p := painter{colour: o.Colour}
 	var b strings.Builder
 	line := func(s string) { b.WriteString(s); b.WriteByte('\n') }
-	for _, l := range wrap(mapKey, width) {
+	key := mapKey
+	if o.Usage != nil {
+		key = mapKeyUsed
+	}
+	for _, l := range wrap(key, width) {
 		line(l)
 	}
 	cols := layoutFor(gpus, width)
@@ -108,7 +124,7 @@ func Map(gpus []GPU, pools []fragmentation.Pool, o MapOptions) string {
 		}
 		node := gpus[start:end]
 		line(p.paint(sgrBold, fit(safetext.Escape(node[0].Node), width)))
-		legend := newLegend(node)
+		legend := newLegend(node, o.Usage)
 		for _, g := range node {
 			line(gpuLine(p, g, legend, cols))
 		}
@@ -120,7 +136,7 @@ func Map(gpus []GPU, pools []fragmentation.Pool, o MapOptions) string {
 	for _, l := range poolLines(pools, width) {
 		line(l)
 	}
-	for _, l := range wrap([]string{usedNote}, width) {
+	for _, l := range wrap([]string{usageNote(o)}, width) {
 		line(l)
 	}
 	return b.String()
@@ -129,11 +145,6 @@ func Map(gpus []GPU, pools []fragmentation.Pool, o MapOptions) string {
 // mapKey says what the cells mean; wrap lays it out to the width.
 var mapKey = []string{"A-Z a-z 0-9: a claim's guaranteed memory", "~ free, within a limit (burst room)",
 	". free, beyond every limit", "> limits reach past the GPU", "! tainted GPU", "[ ] MIG instance, held whole", "each bar is its GPU's memory"}
-
-// usedNote says why no cell is "used": status reads the API server, and
-// the API holds no usage; the plugin's metrics do.
-const usedNote = "Used memory is not drawn: status reads ResourceSlices and ResourceClaims, " +
-	"which record no usage; the plugin's gpufrac_container_gpu_memory_used_bytes has it."
 
 // gpuLine is one GPU: device, mark, size, bar, and what is free or wrong.
 func gpuLine(p painter, g GPU, l *legend, cols layout) string {
@@ -164,30 +175,42 @@ func gpuLine(p painter, g GPU, l *legend, cols layout) string {
 	return s + " " + p.paint(suffixStyle, fit(safetext.Escape(suffix), cols.suffix))
 }
 
-// barCells apportions the bar: the claims' guaranteed blocks in order, the
-// burst room, the free rest. over: the limits (or, on a hostile status,
-// the guarantees) reach past the GPU's memory.
+// barCells apportions the bar: the claims' guaranteed blocks in order
+// (with usage known, each block's used part in the claim's glyph and its
+// unused part in the glyph's lower case), the memory claims use above
+// their requests (borrowing, in their glyphs, over the burst room), the
+// burst room left, the free rest. over: the limits, the use or (on a
+// hostile status) the guarantees reach past the GPU's memory.
 func barCells(g GPU, l *legend, bar int) ([]rune, bool) {
-	var sizes []int64
-	var glyph []rune
-	var guaranteed, burst int64
+	var sizes, borrows []int64
+	var glyph, borrowGlyphs []rune
+	var guaranteed, burst, borrowed int64
 	for _, c := range g.Claims {
 		if c.Invalid != "" {
 			continue
 		}
-		sizes, glyph = append(sizes, c.Request), append(glyph, l.glyph(c))
+		r := l.glyph(c)
 		guaranteed += c.Request
 		burst += max(0, c.Limit-c.Request)
+		if l.usage == nil {
+			sizes, glyph = append(sizes, c.Request), append(glyph, r)
+			continue
+		}
+		used, _ := l.usage.of(g, c)
+		in := min(used, c.Request)
+		sizes, glyph = append(sizes, in, c.Request-in), append(glyph, r, unusedGlyph(r))
+		borrows, borrowGlyphs = append(borrows, max(0, used-c.Request)), append(borrowGlyphs, r|borrowedCell)
+		borrowed += max(0, used-c.Request)
 	}
-	total := max(g.Memory, guaranteed)
-	room := min(burst, total-guaranteed)
-	sizes = append(sizes, room, total-guaranteed-room)
-	glyph = append(glyph, burstGlyph, freeGlyph)
+	total := max(g.Memory, guaranteed+borrowed)
+	room := max(borrowed, min(burst, total-guaranteed))
+	sizes = append(append(sizes, borrows...), room-borrowed, total-guaranteed-room)
+	glyph = append(append(glyph, borrowGlyphs...), burstGlyph, freeGlyph)
 	var cells []rune
 	for i, n := range apportion(sizes, bar) {
 		cells = append(cells, []rune(strings.Repeat(string(glyph[i]), n))...)
 	}
-	return cells, guaranteed+burst > g.Memory
+	return cells, guaranteed+max(burst, borrowed) > g.Memory
 }
 
 // apportion splits width cells among sizes in proportion, every non-zero

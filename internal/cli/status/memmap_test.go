@@ -20,14 +20,14 @@ const gi = int64(1) << 30
 // whole beside a free one.
 func sampleGPUs() []GPU {
 	return []GPU{
-		{Node: "node-a", Device: "gpu-0", Type: "gpu", Memory: 141 * gi, Guaranteed: 60 * gi, LimitSum: 80 * gi, Claims: []Claim{
-			{Namespace: "team", Name: "llm", Request: 40 * gi, Limit: 60 * gi, Prepared: true},
-			{Namespace: "team", Name: "small", Request: 20 * gi, Limit: 20 * gi, Prepared: true}}},
-		{Node: "node-a", Device: "gpu-1", Type: "gpu", Memory: 141 * gi, Guaranteed: 10 * gi, LimitSum: 10 * gi,
+		{Node: "node-a", Device: "gpu-0", UUID: "GPU-a0", Type: "gpu", Memory: 141 * gi, Guaranteed: 60 * gi, LimitSum: 80 * gi, Claims: []Claim{
+			{Namespace: "team", Name: "llm", UID: "uid-llm", Request: 40 * gi, Limit: 60 * gi, Prepared: true},
+			{Namespace: "team", Name: "small", UID: "uid-small", Request: 20 * gi, Limit: 20 * gi, Prepared: true}}},
+		{Node: "node-a", Device: "gpu-1", UUID: "GPU-a1", Type: "gpu", Memory: 141 * gi, Guaranteed: 10 * gi, LimitSum: 10 * gi,
 			Taints: []string{"gpufrac.dev/unhealthy=XID-79:NoSchedule"}, Claims: []Claim{
-				{Namespace: "ml", Name: "stuck", Request: 10 * gi, Limit: 10 * gi, Prepared: true}}},
-		{Node: "node-b", Device: "gpu-0-mig-0-0", Type: "mig", Profile: "3g.40gb", Memory: 40 * gi, Guaranteed: 40 * gi, LimitSum: 40 * gi,
-			Claims: []Claim{{Namespace: "ml", Name: "trainer", Request: 40 * gi, Limit: 40 * gi, Prepared: true}}},
+				{Namespace: "ml", Name: "stuck", UID: "uid-stuck", Request: 10 * gi, Limit: 10 * gi, Prepared: true}}},
+		{Node: "node-b", Device: "gpu-0-mig-0-0", UUID: "MIG-b0", Type: "mig", Profile: "3g.40gb", Memory: 40 * gi, Guaranteed: 40 * gi, LimitSum: 40 * gi,
+			Claims: []Claim{{Namespace: "ml", Name: "trainer", UID: "uid-trainer", Request: 40 * gi, Limit: 40 * gi, Prepared: true}}},
 		{Node: "node-b", Device: "gpu-0-mig-1-0", Type: "mig", Profile: "1g.10gb", Memory: 10 * gi},
 	}
 }
@@ -50,7 +50,8 @@ const key80 = `A-Z a-z 0-9: a claim's guaranteed memory  ~ free, within a limit 
 `
 
 const used80 = `Used memory is not drawn: status reads ResourceSlices and ResourceClaims, which
-record no usage; the plugin's gpufrac_container_gpu_memory_used_bytes has it.
+record no usage; the plugin's gpufrac_container_gpu_memory_used_bytes has it
+(--prometheus-url reads it from a Prometheus that scrapes the plugins).
 `
 
 func TestMapGolden(t *testing.T) {
@@ -106,7 +107,8 @@ Used memory is not drawn: status reads
 ResourceSlices and ResourceClaims, which
 record no usage; the plugin's
 gpufrac_container_gpu_memory_used_bytes
-has it.
+has it (--prometheus-url reads it from a
+Prometheus that scrapes the plugins).
 `,
 	}, {
 		// 36 cells of 80Gi: big 50Gi is 22.5 (22), tiny 0.1 gets one cell,
@@ -127,7 +129,8 @@ n1
   monitor ops/dcgm on gpu-0 (adminAccess: sees the GPU, holds no shar…
 Used memory is not drawn: status reads ResourceSlices and
 ResourceClaims, which record no usage; the plugin's
-gpufrac_container_gpu_memory_used_bytes has it.
+gpufrac_container_gpu_memory_used_bytes has it (--prometheus-url reads
+it from a Prometheus that scrapes the plugins).
 `,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -270,7 +270,13 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		return fail(fmt.Errorf("kubectl gpufrac status (bin/ comes from make build): %w", err))
 	}
 	step("kubectl gpufrac status -o map: each GPU's memory as one line")
-	memMap := exec.CommandContext(ctx, filepath.Join(root, "bin", "kubectl-gpufrac"), "status", "-o", "map", "--kubeconfig="+cp.Kubeconfig)
+	mapArgs := []string{"status", "-o", "map", "--kubeconfig=" + cp.Kubeconfig}
+	if watch.srv != nil {
+		// The demo's own Prometheus scrapes the plugins: the map draws
+		// what each claim uses.
+		mapArgs = append(mapArgs, "--prometheus-url="+watch.srv.URL)
+	}
+	memMap := exec.CommandContext(ctx, filepath.Join(root, "bin", "kubectl-gpufrac"), mapArgs...)
 	memMap.Stdout, memMap.Stderr = os.Stdout, os.Stderr
 	if err := memMap.Run(); err != nil {
 		return fail(fmt.Errorf("kubectl gpufrac status -o map: %w", err))
