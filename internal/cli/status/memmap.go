@@ -272,9 +272,9 @@ func argmax(v []float64) int {
 // taintReason is a status taint's value ("key=value:effect"), or its key
 // when it has none.
 func taintReason(t string) string {
-	key, rest, ok := strings.Cut(t, "=")
+	_, rest, ok := strings.Cut(t, "=")
 	if !ok {
-		key, _, _ = strings.Cut(t, ":")
+		key, _, _ := strings.Cut(t, ":")
 		return key
 	}
 	value, _, _ := strings.Cut(rest, ":")
