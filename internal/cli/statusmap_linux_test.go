@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpufrac/gpufrac/test/mustrun"
 )
 
 // On a terminal (a real pseudo-terminal here) the map takes the
@@ -39,9 +41,7 @@ func TestMapOptionsTerminal(t *testing.T) {
 func openPTY(t *testing.T) *os.File {
 	t.Helper()
 	ptm, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
-	}
+	mustrun.Need(t, err == nil, fmt.Sprintf("a pseudo-terminal for the map's terminal test (/dev/ptmx: %v)", err))
 	t.Cleanup(func() { ptm.Close() })
 	if err := unix.IoctlSetPointerInt(int(ptm.Fd()), unix.TIOCSPTLCK, 0); err != nil {
 		t.Fatal(err)
