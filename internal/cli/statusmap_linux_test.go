@@ -42,7 +42,7 @@ func openPTY(t *testing.T) *os.File {
 	t.Helper()
 	ptm, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
 	mustrun.Need(t, err == nil, fmt.Sprintf("a pseudo-terminal for the map's terminal test (/dev/ptmx: %v)", err))
-	t.Cleanup(func() { ptm.Close() })
+	t.Cleanup(func() { _ = ptm.Close() })
 	if err := unix.IoctlSetPointerInt(int(ptm.Fd()), unix.TIOCSPTLCK, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +54,6 @@ func openPTY(t *testing.T) *os.File {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { tty.Close() })
+	t.Cleanup(func() { _ = tty.Close() })
 	return tty
 }

@@ -34,6 +34,7 @@ func Render() ([]byte, error) {
 	// sidecar and Import load v1 JSON in every Grafana version, v2 only in
 	// Grafana 12 with its feature flag on.
 	//lint:ignore SA1019 v1 is the model every Grafana imports (above)
+	//nolint:staticcheck // SA1019: v1 is the model every Grafana imports (above)
 	b := dashboard.NewDashboardBuilder("gpufrac: GPU fractions").
 		Uid(UID).
 		Description("Memory-enforced GPU fractions: what each GPU offers, guarantees and uses, who borrows, incidents, Prepare, MPS daemons, health and fragmentation (docs/dashboards.md).").
