@@ -68,6 +68,11 @@ type Config struct {
 	// daemons no known claim uses: the caller cannot name every claim
 	// (a quarantined checkpoint entry may be using one).
 	KeepUnused func() string
+	// NodeServerGPUs, where the node runs the node server, returns the
+	// GPUs one started now would serve (the node's fraction GPUs as they
+	// are now); a restore compares the running server's with them
+	// (serverset.go). Nil: per-GPU daemons.
+	NodeServerGPUs func() []string
 }
 
 // Events are reported on claims whose daemon had trouble.
@@ -200,10 +205,19 @@ func (m *Manager) Acquire(ctx context.Context, b domain.MPSBinding, c *plan.Clai
 		m.mu.Unlock()
 		return err
 	}
+	_, had := m.users[key][c.UID]
+	m.mu.Unlock()
+	if !had {
+		// A node server started over other GPUs than this binding's is
+		// restarted if nothing holds it, or refuses GPUs it does not serve.
+		if err := m.checkServerSet(ctx, b, c); err != nil {
+			return err
+		}
+	}
+	m.mu.Lock()
 	if m.users[key] == nil {
 		m.users[key] = users{}
 	}
-	_, had := m.users[key][c.UID]
 	m.users[key][c.UID] = useOf(c, key)
 	file, content := desired(m.cfg.Version, m.users[key])
 	m.mu.Unlock()
@@ -333,6 +347,10 @@ func (m *Manager) create(ctx context.Context, b domain.MPSBinding, file, content
 	if err != nil {
 		return nil, err
 	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[AnnotationServerGPUs] = strings.Join(gpus, ",")
 	created, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
@@ -521,5 +539,7 @@ func (m *Manager) Restore(ctx context.Context, prepared []plan.Claim) error {
 		}
 	}
 	m.mu.Unlock()
-	return m.reconcile(ctx)
+	err := m.reconcile(ctx)
+	m.reportServerSet(ctx)
+	return err
 }

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/internal/core/plan"
+	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // The reconcile loop: daemons no claim uses are collected, daemons that
@@ -189,7 +190,15 @@ func (m *Manager) recreate(ctx context.Context, c plan.Claim, key string, old *c
 	m.mu.Lock()
 	file, content := desired(m.cfg.Version, m.users[key])
 	m.mu.Unlock()
-	if _, err := m.create(ctx, *b, file, content); err != nil {
+	nb := *b
+	if key == domain.NodeServerKey && m.cfg.NodeServerGPUs != nil {
+		// Its clients lost it and must reconnect anyway: a recreated node
+		// server serves the node's fraction GPUs as they are now.
+		if now := m.cfg.NodeServerGPUs(); len(now) > 0 {
+			nb.ServerGPUs = now
+		}
+	}
+	if _, err := m.create(ctx, nb, file, content); err != nil {
 		return false, err
 	}
 	return true, nil

@@ -327,7 +327,7 @@ func (p *Plugin) startHelper(ctx context.Context) error {
 }
 
 // newMPSManager returns nil, and says why, where SMSharing cannot run.
-func newMPSManager(ctx context.Context, cfg Config, inv *domain.Inventory, events *eventReporter, keepUnused func() string) (*mps.Manager, error) {
+func newMPSManager(ctx context.Context, cfg Config, inv *domain.Inventory, events *eventReporter, keepUnused func() string, serverGPUs func() []string) (*mps.Manager, error) {
 	logger := klog.FromContext(ctx)
 	switch {
 	case inv.MPSVersion == domain.MPSVersionNone:
@@ -344,10 +344,13 @@ func newMPSManager(ctx context.Context, cfg Config, inv *domain.Inventory, event
 	for _, g := range inv.GPUs {
 		memory[g.UUID] = int64(g.MemoryBytes >> 20)
 	}
+	if inv.MPSServerScope != domain.MPSServerScopeNode {
+		serverGPUs = nil
+	}
 	m, err := mps.NewManager(mps.Config{
 		Client: cfg.KubeClient, Namespace: cfg.MPS.Namespace, NodeName: cfg.NodeName, GPUMemoryMiB: memory,
 		Template: cfg.MPS.Template, Image: cfg.MPS.Image, DriverRoot: driverRoot, Version: inv.MPSVersion, DriverVersion: inv.DriverVersion,
-		ReadyTimeout: cfg.MPS.ReadyTimeout, DefaultNamespaceLimits: cfg.MPS.DefaultNamespaceLimits, Events: events, RecordDir: cfg.CDI.RecordDir, KeepUnused: keepUnused,
+		ReadyTimeout: cfg.MPS.ReadyTimeout, DefaultNamespaceLimits: cfg.MPS.DefaultNamespaceLimits, Events: events, RecordDir: cfg.CDI.RecordDir, KeepUnused: keepUnused, NodeServerGPUs: serverGPUs,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("configuring MPS daemons: %w", err)

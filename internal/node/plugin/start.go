@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -50,7 +51,17 @@ func (p *Plugin) startStatus(bgCtx context.Context, cfg Config, ckpt *checkpoint
 func (p *Plugin) newPreparer(ctx, bgCtx context.Context, cfg Config, ckpt *checkpoint.Checkpoint, cdi *cdispec.Writer) (*mps.Manager, error) {
 	// The preparer is built below; until then nothing is uncertain.
 	var uncertain func() string
-	mpsManager, err := newMPSManager(ctx, cfg, p.inventory, p.events, func() string { return uncertain() })
+	// A node server started now serves the fraction GPUs the preparer
+	// plans against now (the MIG layout may change them).
+	serverGPUs := func() []string {
+		var uuids []string
+		for _, g := range p.preparer.Inventory().GPUs {
+			uuids = append(uuids, g.UUID)
+		}
+		slices.Sort(uuids)
+		return uuids
+	}
+	mpsManager, err := newMPSManager(ctx, cfg, p.inventory, p.events, func() string { return uncertain() }, serverGPUs)
 	if err != nil {
 		return nil, err
 	}
