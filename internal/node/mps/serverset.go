@@ -133,7 +133,7 @@ type ServerGPUsError struct {
 }
 
 func (e *ServerGPUsError) Error() string {
-	return fmt.Sprintf("mps.serverGPUs: the MPS node server runs over GPUs [%s] (started before the node's fraction GPUs became [%s]) and does not serve GPU %s this claim has a share of; "+
+	return fmt.Sprintf("allowed_devices: the MPS node server runs over GPUs [%s] (started before the node's fraction GPUs became [%s]) and does not serve GPU %s this claim has a share of; "+
 		"a node server's GPUs change only when it restarts, and it is not restarted under the %d claims that use it (%s): the claim is retried, and served once they are unprepared",
 		strings.Join(e.Running, ","), strings.Join(e.Wanted, ","), strings.Join(e.Outside, ","), len(e.Holders), strings.Join(e.Holders, ", "))
 }

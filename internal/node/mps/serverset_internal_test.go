@@ -46,7 +46,7 @@ func TestDecideServerSet(t *testing.T) {
 // GPU asked for and who holds the server.
 func TestServerGPUsErrorSaysWhy(t *testing.T) {
 	err := &ServerGPUsError{Running: []string{"GPU-a"}, Wanted: []string{"GPU-a", "GPU-b"}, Outside: []string{"GPU-b"}, Holders: []string{"ns/held"}}
-	for _, want := range []string{"mps.serverGPUs", "[GPU-a]", "[GPU-a,GPU-b]", "GPU GPU-b", "1 claims that use it (ns/held)", "once they are unprepared"} {
+	for _, want := range []string{"allowed_devices: ", "[GPU-a]", "[GPU-a,GPU-b]", "GPU GPU-b", "1 claims that use it (ns/held)", "once they are unprepared"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q lacks %q", err.Error(), want)
 		}

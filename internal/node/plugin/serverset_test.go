@@ -86,7 +86,7 @@ func TestNodeServerGPUSetChangedAcrossRestart(t *testing.T) {
 		t.Errorf("a claim on GPU 0, which the old server serves, was refused: %v", res[same.UID].Err)
 	}
 	refusal := res[other.UID].Err
-	for _, want := range []string{"mps.serverGPUs", "[" + gpu0.UUID + "]", "[" + gpu0.UUID + "," + gpu1.UUID + "]", "does not serve GPU " + gpu1.UUID, "default/held"} {
+	for _, want := range []string{"allowed_devices: ", "[" + gpu0.UUID + "]", "[" + gpu0.UUID + "," + gpu1.UUID + "]", "does not serve GPU " + gpu1.UUID, "default/held"} {
 		if refusal == nil || !strings.Contains(refusal.Error(), want) {
 			t.Errorf("the claim on GPU 1: %v, want a refusal saying %q", refusal, want)
 		}
