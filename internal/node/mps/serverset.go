@@ -6,6 +6,7 @@ package mps
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -186,7 +187,7 @@ func (m *Manager) checkServerSet(ctx context.Context, b domain.MPSBinding, c *pl
 	switch action {
 	case serverSetRestart:
 		logger.Info("Restarting the MPS node server over the node's fraction GPUs now: no claim uses it")
-		return m.deleteAndWait(ctx, pod)
+		return m.deleteAndWait(ctx, b, pod)
 	case serverSetRefuse:
 		logger.Info("Refusing a claim on a GPU the MPS node server does not serve; the server keeps its claims", "outside", outside, "holders", holders)
 		return &ServerGPUsError{Running: running, Wanted: b.ServerGPUs, Outside: outside, Holders: holders}
@@ -197,8 +198,9 @@ func (m *Manager) checkServerSet(ctx context.Context, b domain.MPSBinding, c *pl
 }
 
 // deleteAndWait deletes the daemon Pod (that very Pod) and waits, within
-// ReadyTimeout, until it is gone, so that ensure creates its successor.
-func (m *Manager) deleteAndWait(ctx context.Context, pod *corev1.Pod) error {
+// ReadyTimeout, until it is gone, then removes its pipe, shm and config
+// directories as stop does, so that ensure creates its successor afresh.
+func (m *Manager) deleteAndWait(ctx context.Context, b domain.MPSBinding, pod *corev1.Pod) error {
 	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
 	if pod.DeletionTimestamp == nil {
 		uid := pod.UID
@@ -215,6 +217,12 @@ func (m *Manager) deleteAndWait(ctx context.Context, pod *corev1.Pod) error {
 	})
 	if !gone {
 		return fmt.Errorf("MPS daemon %s/%s is being restarted over new GPUs and has not stopped yet; retry shortly", pod.Namespace, pod.Name)
+	}
+	// Orphaned pipe directories keep a new daemon from starting (stop).
+	for _, dir := range []string{b.PipeDir, b.ShmDir, ConfigDir(b)} {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("removing MPS directory %s: %w", dir, err)
+		}
 	}
 	return nil
 }
