@@ -27,14 +27,22 @@ import (
 
 // TestNodeServerGPUSetChangedAcrossRestart: on a node-scope MPS v3 node,
 // GPU 1 has MIG mode on, so the node server that "held" starts serves
-// GPU 0 alone. While the plugin is down, MIG mode is turned off: GPU 1
-// serves fractions again. The restarted plugin keeps the old server for
+// GPU 0 alone. While the plugin is down (or while it runs: the runtime
+// subtest), MIG mode is turned off: GPU 1 serves fractions again. The restarted plugin keeps the old server for
 // "held" (never ending its tenants), serves a new claim on GPU 0 from it,
 // refuses one on GPU 1 with the server's set and the GPU asked for (in
 // the error and the claim's PrepareFailed Event), and once the old
 // server's last claim is unprepared serves GPU 1's claim from a node
 // server over both GPUs.
 func TestNodeServerGPUSetChangedAcrossRestart(t *testing.T) {
+	for _, restart := range []bool{true, false} {
+		t.Run(map[bool]string{true: "across a restart", false: "at runtime"}[restart], func(t *testing.T) { nodeServerGPUSetChanged(t, restart) })
+	}
+}
+
+// nodeServerGPUSetChanged is the test; without restart, MIG mode is
+// turned off while the plugin runs, and its MIG layout check sees it.
+func nodeServerGPUSetChanged(t *testing.T, restart bool) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -58,7 +66,9 @@ func TestNodeServerGPUSetChangedAcrossRestart(t *testing.T) {
 		first.Stop()
 		t.Fatalf("preparing held: %v %+v", err, res)
 	}
-	first.Stop()
+	if restart {
+		first.Stop()
+	}
 	server0 := nodeServer(ctx, t, client)
 	if got := server0.Annotations[mps.AnnotationServerGPUs]; got != gpu0.UUID {
 		t.Fatalf("the first node server serves %q, want %s", got, gpu0.UUID)
@@ -72,8 +82,12 @@ func TestNodeServerGPUSetChangedAcrossRestart(t *testing.T) {
 	if err := gpusim.SetMIGMode(gpu1, nodeName, false); err != nil {
 		t.Fatal(err)
 	}
-	second, err := nodeplugin.Start(ctx, cfg)
-	if err != nil {
+	second := first
+	if restart {
+		if second, err = nodeplugin.Start(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := first.CheckMIGLayout(ctx); err != nil {
 		t.Fatal(err)
 	}
 	defer second.Stop()
