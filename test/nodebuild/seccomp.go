@@ -4,15 +4,15 @@
 package nodebuild
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"time"
 
+	"github.com/gpufrac/gpufrac/test/debfetch"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 )
 
@@ -25,10 +25,21 @@ type seccompLib struct {
 
 const seccompPackage = "libseccomp-dev"
 
+// seccompPin is the libseccomp-dev that runc is built against where the
+// system has none: bookworm's, the version `apt-cache policy
+// libseccomp-dev` and `apt-get download` serve (2.5.4 upstream; its hash
+// from `apt-cache show libseccomp-dev=2.5.4-1+deb12u1`, field SHA256). A
+// pin, not whatever the index names today: the runc of every end-to-end
+// test is linked with it, so a changed package must fail loudly instead of
+// changing the node we test on. Other architectures build against their
+// system's libseccomp-dev (an *UnavailableError says so).
+var seccompPin = debfetch.Pin{Package: seccompPackage, Version: "2.5.4-1+deb12u1", Arch: "amd64",
+	SHA256: "5fb305f3aeb293e2b78a4cfcb58c0f42179703c371a408d002c8454661e6b7b2"}
+
 // findSeccomp returns the system's libseccomp when pkg-config knows it, or
-// the Debian package unpacked into the cache (fetched once with `apt-get
-// download`, which installs nothing), or an *UnavailableError saying what to
-// install.
+// the pinned Debian package unpacked into the cache (fetched once with
+// `apt-get download`, which installs nothing, and again only when the pin
+// moves), or an *UnavailableError saying what to install.
 func findSeccomp(ctx context.Context, p *kubebuild.Progress, cache string) (*seccompLib, error) {
 	if _, err := exec.LookPath("pkg-config"); err != nil {
 		return nil, &UnavailableError{Reason: "building runc with seccomp needs pkg-config and libseccomp-dev: install them (Debian/Ubuntu: apt-get install pkg-config libseccomp-dev)"}
@@ -39,14 +50,12 @@ func findSeccomp(ctx context.Context, p *kubebuild.Progress, cache string) (*sec
 		}
 	}
 	root := filepath.Join(cache, "libseccomp")
+	if err := fetchSeccomp(ctx, p, root); err != nil {
+		return nil, err
+	}
 	pcDir, err := findPC(root)
 	if err != nil {
-		if err := unpackDeb(ctx, p, cache, root); err != nil {
-			return nil, err
-		}
-		if pcDir, err = findPC(root); err != nil {
-			return nil, &UnavailableError{Reason: fmt.Sprintf("the unpacked %s in %s has no libseccomp.pc; install %s", seccompPackage, root, seccompPackage)}
-		}
+		return nil, &UnavailableError{Reason: fmt.Sprintf("the unpacked %s in %s has no libseccomp.pc; install %s", seccompPin, root, seccompPackage)}
 	}
 	// The package's .pc says prefix=/usr; the sysroot makes pkg-config
 	// point -I and -L into the unpacked tree.
@@ -91,40 +100,22 @@ func findPC(root string) (string, error) {
 	return filepath.Dir(matches[0]), nil
 }
 
-// unpackDeb fetches the libseccomp-dev package of this machine's Debian or
-// Ubuntu release and unpacks it under root.
-func unpackDeb(ctx context.Context, p *kubebuild.Progress, cache, root string) error {
-	unavailable := func(why string) error {
-		return &UnavailableError{Reason: fmt.Sprintf("building runc with seccomp needs libseccomp's headers and static library, and %s: install %s (Debian/Ubuntu: apt-get install %s), then run again", why, seccompPackage, seccompPackage)}
+// fetchSeccomp makes root hold seccompPin unpacked (test/debfetch: the
+// download checked against the pin, a marker, a lock, bounded time). A
+// package that differs from the pin is an error; any other reason it cannot
+// be fetched here is an *UnavailableError saying what to install instead.
+func fetchSeccomp(ctx context.Context, p *kubebuild.Progress, root string) error {
+	err := debfetch.Fetch(ctx, root, []debfetch.Pin{seccompPin}, debfetch.Options{
+		Step: func(string) func(error) {
+			return p.Step(fmt.Sprintf("Fetching %s (apt-get download; nothing is installed) for runc's seccomp support", seccompPin))
+		},
+	})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, debfetch.ErrMismatch):
+		return fmt.Errorf("runc's libseccomp: %w", err)
 	}
-	for _, tool := range []string{"apt-get", "dpkg"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return unavailable("this machine has no " + tool + " to fetch it with")
-		}
-	}
-	tmp, err := os.MkdirTemp(cache, ".libseccomp-")
-	if err != nil {
-		return err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	// apt-get download writes into its working directory. Bounded: a
-	// machine without a reachable mirror should skip soon, not hang.
-	fetchCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
-	defer cancel()
-	if err := p.Run(fetchCtx, "Fetching "+seccompPackage+" (apt-get download; nothing is installed) for runc's seccomp support", tmp, os.Environ(), "apt-get", "download", seccompPackage); err != nil {
-		return unavailable(fmt.Sprintf("`apt-get download %s` failed (%v)", seccompPackage, err))
-	}
-	debs, _ := filepath.Glob(filepath.Join(tmp, seccompPackage+"_*.deb"))
-	if len(debs) != 1 {
-		return unavailable("apt-get download left no single .deb")
-	}
-	unpacked := filepath.Join(tmp, "root")
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, "dpkg", "-x", debs[0], unpacked)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return unavailable(fmt.Sprintf("dpkg -x failed: %v: %s", err, strings.TrimSpace(out.String())))
-	}
-	_ = os.RemoveAll(root)
-	return os.Rename(unpacked, root)
+	return &UnavailableError{Reason: fmt.Sprintf("building runc with seccomp needs libseccomp's headers and static library, "+
+		"and fetching %s failed (%v): install %s (Debian/Ubuntu: apt-get install %s), then run again", seccompPin, err, seccompPackage, seccompPackage)}
 }

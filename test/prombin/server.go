@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -274,4 +275,13 @@ func (s *Server) get(ctx context.Context, path string, params url.Values, out an
 		return fmt.Errorf("GET %s: %s: %s", u, env.ErrorType, env.Error)
 	}
 	return json.Unmarshal(env.Data, out)
+}
+
+// tail is the last lines of a command's output, for an error.
+func tail(out []byte) string {
+	s := strings.TrimSpace(string(out))
+	if len(s) > 2000 {
+		s = "..." + s[len(s)-2000:]
+	}
+	return s
 }

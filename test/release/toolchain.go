@@ -10,13 +10,14 @@ import (
 	"io"
 	"maps"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/gpufrac/gpufrac/test/debfetch"
 	"github.com/gpufrac/gpufrac/test/harness"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 	"github.com/gpufrac/gpufrac/test/ociimage"
@@ -27,13 +28,44 @@ import (
 // test/cmd/release fetches one into CrossCacheDir.
 const CrossEnv = "GPUFRAC_CROSS_AARCH64"
 
-// CrossPackages are Debian bookworm's packages of the aarch64 cross
-// compiler and the arm64 C library it links against: gcc-aarch64-linux-gnu
-// and what it depends on beyond what a host with gcc 12 has.
-var CrossPackages = []string{
-	"gcc-12-aarch64-linux-gnu", "cpp-12-aarch64-linux-gnu", "gcc-12-aarch64-linux-gnu-base",
-	"binutils-aarch64-linux-gnu", "libgcc-12-dev-arm64-cross", "libgcc-s1-arm64-cross",
-	"libc6-dev-arm64-cross", "libc6-arm64-cross", "linux-libc-dev-arm64-cross",
+// CrossPins are Debian bookworm's packages of the aarch64 cross compiler
+// and the arm64 C library it links against: gcc-aarch64-linux-gnu and what
+// it depends on beyond what a host with gcc 12 has. Each is pinned, version
+// and SHA-256 (`apt-cache show <package>=<version>`, field SHA256), because
+// the arm64 image's binaries and the C library copied into it come from
+// them: a changed package must fail loudly, not change what a release
+// ships. The compiler's own packages are amd64 builds (cross compiling runs
+// on amd64 only); the arm64 libraries are "Architecture: all".
+var CrossPins = []debfetch.Pin{
+	{Package: "gcc-12-aarch64-linux-gnu", Version: "12.2.0-14cross1", Arch: "amd64",
+		SHA256: "43747bbcd46a4062e66e855090b8ed9c2e06a93ae5a69fb304beebbc8c36d11f"},
+	{Package: "cpp-12-aarch64-linux-gnu", Version: "12.2.0-14cross1", Arch: "amd64",
+		SHA256: "5921df4ad56e34e6257a1caf862474845aab6548ba7ae7852e8cdd7cb622394e"},
+	{Package: "gcc-12-aarch64-linux-gnu-base", Version: "12.2.0-14cross1", Arch: "amd64",
+		SHA256: "6ede94430fde75ca023be50b3f5a94aa4a063b2d5c3a359bee169a934930f130"},
+	{Package: "binutils-aarch64-linux-gnu", Version: "2.40-2", Arch: "amd64",
+		SHA256: "3d6f64a7a4ed6d73719f8fa2e85fd896f58ff7f211a6683942ba93de690aaa66"},
+	{Package: "libgcc-12-dev-arm64-cross", Version: "12.2.0-14cross1",
+		SHA256: "ff1324e262bae2c3aad685c2ed52bd531ab0a2a337a0fe35c3b720947d55b2ba"},
+	{Package: "libgcc-s1-arm64-cross", Version: "12.2.0-14cross1",
+		SHA256: "af1e686fc6a416228222e7bfb68317dd2fa2685236301ae29141fc6108a66cac"},
+	{Package: "libc6-dev-arm64-cross", Version: "2.36-8cross1",
+		SHA256: "5e4cf6abf0e89e89c4b3006bb8b7dc47aa831df25d94df9134929b8b968cacb4"},
+	{Package: "libc6-arm64-cross", Version: "2.36-8cross1",
+		SHA256: "91936cbbee75771c360ed16513f6e734a25ca5517fe7c3e13dfd7835d7553186"},
+	{Package: "linux-libc-dev-arm64-cross", Version: "6.1.4-1cross1",
+		SHA256: "66457f015d16b7d372db6591cff38db0da928362ff2ea1fa75491e28f6904d81"},
+}
+
+// crossFetchTimeout bounds FetchCross: the packages are about 36 MB.
+const crossFetchTimeout = 10 * time.Minute
+
+func crossNames() string {
+	names := make([]string, len(CrossPins))
+	for i, p := range CrossPins {
+		names[i] = p.String()
+	}
+	return strings.Join(names, " ")
 }
 
 // toolchain builds an image's binaries for one architecture and finds the
@@ -53,7 +85,7 @@ func (b *builder) toolchain(ctx context.Context, arch string) (*toolchain, error
 	if arch != "arm64" || runtime.GOARCH != "amd64" || root == "" {
 		return nil, fmt.Errorf("no C cross compiler for linux/%s on %s/%s: the image's binaries link NVML's cgo wrapper; "+
 			"for arm64 from amd64, Debian's %s unpacked (FetchCross)",
-			arch, runtime.GOOS, runtime.GOARCH, strings.Join(CrossPackages, " "))
+			arch, runtime.GOOS, runtime.GOARCH, crossNames())
 	}
 	cc := crossCC(root)
 	if _, err := os.Stat(cc); err != nil {
@@ -152,41 +184,28 @@ func CrossCacheDir() (string, error) {
 	return filepath.Join(filepath.Dir(kube), "cross-aarch64-bookworm"), nil
 }
 
-// FetchCross downloads CrossPackages with `apt-get download` (Debian's
-// registry, in the versions this machine's apt index names; nothing is
-// installed) and unpacks them into dir with `dpkg-deb -x`, unless dir
-// already holds the compiler.
+// FetchCross downloads CrossPins with `apt-get download` (Debian's
+// registry; nothing is installed), checks each against its pinned SHA-256
+// and unpacks them together into dir with `dpkg-deb -x` (test/debfetch),
+// unless dir already holds exactly these pins and the compiler.
 func FetchCross(ctx context.Context, progress io.Writer, dir string) error {
-	if _, err := os.Stat(crossCC(dir)); err == nil {
-		return nil
-	}
 	p := kubebuild.NewProgress(progress)
-	tmp := dir + ".partial"
-	_ = os.RemoveAll(tmp)
-	debs := filepath.Join(tmp, "debs")
-	if err := os.MkdirAll(debs, 0o755); err != nil {
-		return err
-	}
-	if err := p.Run(ctx, "Downloading the aarch64 cross compiler (apt-get download "+strings.Join(CrossPackages, " ")+")",
-		debs, nil, "apt-get", append([]string{"download"}, CrossPackages...)...); err != nil {
+	err := debfetch.Fetch(ctx, dir, CrossPins, debfetch.Options{
+		Want:    []string{crossCCPath},
+		Timeout: crossFetchTimeout,
+		Step: func(string) func(error) {
+			return p.Step("Downloading the aarch64 cross compiler (apt-get download " + crossNames() + ")")
+		},
+	})
+	if err != nil {
 		return fmt.Errorf("fetching the arm64 image's cross compiler (or set %s to an unpacked one, or leave arm64 out: RELEASE_ARGS=\"-image-arches amd64\"): %w", CrossEnv, err)
 	}
-	files, err := filepath.Glob(filepath.Join(debs, "*.deb"))
-	if err != nil || len(files) != len(CrossPackages) {
-		return fmt.Errorf("apt-get download left %d packages in %s, want %d", len(files), debs, len(CrossPackages))
-	}
-	for _, deb := range files {
-		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", deb, filepath.Join(tmp, "root")).CombinedOutput(); err != nil {
-			return fmt.Errorf("dpkg-deb -x %s: %v: %s", deb, err, out)
-		}
-	}
-	_ = os.RemoveAll(dir)
-	if err := os.Rename(filepath.Join(tmp, "root"), dir); err != nil {
-		return err
-	}
-	return os.RemoveAll(tmp)
+	return nil
 }
 
+// crossCCPath is the compiler, relative to the unpacked toolchain.
+const crossCCPath = "usr/bin/aarch64-linux-gnu-gcc-12"
+
 func crossCC(root string) string {
-	return filepath.Join(root, "usr", "bin", "aarch64-linux-gnu-gcc-12")
+	return filepath.Join(root, filepath.FromSlash(crossCCPath))
 }
