@@ -74,7 +74,10 @@ func allocatedClaim(name string, results []resourceapi.DeviceRequestAllocationRe
 func prepared(c *resourceapi.ResourceClaim, data map[string]string) *resourceapi.ResourceClaim {
 	raw, _ := json.Marshal(data)
 	r := c.Status.Allocation.Devices.Results[0]
-	c.Status.Devices = append(c.Status.Devices, resourceapi.AllocatedDeviceStatus{Driver: r.Driver, Pool: r.Pool, Device: r.Device,
-		ShareID: ptr.To(string(*r.ShareID)), Data: &runtime.RawExtension{Raw: raw}})
+	st := resourceapi.AllocatedDeviceStatus{Driver: r.Driver, Pool: r.Pool, Device: r.Device, Data: &runtime.RawExtension{Raw: raw}}
+	if r.ShareID != nil { // a MIG instance, allocated whole, has none
+		st.ShareID = ptr.To(string(*r.ShareID))
+	}
+	c.Status.Devices = append(c.Status.Devices, st)
 	return c
 }
