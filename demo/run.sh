@@ -22,7 +22,8 @@
 #    pod needs its request: the MPSClientEvicted Events and the counter;
 #    then a node with MIG instances beside a fractional GPU, a pod on a
 #    whole MIG instance (class mig.gpufrac.dev) and that node's status.
-#    A real Prometheus (Debian's 2.42) scrapes the plugins throughout; at
+#    A real Prometheus (Debian's 2.42) scrapes the plugins and
+#    gpufrac-controller (its fragmentation metrics) throughout; at
 #    the end the Grafana dashboard's panels evaluated on those metrics go to
 #    demo/state/dashboard-panels.txt (panel, query, series returned).
 #

@@ -4,18 +4,11 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
@@ -37,37 +30,23 @@ func TestStatusListsMonitorsApartAndSaysWhatOlderNodesEnforce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sliceA := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: resourceapi.ResourceSliceSpec{
-		Driver: "gpufrac.dev", NodeName: ptr.To("node-a"), Pool: resourceapi.ResourcePool{Name: "node-a", ResourceSliceCount: 1},
-		Devices: []resourceapi.Device{devA}}}
+	sliceA := gpuSlice("a", "node-a", devA)
 	devB := resourceapi.Device{Name: "gpu-0", Capacity: devA.Capacity, Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		"uuid": {StringValue: ptr.To("GPU-b0")}, "memoryEnforcement": {StringValue: ptr.To("none")}, "mpsVersion": {StringValue: ptr.To("none")}}}
-	sliceB := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "b"}, Spec: resourceapi.ResourceSliceSpec{
-		Driver: "gpufrac.dev", NodeName: ptr.To("node-b"), Pool: resourceapi.ResourcePool{Name: "node-b", ResourceSliceCount: 1},
-		Devices: []resourceapi.Device{devB}}}
-	result := func(share string, memory string, admin bool) resourceapi.DeviceRequestAllocationResult {
-		r := resourceapi.DeviceRequestAllocationResult{Request: "gpu", Driver: "gpufrac.dev", Pool: "node-a", Device: "gpu-0", ShareID: ptr.To(types.UID(share)),
-			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}}
+	sliceB := gpuSlice("b", "node-b", devB)
+	result := func(id string, memory string, admin bool) []resourceapi.DeviceRequestAllocationResult {
+		r := share("node-a", "gpu-0", id, memory)
 		if admin {
 			r.AdminAccess = ptr.To(true)
 		}
-		return r
+		return []resourceapi.DeviceRequestAllocationResult{r}
 	}
-	claim := func(name, pod string, r resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
-		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team"}, Status: resourceapi.ResourceClaimStatus{
-			Allocation:  &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{r}}},
-			ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod, UID: types.UID(pod)}}}}
-	}
-	client := fake.NewClientset(sliceA, sliceB, claim("llm", "llm-0", result("s1", "40Gi", false)), claim("dcgm", "dcgm-x", result("s2", "1Gi", true)))
-	clientFor := func(genericclioptions.RESTClientGetter) (kubernetes.Interface, error) { return client, nil }
+	clientFor := fakeCluster(sliceA, sliceB, allocatedClaim("llm", result("s1", "40Gi", false), "llm-0"), allocatedClaim("dcgm", result("s2", "1Gi", true), "dcgm-x"))
 
-	var out bytes.Buffer
-	cmd := newRootCommand(IOStreams{Out: &out, ErrOut: &out}, clientFor)
-	cmd.SetArgs([]string{"status"})
-	if err := cmd.Execute(); err != nil {
+	got, err := runCLI(clientFor, "status")
+	if err != nil {
 		t.Fatal(err)
 	}
-	got := out.String()
 	for _, want := range []string{
 		"team/dcgm", "pods: dcgm-x", "monitor (adminAccess, not prepared yet)",
 		"node-a (memoryEnforcement mps): guarantee: " + domain.GuaranteeSchedulerOnly + "; TimeSlicing limit: " + domain.LimitNone + "; SMSharing limit: " + domain.LimitLegacyMPS,
@@ -81,10 +60,8 @@ func TestStatusListsMonitorsApartAndSaysWhatOlderNodesEnforce(t *testing.T) {
 		t.Errorf("node-a's row %v: want 40Gi guaranteed and limits, 1 claim (the monitor not among them)", f)
 	}
 
-	out.Reset()
-	cmd = newRootCommand(IOStreams{Out: &out, ErrOut: &out}, clientFor)
-	cmd.SetArgs([]string{"status", "-o", "json", "--node", "node-a"})
-	if err := cmd.Execute(); err != nil {
+	got, err = runCLI(clientFor, "status", "-o", "json", "--node", "node-a")
+	if err != nil {
 		t.Fatal(err)
 	}
 	var gpus []struct {
@@ -93,7 +70,7 @@ func TestStatusListsMonitorsApartAndSaysWhatOlderNodesEnforce(t *testing.T) {
 		Monitors    []struct{ Name string }
 		Enforcement string `json:"memoryEnforcement"`
 	}
-	if err := json.Unmarshal(out.Bytes(), &gpus); err != nil {
+	if err := json.Unmarshal([]byte(got), &gpus); err != nil {
 		t.Fatal(err)
 	}
 	if len(gpus) != 1 || gpus[0].Guaranteed != 40<<30 || len(gpus[0].Claims) != 1 || len(gpus[0].Monitors) != 1 || gpus[0].Monitors[0].Name != "dcgm" || gpus[0].Enforcement != "mps" {

@@ -4,53 +4,32 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 )
 
 func TestStatusCommand(t *testing.T) {
-	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("141Gi")}}
+	capacity := memoryCapacity("141Gi")
 	attrs := func(uuid string) map[resourceapi.QualifiedName]resourceapi.DeviceAttribute {
 		return map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			"uuid": {StringValue: ptr.To(uuid)}, "productName": {StringValue: ptr.To("NVIDIA H200 141GB HBM3e")}}
 	}
-	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: resourceapi.ResourceSliceSpec{
-		Driver: "gpufrac.dev", NodeName: ptr.To("node-a"), Pool: resourceapi.ResourcePool{Name: "node-a", ResourceSliceCount: 1},
-		Devices: []resourceapi.Device{
-			{Name: "gpu-0", Attributes: withReserve(attrs("GPU-0"), 1024), Capacity: capacity},
-			{Name: "gpu-1", Attributes: attrs("GPU-1"), Capacity: capacity, Taints: []resourceapi.DeviceTaint{{Key: "gpufrac.dev/unhealthy", Value: "XID-79", Effect: "NoSchedule"}}},
-		}}}
-	data, _ := json.Marshal(map[string]string{"uuid": "GPU-0", "memoryRequest": "40Gi", "memoryLimit": "60Gi", "computeMode": "TimeSlicing", "enforcement": "dmem"})
-	claim := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "llm", Namespace: "team"}, Status: resourceapi.ResourceClaimStatus{
-		Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-			Request: "gpu", Driver: "gpufrac.dev", Pool: "node-a", Device: "gpu-0", ShareID: ptr.To(types.UID("s1")),
-			ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("40Gi")}}}}},
-		ReservedFor: []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "llm-0", UID: "p"}},
-		Devices: []resourceapi.AllocatedDeviceStatus{{Driver: "gpufrac.dev", Pool: "node-a", Device: "gpu-0", ShareID: ptr.To("s1"),
-			Data: &runtime.RawExtension{Raw: data}}},
-	}}
-	client := fake.NewClientset(slice, claim)
-	clientFor := func(genericclioptions.RESTClientGetter) (kubernetes.Interface, error) { return client, nil }
+	slice := gpuSlice("s", "node-a",
+		resourceapi.Device{Name: "gpu-0", Attributes: withReserve(attrs("GPU-0"), 1024), Capacity: capacity},
+		resourceapi.Device{Name: "gpu-1", Attributes: attrs("GPU-1"), Capacity: capacity, Taints: []resourceapi.DeviceTaint{{Key: "gpufrac.dev/unhealthy", Value: "XID-79", Effect: "NoSchedule"}}})
+	claim := prepared(allocatedClaim("llm", []resourceapi.DeviceRequestAllocationResult{share("node-a", "gpu-0", "s1", "40Gi")}, "llm-0"),
+		map[string]string{"uuid": "GPU-0", "memoryRequest": "40Gi", "memoryLimit": "60Gi", "computeMode": "TimeSlicing", "enforcement": "dmem"})
+	clientFor := fakeCluster(slice, claim)
 
-	var out bytes.Buffer
-	cmd := newRootCommand(IOStreams{Out: &out, ErrOut: &out}, clientFor)
-	cmd.SetArgs([]string{"status"})
-	if err := cmd.Execute(); err != nil {
+	got, err := runCLI(clientFor, "status")
+	if err != nil {
 		t.Fatal(err)
 	}
-	got := out.String()
 	lines := strings.Split(got, "\n")
 	if f := strings.Fields(lines[1]); strings.Join(f, " ") != "node-a gpu-0 NVIDIA H200 141GB HBM3e 141Gi 1Gi 40Gi 60Gi 0.43 1" {
 		t.Errorf("gpu-0 row %q: want the server reserve (1Gi) after the memory", lines[1])
@@ -64,10 +43,8 @@ func TestStatusCommand(t *testing.T) {
 		}
 	}
 
-	out.Reset()
-	cmd = newRootCommand(IOStreams{Out: &out, ErrOut: &out}, clientFor)
-	cmd.SetArgs([]string{"status", "-o", "json", "--node", "node-a"})
-	if err := cmd.Execute(); err != nil {
+	got, err = runCLI(clientFor, "status", "-o", "json", "--node", "node-a")
+	if err != nil {
 		t.Fatal(err)
 	}
 	var gpus []struct {
@@ -77,7 +54,7 @@ func TestStatusCommand(t *testing.T) {
 		LimitSum   int64 `json:"limitSumBytes"`
 		Claims     []struct{ Prepared bool }
 	}
-	if err := json.Unmarshal(out.Bytes(), &gpus); err != nil {
+	if err := json.Unmarshal([]byte(got), &gpus); err != nil {
 		t.Fatal(err)
 	}
 	if len(gpus) != 2 || gpus[0].Reserve != 1<<30 || gpus[1].Reserve != 0 || gpus[0].Guaranteed != 40<<30 || gpus[0].LimitSum != 60<<30 || !gpus[0].Claims[0].Prepared || len(gpus[1].Claims) != 0 {
@@ -95,21 +72,16 @@ func withReserve(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
 // GPUs holding shares against the lower bound, and the GPUs that would
 // free up if their shares moved, across nodes even under --node.
 func TestStatusFragmentationLine(t *testing.T) {
-	capacity := map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse("80Gi")}}
 	model := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"productName": {StringValue: ptr.To("NVIDIA H100 80GB HBM3")}}
 	slice := func(node string, devices ...string) *resourceapi.ResourceSlice {
-		s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: resourceapi.ResourceSliceSpec{
-			Driver: "gpufrac.dev", NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}}}
+		s := gpuSlice(node, node)
 		for _, d := range devices {
-			s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: d, Attributes: model, Capacity: capacity})
+			s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: d, Attributes: model, Capacity: memoryCapacity("80Gi")})
 		}
 		return s
 	}
 	claim := func(name, node, device, memory string) *resourceapi.ResourceClaim {
-		return &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "team"}, Status: resourceapi.ResourceClaimStatus{
-			Allocation: &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
-				Request: "gpu", Driver: "gpufrac.dev", Pool: node, Device: device, ShareID: ptr.To(types.UID(name)),
-				ConsumedCapacity: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse(memory)}}}}}}}
+		return allocatedClaim(name, []resourceapi.DeviceRequestAllocationResult{share(node, device, name, memory)})
 	}
 	for _, tc := range []struct {
 		name   string
@@ -122,17 +94,13 @@ func TestStatusFragmentationLine(t *testing.T) {
 			`pool "NVIDIA H100 80GB HBM3": 2 GPUs hold shares, at least 2 needed (120Gi guaranteed over 80Gi a GPU); no GPU would free up by moving its shares`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			client := fake.NewClientset(append([]runtime.Object{slice("node-a", "gpu-0"), slice("node-b", "gpu-0", "gpu-1")}, tc.claims...)...)
-			clientFor := func(genericclioptions.RESTClientGetter) (kubernetes.Interface, error) { return client, nil }
-			var out bytes.Buffer
-			cmd := newRootCommand(IOStreams{Out: &out, ErrOut: &out}, clientFor)
-			cmd.SetArgs([]string{"status", "--node", "node-b"})
-			if err := cmd.Execute(); err != nil {
+			got, err := runCLI(fakeCluster(append([]runtime.Object{slice("node-a", "gpu-0"), slice("node-b", "gpu-0", "gpu-1")}, tc.claims...)...), "status", "--node", "node-b")
+			if err != nil {
 				t.Fatal(err)
 			}
-			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			lines := strings.Split(strings.TrimSpace(got), "\n")
 			if last := lines[len(lines)-1]; last != tc.want {
-				t.Errorf("last line\n%s\nwant\n%s\n(all:\n%s)", last, tc.want, out.String())
+				t.Errorf("last line\n%s\nwant\n%s\n(all:\n%s)", last, tc.want, got)
 			}
 		})
 	}

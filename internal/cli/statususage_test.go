@@ -4,7 +4,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -79,11 +78,7 @@ func sample(labels map[string]string, value string) map[string]any {
 
 func runStatusMap(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	var out bytes.Buffer
-	cmd := newRootCommand(IOStreams{Out: &out, ErrOut: &out}, mapCluster())
-	cmd.SetArgs(append([]string{"status"}, args...))
-	err := cmd.Execute()
-	return out.String(), err
+	return runCLI(mapCluster(), append([]string{"status"}, args...)...)
 }
 
 // With --prometheus-url, the map draws the used memory Prometheus sums

@@ -21,6 +21,8 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/controller"
 	"github.com/gpufrac/gpufrac/internal/kai"
@@ -40,7 +42,7 @@ func (w *Webhook) Stop() error { return w.stop() }
 // namespace alone, failing closed, as the reference configuration does for
 // migrated namespaces. It returns once the API server calls the webhook.
 func (cp *ControlPlane) StartWebhook(ctx context.Context, namespace string, opts kai.Options) (*Webhook, error) {
-	return cp.startWebhook(ctx, namespace, opts, false)
+	return cp.startWebhook(ctx, namespace, opts, false, "")
 }
 
 // StartHAMiWebhook is StartWebhook for a namespace opted in to HAMi
@@ -48,10 +50,19 @@ func (cp *ControlPlane) StartWebhook(ctx context.Context, namespace string, opts
 // hami.pods.gpufrac.dev (deployments/webhooks.yaml: its objectSelector and
 // matchConditions as shipped), pointed at this server and namespace.
 func (cp *ControlPlane) StartHAMiWebhook(ctx context.Context, namespace string, opts kai.Options) (*Webhook, error) {
-	return cp.startWebhook(ctx, namespace, opts, true)
+	return cp.startWebhook(ctx, namespace, opts, true, "")
 }
 
-func (cp *ControlPlane) startWebhook(ctx context.Context, namespace string, opts kai.Options, withHAMi bool) (_ *Webhook, finalErr error) {
+// StartHAMiWebhookWithMetrics is StartHAMiWebhook that also serves the
+// controller's metrics (the pools' fragmentation, the slices' ignored
+// sizes) on metricsAddress's /metrics, as gpufrac-controller's
+// --metrics-address does: make demo's Prometheus scrapes them for the
+// dashboard's controller panels.
+func (cp *ControlPlane) StartHAMiWebhookWithMetrics(ctx context.Context, namespace string, opts kai.Options, metricsAddress string) (*Webhook, error) {
+	return cp.startWebhook(ctx, namespace, opts, true, metricsAddress)
+}
+
+func (cp *ControlPlane) startWebhook(ctx context.Context, namespace string, opts kai.Options, withHAMi bool, metricsAddress string) (_ *Webhook, finalErr error) {
 	dir, certPEM, err := loopbackCertDir(cp.Dir, "webhook-")
 	if err != nil {
 		return nil, err
@@ -60,15 +71,20 @@ func (cp *ControlPlane) startWebhook(ctx context.Context, namespace string, opts
 	if err != nil {
 		return nil, err
 	}
+	cfg := controller.Config{
+		Client: client, WebhookAddress: "127.0.0.1:0", CertDir: dir, KAI: opts,
+		MetricsAddress: metricsAddress,
+	}
+	if metricsAddress != "" {
+		// A registry of the controller's own collectors alone: this
+		// process's Go and process figures are the test's, not its.
+		cfg.Metrics = prometheus.NewRegistry()
+	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	ready := make(chan string, 1)
 	done := make(chan error, 1)
-	go func() {
-		done <- controller.Run(runCtx, controller.Config{
-			Client: client, WebhookAddress: "127.0.0.1:0", CertDir: dir, KAI: opts,
-			Ready: func(addr string) { ready <- addr },
-		})
-	}()
+	cfg.Ready = func(addr string) { ready <- addr }
+	go func() { done <- controller.Run(runCtx, cfg) }()
 	name := namespace + "-gpufrac-kai"
 	w := &Webhook{stop: func() error {
 		_ = cp.Client.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), name, metav1.DeleteOptions{})

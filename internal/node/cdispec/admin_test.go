@@ -39,11 +39,7 @@ func TestAdminAccessDeviceGetsTheGPUAlone(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ids, err := w.Write(&plan.Claim{UID: "uid-m", Namespace: "ns", Name: "c", Devices: tc.devices})
-			if err != nil {
-				t.Fatal(err)
-			}
-			spec := inject(t, dir, ids)
+			spec := writeInjected(t, w, dir, &plan.Claim{UID: "uid-m", Namespace: "ns", Name: "c", Devices: tc.devices})
 			env := envOf(spec)
 			if env["NVIDIA_VISIBLE_DEVICES"] != tc.visible {
 				t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want %q", env["NVIDIA_VISIBLE_DEVICES"], tc.visible)

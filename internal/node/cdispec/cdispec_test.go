@@ -75,6 +75,28 @@ func envOf(spec *oci.Spec) map[string]string {
 	return out
 }
 
+// writeInjected writes claim's CDI spec with w into dir and returns the
+// container spec that injecting its devices makes.
+func writeInjected(t *testing.T, w *cdispec.Writer, dir string, claim *plan.Claim) *oci.Spec {
+	t.Helper()
+	ids, err := w.Write(claim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return inject(t, dir, ids)
+}
+
+// checkEnv fails t for each variable of want that env does not hold with
+// its value.
+func checkEnv(t *testing.T, env, want map[string]string) {
+	t.Helper()
+	for k, v := range want {
+		if env[k] != v {
+			t.Errorf("env %s=%q, want %q", k, env[k], v)
+		}
+	}
+}
+
 func TestInjectTimeSlicingClaim(t *testing.T) {
 	dir := t.TempDir()
 	w, err := cdispec.NewWriter(dir, opts())
@@ -98,17 +120,13 @@ func TestInjectTimeSlicingClaim(t *testing.T) {
 	spec := inject(t, dir, ids)
 
 	env := envOf(spec)
-	for k, want := range map[string]string{
+	checkEnv(t, env, map[string]string{
 		"NVIDIA_VISIBLE_DEVICES":      "GPU-gpu-0,GPU-gpu-3",
 		"GPUFRAC_GPU_MEMORY_REQUESTS": "40960,20480",
 		"GPUFRAC_GPU_MEMORY_LIMITS":   "61440,20480",
 		"GPUFRAC_CLAIM":               "ns/llm",
 		"PATH":                        "/usr/bin",
-	} {
-		if env[k] != want {
-			t.Errorf("env %s=%q, want %q", k, env[k], want)
-		}
-	}
+	})
 	if _, ok := env["CUDA_MPS_PIPE_DIRECTORY"]; ok {
 		t.Error("a TimeSlicing container must not join an MPS server")
 	}
@@ -172,21 +190,13 @@ func TestInjectSMSharingClaim(t *testing.T) {
 			d.MPS = domain.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", d.GPU.UUID)
 			d.MPS.Version, d.MPS.Namespace = tc.version, tc.namespace
 			claim := &plan.Claim{UID: "uid-2", Namespace: "ns", Name: "sm", Devices: []plan.Device{d}}
-			ids, err := w.Write(claim)
-			if err != nil {
-				t.Fatal(err)
-			}
-			spec := inject(t, dir, ids)
+			spec := writeInjected(t, w, dir, claim)
 			env := envOf(spec)
-			for k, want := range map[string]string{
+			checkEnv(t, env, map[string]string{
 				"CUDA_MPS_PIPE_DIRECTORY":           "/tmp/nvidia-mps",
 				"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT":  "GPU-gpu-1=24576M",
 				"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "30",
-			} {
-				if env[k] != want {
-					t.Errorf("env %s=%q, want %q", k, env[k], want)
-				}
-			}
+			})
 			if v, ok := env["CUDA_MPS_LOG_DIRECTORY"]; ok {
 				t.Errorf("env CUDA_MPS_LOG_DIRECTORY=%q: a client is not given the daemon's log", v)
 			}
@@ -274,11 +284,7 @@ func TestTenantMounts(t *testing.T) {
 				b.Version, b.Namespace = tc.version, tc.namespace
 				d.MPS = &b
 			}
-			ids, err := w.Write(&plan.Claim{UID: "uid-3", Namespace: "ns", Name: "t", Devices: []plan.Device{d}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			spec := inject(t, dir, ids)
+			spec := writeInjected(t, w, dir, &plan.Claim{UID: "uid-3", Namespace: "ns", Name: "t", Devices: []plan.Device{d}})
 			checkMounts(t, spec, tc.want)
 			for _, m := range spec.Mounts {
 				if strings.HasPrefix(m.Source, binding.LogDir) || strings.HasPrefix(m.Source, binding.ShmDir) {

@@ -92,17 +92,9 @@ func TestHookAndLimitVariablesOnlyWhereEnforced(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ids, err := w.Write(&plan.Claim{UID: "uid-e", Namespace: "ns", Name: "c", Devices: tc.devices})
-			if err != nil {
-				t.Fatal(err)
-			}
-			spec := inject(t, dir, ids)
+			spec := writeInjected(t, w, dir, &plan.Claim{UID: "uid-e", Namespace: "ns", Name: "c", Devices: tc.devices})
 			env := envOf(spec)
-			for k, want := range tc.wantEnv {
-				if env[k] != want {
-					t.Errorf("env %s=%q, want %q", k, env[k], want)
-				}
-			}
+			checkEnv(t, env, tc.wantEnv)
 			for _, k := range tc.noEnv {
 				if v, ok := env[k]; ok {
 					t.Errorf("env has %s=%q, want it unset", k, v)

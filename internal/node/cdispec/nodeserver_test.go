@@ -34,22 +34,14 @@ func TestInjectNodeServerClaimOfTwoGPUs(t *testing.T) {
 		devs = append(devs, d)
 	}
 	claim := &plan.Claim{UID: "uid-pair", Namespace: "ns", Name: "pair", Devices: devs}
-	ids, err := w.Write(claim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := inject(t, dir, ids)
+	spec := writeInjected(t, w, dir, claim)
 	env := envOf(spec)
-	for k, want := range map[string]string{
+	checkEnv(t, env, map[string]string{
 		"NVIDIA_VISIBLE_DEVICES":  "GPU-gpu-0,GPU-gpu-1",
 		"CUDA_MPS_PIPE_DIRECTORY": "/tmp/nvidia-mps",
 		cdispec.EnvGPULimits:      "71680,71680",
 		cdispec.EnvGPURequests:    "61440,61440",
-	} {
-		if env[k] != want {
-			t.Errorf("env %s=%q, want %q", k, env[k], want)
-		}
-	}
+	})
 	if v, ok := env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]; ok {
 		t.Errorf("env CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=%q on a client of the node server", v)
 	}

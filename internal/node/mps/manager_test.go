@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
@@ -109,17 +108,6 @@ func (e *restartEvents) DaemonRestarted(c *plan.Claim, reason string) {
 	e.claims = append(e.claims, c.Name+": "+reason)
 }
 
-func newManager(t *testing.T, client *fake.Clientset, timeout time.Duration, ev mps.Events) *mps.Manager {
-	m, err := mps.NewManager(mps.Config{
-		Client: client, Namespace: ns, NodeName: node, Template: mps.DaemonTemplate,
-		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionLegacy, ReadyTimeout: timeout, Events: ev,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
-}
-
 func smClaim(root, name, gpu string, hardGiB int64) *plan.Claim {
 	return &plan.Claim{UID: types.UID("uid-" + name), Namespace: "ns", Name: name, Devices: []plan.Device{{
 		Request: "gpu", Pool: node, Device: "gpu-0", GPU: domain.GPU{UUID: gpu},
@@ -145,11 +133,7 @@ func ceiling(t *testing.T, b *domain.MPSBinding) string {
 }
 
 func TestLifecycle(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset()
-	root := t.TempDir()
+	ctx, client, root := testNode(t)
 	kubelet(ctx, t, client, true)
 	m := newManager(t, client, 10*time.Second, nil)
 
@@ -230,11 +214,7 @@ func TestLifecycle(t *testing.T) {
 }
 
 func TestDaemonThatNeverBecomesReadyFailsAndLeavesNothing(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset()
-	root := t.TempDir()
+	ctx, client, root := testNode(t)
 	kubelet(ctx, t, client, false)
 	c := smClaim(root, "c", "GPU-a", 8)
 	b := c.MPS()
@@ -263,11 +243,7 @@ func TestDaemonThatNeverBecomesReadyFailsAndLeavesNothing(t *testing.T) {
 }
 
 func TestRestoreRebuildsCountsAndCollectsGarbage(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset()
-	root := t.TempDir()
+	ctx, client, root := testNode(t)
 	kubelet(ctx, t, client, true)
 	before := newManager(t, client, 10*time.Second, nil)
 	used, unused := smClaim(root, "used", "GPU-a", 8), smClaim(root, "unused", "GPU-b", 8)
@@ -339,11 +315,7 @@ func TestRenderRefusesATemplateThatDropsTheLabels(t *testing.T) {
 // deadline ends before the daemon is ready, the claim's use is dropped but
 // the daemon keeps starting, so the retry finds it instead of starting over.
 func TestCallerDeadlineKeepsTheStartingDaemon(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset()
-	root := t.TempDir()
+	ctx, client, root := testNode(t)
 	m := newManager(t, client, time.Minute, nil)
 	c := smClaim(root, "c", "GPU-a", 8)
 	short, stop := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -374,15 +346,12 @@ func TestCallerDeadlineKeepsTheStartingDaemon(t *testing.T) {
 // after its init container and a startup probe or two, about 4 s on a real
 // node; Acquire waits up to ReadyTimeout, not a few backoff steps.
 func TestDaemonSlowerThanThreeSecondsIsAwaited(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset()
+	ctx, client, root := testNode(t)
 	go func() {
 		time.Sleep(4 * time.Second)
 		kubelet(ctx, t, client, true)
 	}()
-	c := smClaim(t.TempDir(), "c", "GPU-a", 8)
+	c := smClaim(root, "c", "GPU-a", 8)
 	m := newManager(t, client, 20*time.Second, nil)
 	start := time.Now()
 	if err := m.Acquire(ctx, *c.MPS(), c); err != nil {
@@ -397,10 +366,8 @@ func TestDaemonSlowerThanThreeSecondsIsAwaited(t *testing.T) {
 // uses it comes back at once, from the watch, with the periodic pass an
 // hour away; and the API is listed once (the watch's start), not per pass.
 func TestRunWatchesInsteadOfPolling(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
+	ctx, client, root := testNode(t)
 	ctx, cancel := context.WithCancel(ctx)
-	client := fake.NewClientset()
-	root := t.TempDir()
 	kubelet(ctx, t, client, true)
 	m := newManager(t, client, 10*time.Second, nil)
 	c := smClaim(root, "used", "GPU-a", 8)

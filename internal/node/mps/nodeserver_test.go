@@ -4,7 +4,6 @@
 package mps_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,8 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
@@ -52,21 +49,10 @@ func envOf(c corev1.Container, name string) string {
 // each, the double's ledger), its Pod's label is the node server's key,
 // its readiness is reported per GPU, and it goes with its last claim.
 func TestNodeServerServesEveryGPUOfTheNode(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset()
-	root := t.TempDir()
+	ctx, client, root := testNode(t)
 	kubelet(ctx, t, client, true)
 	server := []string{"GPU-a", "GPU-b", "GPU-c"}
-	m, err := mps.NewManager(mps.Config{
-		Client: client, Namespace: ns, NodeName: node, Template: mps.DaemonTemplate,
-		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionV3, DriverVersion: "615.23.01",
-		ReadyTimeout: 10 * time.Second, GPUMemoryMiB: map[string]int64{"GPU-a": 81920, "GPU-b": 81920, "GPU-c": 40960},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := v3Manager(t, client, 10*time.Second, map[string]int64{"GPU-a": 81920, "GPU-b": 81920, "GPU-c": 40960})
 	pair := nodeClaim(root, "pair", server, "GPU-a", "GPU-b")
 	single := nodeClaim(root, "single", server, "GPU-b")
 	for _, c := range []*plan.Claim{pair, single} {
@@ -125,25 +111,15 @@ func TestNodeServerServesEveryGPUOfTheNode(t *testing.T) {
 // changed under prepared claims) is refused with the reason, and admitted
 // once the first kind's claims are gone.
 func TestNodeServerAndAGPUsDaemonNeverShareAGPU(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset()
-	root := t.TempDir()
+	ctx, client, root := testNode(t)
 	kubelet(ctx, t, client, true)
-	m, err := mps.NewManager(mps.Config{
-		Client: client, Namespace: ns, NodeName: node, Template: mps.DaemonTemplate,
-		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 10 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := v3Manager(t, client, 10*time.Second, nil)
 	perGPU := v3Claim(root, "own", "GPU-a", 8, nil)
 	if err := m.Acquire(ctx, *perGPU.MPS(), perGPU); err != nil {
 		t.Fatal(err)
 	}
 	pair := nodeClaim(root, "pair", []string{"GPU-a", "GPU-b"}, "GPU-a", "GPU-b")
-	err = m.Acquire(ctx, *pair.MPS(), pair)
+	err := m.Acquire(ctx, *pair.MPS(), pair)
 	if err == nil || !strings.Contains(err.Error(), "GPU GPU-a still has its own MPS daemon") || !strings.Contains(err.Error(), "--mps-server-scope changed") {
 		t.Errorf("node server beside GPU-a's daemon: %v, want the refusal with its reason", err)
 	}

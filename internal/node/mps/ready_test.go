@@ -4,15 +4,12 @@
 package mps_test
 
 import (
-	"context"
 	"maps"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 )
@@ -21,11 +18,7 @@ import (
 // claims use, whether the daemon's Pod passed its readiness probe when
 // Acquire or the reconcile loop last saw it; GPUs no claim uses are absent.
 func TestReadyIsTheLastSeenHealthCheck(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset()
-	root := t.TempDir()
+	ctx, client, root := testNode(t)
 	kubelet(ctx, t, client, true)
 	m := newManager(t, client, 10*time.Second, nil)
 	if got := m.Ready(); len(got) != 0 {

@@ -8,12 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/klog/v2/ktesting"
-
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
-	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // TestUpgradeKeepsTheRunningDaemon: a plugin of a new version (a new image
@@ -23,11 +19,7 @@ import (
 // would cut every client off its server. Only a daemon that died is
 // recreated (with the new image).
 func TestUpgradeKeepsTheRunningDaemon(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset()
-	root := t.TempDir()
+	ctx, client, root := testNode(t)
 	kubelet(ctx, t, client, true)
 	old := newManager(t, client, 10*time.Second, nil)
 	first := smClaim(root, "first", "GPU-a", 24)
@@ -39,13 +31,7 @@ func TestUpgradeKeepsTheRunningDaemon(t *testing.T) {
 		t.Fatalf("daemon pods before the upgrade: %d, image %q", len(before), before[0].Spec.Containers[0].Image)
 	}
 
-	upgraded, err := mps.NewManager(mps.Config{
-		Client: client, Namespace: ns, NodeName: node, Template: mps.DaemonTemplate,
-		Image: "gpufrac/gpufrac:next", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionLegacy, ReadyTimeout: 10 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	upgraded := managerWith(t, client, func(c *mps.Config) { c.Image = "gpufrac/gpufrac:next" })
 	second := smClaim(root, "second", "GPU-a", 40)
 	if err := upgraded.Restore(ctx, []plan.Claim{*first}); err != nil {
 		t.Fatal(err)

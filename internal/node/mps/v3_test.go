@@ -4,15 +4,12 @@
 package mps_test
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/core/plan"
@@ -40,19 +37,9 @@ func namespaces(t *testing.T, b *domain.MPSBinding) string {
 // one shared server, with its own limit and thread percentage, instead of
 // the legacy daemon's single ceiling.
 func TestV3NamespacePerClaim(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset()
-	root := t.TempDir()
+	ctx, client, root := testNode(t)
 	kubelet(ctx, t, client, true)
-	m, err := mps.NewManager(mps.Config{
-		Client: client, Namespace: ns, NodeName: node, Template: mps.DaemonTemplate,
-		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 10 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := v3Manager(t, client, 10*time.Second, nil)
 	first := v3Claim(root, "first", "GPU-a", 24, nil)
 	second := v3Claim(root, "second", "GPU-a", 40, ptr.To[int32](30))
 	b := first.MPS()
@@ -94,21 +81,11 @@ func TestV3NamespacePerClaim(t *testing.T) {
 // that claim's Prepare, naming the daemon and what it still has, rather
 // than letting a container start before its namespace exists.
 func TestSettingsNeverAppliedFailsPrepare(t *testing.T) {
-	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	client := fake.NewClientset()
-	dir := t.TempDir()
+	ctx, client, dir := testNode(t)
 	kubeletApplying(ctx, t, client, true, false) // Ready, but deaf to the config directory
-	m, err := mps.NewManager(mps.Config{
-		Client: client, Namespace: ns, NodeName: node, Template: mps.DaemonTemplate,
-		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionV3, DriverVersion: "615.23.01", ReadyTimeout: 300 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := v3Manager(t, client, 300*time.Millisecond, nil)
 	c := v3Claim(dir, "c", "GPU-a", 8, nil)
-	err = m.Acquire(ctx, *c.MPS(), c)
+	err := m.Acquire(ctx, *c.MPS(), c)
 	if err == nil {
 		t.Fatal("Acquire succeeded though the daemon never created the namespace")
 	}

@@ -21,7 +21,8 @@ import (
 const dashboardTable = "dashboard-panels.txt"
 
 // dashboardWatch is a real Prometheus (Debian's 2.42, test/prombin)
-// scraping every demo plugin's /metrics from the start, so that the
+// scraping every demo plugin's /metrics and gpufrac-controller's (the
+// pools' fragmentation, the slices' ignored sizes) from the start, so that the
 // dashboard's queries (deployments/grafana/gpufrac.json) can be evaluated
 // over the whole demo at its end, borrowing and eviction included. err
 // says why there is none (the package could not be fetched), and the
@@ -34,8 +35,12 @@ type dashboardWatch struct {
 
 const dashboardScrape = time.Second
 
-func startDashboardWatch(ctx context.Context, cluster string, metricsAddr map[string]string) *dashboardWatch {
-	step("Starting a Prometheus (Debian's 2.42, fetched once into ~/.cache/gpufrac) on the plugins' metrics, for the dashboard's panels")
+// startDashboardWatch starts the Prometheus on the plugins' metrics
+// (metricsAddr, by node) and, where controllerAddr is set, on the
+// controller's: it is scraped before the controller starts (the target is
+// down until then), as targets cannot be added to a running server.
+func startDashboardWatch(ctx context.Context, cluster string, metricsAddr map[string]string, controllerAddr string) *dashboardWatch {
+	step("Starting a Prometheus (Debian's 2.42, fetched once into ~/.cache/gpufrac) on the plugins' and the controller's metrics, for the dashboard's panels")
 	w := &dashboardWatch{start: time.Now()}
 	bins, err := prombin.Fetch(ctx)
 	if err != nil {
@@ -46,6 +51,9 @@ func startDashboardWatch(ctx context.Context, cluster string, metricsAddr map[st
 	var targets []prombin.Target
 	for _, node := range sortedKeys(metricsAddr) {
 		targets = append(targets, prombin.Target{Job: "gpufrac-kubelet-plugin", URL: "http://" + metricsAddr[node] + "/metrics"})
+	}
+	if controllerAddr != "" {
+		targets = append(targets, prombin.Target{Job: "gpufrac-controller", URL: "http://" + controllerAddr + "/metrics"})
 	}
 	dir := filepath.Join(cluster, "prometheus")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -58,7 +66,8 @@ func startDashboardWatch(ctx context.Context, cluster string, metricsAddr map[st
 		return w
 	}
 	w.start = time.Now()
-	fmt.Printf("    %s scraping %d plugins every %s (its data and log in %s)\n", w.srv.URL, len(targets), dashboardScrape, dir)
+	fmt.Printf("    %s scraping %d targets (%d plugins, gpufrac-controller: %t) every %s (its data and log in %s)\n",
+		w.srv.URL, len(targets), len(metricsAddr), controllerAddr != "", dashboardScrape, dir)
 	return w
 }
 
@@ -70,9 +79,7 @@ func (w *dashboardWatch) stop() {
 
 // writeTable evaluates every panel query of the dashboard, every node,
 // GPU and namespace selected, over the demo so far, writes the table to
-// state/dashboard-panels.txt and prints it. Panels of the controller's
-// figures (fragmentation, ignored sizes) have no series here: the demo
-// runs the controller's webhook, not its metrics endpoint.
+// state/dashboard-panels.txt and prints it.
 func (w *dashboardWatch) writeTable(ctx context.Context, root, state string) error {
 	step("The Grafana dashboard's panels on the demo's metrics (deployments/grafana/gpufrac.json, docs/dashboards.md)")
 	path := filepath.Join(state, dashboardTable)
@@ -93,10 +100,9 @@ func (w *dashboardWatch) writeTable(ctx context.Context, root, state string) err
 		return err
 	}
 	results := dashexpr.Evaluate(ctx, w.srv, queries, w.start, end, dashboardScrape)
-	fmt.Fprintf(&buf, "# gpufrac's dashboard evaluated by %s over the demo's plugin metrics, %s to %s (every %s);\n",
+	fmt.Fprintf(&buf, "# gpufrac's dashboard evaluated by %s over the demo's plugin and controller metrics, %s to %s (every %s);\n",
 		"Prometheus 2.42", w.start.UTC().Format(time.TimeOnly), end.UTC().Format(time.TimeOnly), dashboardScrape)
 	fmt.Fprintf(&buf, "# every node, GPU and namespace selected. SERIES: series with data in that time; NON-ZERO: of them, with a value other than 0 or NaN.\n")
-	fmt.Fprintf(&buf, "# The controller's panels (fragmentation, ignored sizes) are empty: the demo serves no gpufrac-controller metrics.\n")
 	if err := dashexpr.WriteTable(&buf, results); err != nil {
 		return err
 	}

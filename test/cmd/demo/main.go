@@ -204,7 +204,11 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		}
 		nodes = append(nodes, n)
 	}
-	watch := startDashboardWatch(ctx, cluster, metricsAddr)
+	controllerMetrics, err := freeLocalAddress()
+	if err != nil {
+		return fail(err)
+	}
+	watch := startDashboardWatch(ctx, cluster, metricsAddr, controllerMetrics)
 	defer watch.stop()
 	kubectl := func(args ...string) *exec.Cmd {
 		cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig=" + cp.Kubeconfig}, args...)...)
@@ -216,7 +220,9 @@ func demo(ctx context.Context, o options, root, cluster string, cp *harness.Cont
 		return fail(err)
 	}
 	step("Starting gpufrac-controller's admission webhook: KAI annotations and HAMi resources become claims")
-	webhook, err := cp.StartHAMiWebhook(ctx, "default", kai.Options{})
+	// Its metrics too: the dashboard's fragmentation and ignored-size
+	// panels are the controller's.
+	webhook, err := cp.StartHAMiWebhookWithMetrics(ctx, "default", kai.Options{}, controllerMetrics)
 	if err != nil {
 		return fail(err)
 	}

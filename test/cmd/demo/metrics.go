@@ -15,13 +15,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// freeLocalAddress reserves a loopback port for a plugin's metrics
-// endpoint. Closing the listener before the plugin binds leaves a small
-// race, acceptable for a demo: a clash fails the plugin's start loudly.
+// freeLocalAddress reserves a loopback port for a plugin's or the
+// controller's metrics endpoint. Closing the listener before the server
+// binds leaves a small race, acceptable for a demo: a clash fails the
+// server's start loudly.
 func freeLocalAddress() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return "", fmt.Errorf("finding a free port for the plugin's metrics: %w", err)
+		return "", fmt.Errorf("finding a free loopback port for a metrics endpoint: %w", err)
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().String(), nil
