@@ -207,10 +207,12 @@ func (m *Manager) Acquire(ctx context.Context, b domain.MPSBinding, c *plan.Clai
 	}
 	_, had := m.users[key][c.UID]
 	m.mu.Unlock()
+	var read *podRead
 	if !had {
 		// A node server started over other GPUs than this binding's is
 		// restarted if nothing holds it, or refuses GPUs it does not serve.
-		if err := m.checkServerSet(ctx, b, c); err != nil {
+		var err error
+		if read, err = m.checkServerSet(ctx, b, c); err != nil {
 			return err
 		}
 	}
@@ -222,7 +224,7 @@ func (m *Manager) Acquire(ctx context.Context, b domain.MPSBinding, c *plan.Clai
 	file, content := desired(m.cfg.Version, m.users[key])
 	m.mu.Unlock()
 
-	err := m.ensure(ctx, b, file, content)
+	err := m.ensure(ctx, b, file, content, read)
 	if err != nil && !had {
 		if ctx.Err() != nil {
 			// The caller (the kubelet's Prepare deadline) gave up, not the
@@ -274,13 +276,15 @@ func (m *Manager) dropUser(b domain.MPSBinding, uid types.UID) {
 }
 
 // ensure makes the daemon exist with the settings and waits until it is
-// ready and has applied them.
-func (m *Manager) ensure(ctx context.Context, b domain.MPSBinding, file, content string) error {
+// ready and has applied them. read is the daemon Pod as Acquire already
+// read it under the key's lock (nil: not read yet), so Prepare makes one
+// API call for it, not two.
+func (m *Manager) ensure(ctx context.Context, b domain.MPSBinding, file, content string, read *podRead) error {
 	key := b.DaemonKey()
 	logger := klog.FromContext(ctx).WithValues("daemon", key, "gpus", servedGPUs(b))
 	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
 	name := PodName(m.cfg.NodeName, key)
-	pod, err := pods.Get(ctx, name, metav1.GetOptions{})
+	pod, err := read.get(ctx, pods, name)
 	switch {
 	case apierrors.IsNotFound(err):
 		pod, err = m.create(ctx, b, file, content)

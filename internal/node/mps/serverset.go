@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/internal/core/plan"
@@ -139,23 +140,40 @@ func (e *ServerGPUsError) Error() string {
 		strings.Join(e.Running, ","), strings.Join(e.Wanted, ","), strings.Join(e.Outside, ","), len(e.Holders), strings.Join(e.Holders, ", "))
 }
 
+// podRead is a daemon Pod read earlier under the daemon's key lock; pod
+// nil: there was none.
+type podRead struct{ pod *corev1.Pod }
+
+// get returns the Pod as read, or reads it where r is nil; a Pod read as
+// absent answers NotFound as the API server would.
+func (r *podRead) get(ctx context.Context, pods typedcorev1.PodInterface, name string) (*corev1.Pod, error) {
+	switch {
+	case r == nil:
+		return pods.Get(ctx, name, metav1.GetOptions{})
+	case r.pod == nil:
+		return nil, apierrors.NewNotFound(corev1.Resource("pods"), name)
+	}
+	return r.pod, nil
+}
+
 // checkServerSet compares, before a new claim c joins it, the running
 // server of binding b with the set b was planned with, and restarts an
 // unheld server over the new set or refuses a GPU an held one does not
 // serve. Under the daemon's key lock; per-GPU daemons have nothing to
-// compare.
-func (m *Manager) checkServerSet(ctx context.Context, b domain.MPSBinding, c *plan.Claim) error {
+// compare (nil read: ensure reads their Pod). It returns the Pod as it
+// left it, for ensure.
+func (m *Manager) checkServerSet(ctx context.Context, b domain.MPSBinding, c *plan.Claim) (*podRead, error) {
 	key := b.DaemonKey()
 	if key != domain.NodeServerKey {
-		return nil
+		return nil, nil
 	}
 	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
 	pod, err := pods.Get(ctx, PodName(m.cfg.NodeName, key), metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil
+		return &podRead{}, nil
 	case err != nil:
-		return fmt.Errorf("looking up the MPS node server: %w", err)
+		return nil, fmt.Errorf("looking up the MPS node server: %w", err)
 	}
 	m.mu.Lock()
 	var holders []string
@@ -187,14 +205,16 @@ func (m *Manager) checkServerSet(ctx context.Context, b domain.MPSBinding, c *pl
 	switch action {
 	case serverSetRestart:
 		logger.Info("Restarting the MPS node server over the node's fraction GPUs now: no claim uses it")
-		return m.deleteAndWait(ctx, b, pod)
+		// nil: ensure reads what stands there now (a successor made
+		// meanwhile, or nothing).
+		return nil, m.deleteAndWait(ctx, b, pod)
 	case serverSetRefuse:
 		logger.Info("Refusing a claim on a GPU the MPS node server does not serve; the server keeps its claims", "outside", outside, "holders", holders)
-		return &ServerGPUsError{Running: running, Wanted: b.ServerGPUs, Outside: outside, Holders: holders}
+		return nil, &ServerGPUsError{Running: running, Wanted: b.ServerGPUs, Outside: outside, Holders: holders}
 	case serverSetServe:
 		logger.V(2).Info("The MPS node server runs over an older GPU set that holds this claim's GPUs; serving it there")
 	}
-	return nil
+	return &podRead{pod: pod}, nil
 }
 
 // deleteAndWait deletes the daemon Pod (that very Pod) and waits, within
