@@ -94,6 +94,7 @@ func main() {
 	var apiserverFlags stringList
 	flag.Var(&apiserverFlags, "apiserver-flag", "extra kube-apiserver flag, repeatable (e.g. --profiling=true to read its /debug/pprof/profile with the harness's admin kubeconfig)")
 	schedulerConfig := flag.String("scheduler-config", "", "a KubeSchedulerConfiguration file kube-scheduler runs with (--config); the harness fills in clientConnection.kubeconfig, and qps/burst from -qps unless the file sets them")
+	schedulerBinary := flag.String("kube-scheduler", "", "run this kube-scheduler binary instead of the one built from the module proxy (the same release, patched: docs/packing.md)")
 	churn := flag.Int("churn", 0, "after placing the workload, run this many churn events, each deleting a random running pod and creating one drawn from the workload, at -rate a second (a seeded Poisson process), sampling GPUs in use against the live lower bound; with -packing compare, off and on alternate on one cluster")
 	rate := flag.Float64("rate", 10, "with -churn: events a second")
 	sample := flag.Duration("sample", time.Second, "with -churn: how often the cluster is sampled")
@@ -118,7 +119,7 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	cfg := config{schedulerConfig: schedConfig, file: *file, trace: *trace, seed: *seed, nodes: *nodes, gpus: *gpus,
+	cfg := config{schedulerConfig: schedConfig, schedulerBinary: *schedulerBinary, file: *file, trace: *trace, seed: *seed, nodes: *nodes, gpus: *gpus,
 		packing: *packing, rounds: *rounds, against: *against, extenderDown: *extenderDown, optOut: *optOut, qps: *qps, settle: *settle, schedulerFlags: schedulerFlags, apiserverFlags: apiserverFlags,
 		churn: *churn, rate: *rate, sample: *sample}
 	if *churn > 0 {

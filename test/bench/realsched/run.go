@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -29,6 +30,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 	"github.com/gpufrac/gpufrac/test/harness"
+	"github.com/gpufrac/gpufrac/test/kubebuild"
 )
 
 type config struct {
@@ -65,6 +67,11 @@ type config struct {
 	// schedulerConfig is a KubeSchedulerConfiguration (YAML) or empty for
 	// the scheduler's defaults.
 	schedulerConfig []byte
+	// schedulerBinary, when set, is the kube-scheduler run in place of
+	// the one built from the module proxy (a patched build, to measure
+	// what an upstream change would buy); the other binaries are built
+	// as usual.
+	schedulerBinary string
 }
 
 const namespace = "bench"
@@ -118,6 +125,29 @@ func run(ctx context.Context, cfg config) (_ []*result, finalErr error) {
 	return all, ctx.Err()
 }
 
+// binaries are the harness's upstream binaries with kube-scheduler
+// replaced by scheduler, or nil (the harness finds or builds them) when
+// scheduler is empty.
+func binaries(ctx context.Context, scheduler string) (kubebuild.Binaries, error) {
+	if scheduler == "" {
+		return nil, nil
+	}
+	st, err := os.Stat(scheduler)
+	if err != nil {
+		return nil, fmt.Errorf("-kube-scheduler: %w", err)
+	}
+	if !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("-kube-scheduler %s: not an executable file (mode %v)", scheduler, st.Mode())
+	}
+	bins, err := kubebuild.Ensure(ctx, kubebuild.Options{Progress: os.Stderr})
+	if err != nil {
+		return nil, err
+	}
+	out := maps.Clone(bins)
+	out[kubebuild.KubeScheduler] = scheduler
+	return out, nil
+}
+
 // setUp starts the control plane and creates the nodes, their slices, the
 // DeviceClasses, the namespace and the workload's templates.
 func setUp(ctx context.Context, cfg config) (_ *bench, closeBench func(error), finalErr error) {
@@ -145,8 +175,13 @@ func setUp(ctx context.Context, cfg config) (_ *bench, closeBench func(error), f
 		}
 		schedArgs = cfg.schedulerFlags
 	}
+	bins, err := binaries(ctx, cfg.schedulerBinary)
+	if err != nil {
+		return nil, nil, err
+	}
 	cp, err := harness.Start(ctx, harness.Options{
 		Progress: os.Stderr, SchedulerArgs: schedArgs, APIServerArgs: cfg.apiserverFlags, SchedulerConfig: schedConfig, ControllerManagerArgs: lift,
+		Binaries: bins,
 		// The nodes carry slices only; no plugin runs, so none is built.
 		PluginBinary: "/nonexistent/gpufrac-kubelet-plugin",
 	})
