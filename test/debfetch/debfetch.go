@@ -220,7 +220,7 @@ func replace(ctx context.Context, dir string, pins []Pin, want []string, downloa
 	root := filepath.Join(tmp, "root")
 	for i, deb := range debs {
 		if out, err := exec.CommandContext(ctx, "dpkg-deb", "-x", deb, root).CombinedOutput(); err != nil {
-			return fmt.Errorf("unpacking %s (dpkg-deb -x %s): %w: %s", pins[i], deb, err, tail(out))
+			return fmt.Errorf("unpacking %s (dpkg-deb -x %s): %w: %s", pins[i], deb, err, Tail(out))
 		}
 	}
 	for _, w := range want {
@@ -255,13 +255,14 @@ func aptDownload(ctx context.Context, dir string, pins []Pin) error {
 			err = fmt.Errorf("%w (%w)", err, ctxErr)
 		}
 		return fmt.Errorf("apt-get download %s: %w: %s (no reachable mirror, or a pinned version is no longer served: `apt-cache policy` names the one that is): %w",
-			names(pins), err, tail(out), ErrDownload)
+			names(pins), err, Tail(out), ErrDownload)
 	}
 	return nil
 }
 
-// tail is the end of a command's output, for an error.
-func tail(out []byte) string {
+// Tail is the end of a command's output, for an error (prombin's
+// server errors use it too).
+func Tail(out []byte) string {
 	s := strings.TrimSpace(string(out))
 	if len(s) > 2000 {
 		s = "..." + s[len(s)-2000:]

@@ -17,13 +17,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/prometheus/common/model"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpufrac/gpufrac/test/debfetch"
 )
 
 // Target is one HTTP endpoint a server scrapes.
@@ -240,7 +241,7 @@ func (s *Server) Exited() bool {
 // LogTail is the end of the server's log.
 func (s *Server) LogTail() string {
 	data, _ := os.ReadFile(filepath.Join(s.Dir, "prometheus.log"))
-	return tail(data)
+	return debfetch.Tail(data)
 }
 
 // get calls an API endpoint and decodes its data field into out.
@@ -275,13 +276,4 @@ func (s *Server) get(ctx context.Context, path string, params url.Values, out an
 		return fmt.Errorf("GET %s: %s: %s", u, env.ErrorType, env.Error)
 	}
 	return json.Unmarshal(env.Data, out)
-}
-
-// tail is the last lines of a command's output, for an error.
-func tail(out []byte) string {
-	s := strings.TrimSpace(string(out))
-	if len(s) > 2000 {
-		s = "..." + s[len(s)-2000:]
-	}
-	return s
 }

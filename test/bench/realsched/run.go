@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"os"
 	"slices"
@@ -143,9 +142,8 @@ func binaries(ctx context.Context, scheduler string) (kubebuild.Binaries, error)
 	if err != nil {
 		return nil, err
 	}
-	out := maps.Clone(bins)
-	out[kubebuild.KubeScheduler] = scheduler
-	return out, nil
+	bins[kubebuild.KubeScheduler] = scheduler // Ensure's map is the caller's own
+	return bins, nil
 }
 
 // setUp starts the control plane and creates the nodes, their slices, the
