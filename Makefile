@@ -13,6 +13,13 @@ LOGCHECK      := sigs.k8s.io/logtools/logcheck@v0.11.0
 # binds every entry point); the warnings drown real build output.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
+# Every go command run from here (vet, the tests, the binaries the harness
+# builds, go run) compiles with -trimpath, the flag a reproducible release
+# needs (test/release): Go's build cache keys a package by its flags, so one
+# set of flags lets `make test-release` and `make release` reuse what `make
+# test` compiled for each platform instead of compiling every dependency
+# once more (docs/design/testing.md, "CI's whole run").
+export GOFLAGS += -trimpath
 
 .PHONY: all build build-host build-cli test test-unit test-helm test-compat compat-e2e lint docs dashboards demo clean fuzz bench bench-realsched bench-churn bench-prepcompare soak kube-binaries e2e release test-release
 

@@ -117,7 +117,7 @@ func buildController(ctx context.Context, t *testing.T) string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/", "./cmd/gpufrac-controller")
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOFLAGS=", "GOWORK=off")
+	cmd.Env = append(os.Environ(), "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building gpufrac-controller: %v\n%s", err, out)
 	}

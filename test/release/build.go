@@ -24,16 +24,25 @@ func (b *builder) goBuild(ctx context.Context, what, dir, goos, goarch string, c
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	env := []string{"GOOS=" + goos, "GOARCH=" + goarch, "CGO_ENABLED=0", "GOFLAGS=", "GOWORK=off",
+	env, args := b.goBuildCommand(dir, goos, goarch, cgo, extra, pkgs...)
+	return b.p.Run(ctx, what, b.opts.RepoRoot, env, "go", args...)
+}
+
+// goBuildCommand is goBuild's environment and go command line. Its
+// compiler flags (-trimpath, CGO_CFLAGS) are those the Makefile gives every
+// go command, so that a release after `make test` finds the dependencies
+// compiled (TestReleaseReusesWhatMakeCompiled).
+func (b *builder) goBuildCommand(dir, goos, goarch string, cgo bool, extra []string, pkgs ...string) (env, args []string) {
+	env = []string{"GOOS=" + goos, "GOARCH=" + goarch, "CGO_ENABLED=0", "GOFLAGS=", "GOWORK=off",
 		"CGO_CFLAGS=-Wno-deprecated-declarations", "SOURCE_DATE_EPOCH=" + fmt.Sprint(b.opts.Epoch.Unix())}
 	if cgo {
 		env[2] = "CGO_ENABLED=1"
 	}
 	env = append(env, extra...)
 	env = append(env, inherited(env)...)
-	args := []string{"build", "-v", "-trimpath", "-buildvcs=false",
+	args = []string{"build", "-v", "-trimpath", "-buildvcs=false",
 		"-ldflags", "-s -w -buildid= " + buildinfo.LDFlag(b.opts.Version), "-o", dir + "/"}
-	return b.p.Run(ctx, what, b.opts.RepoRoot, env, "go", append(args, pkgs...)...)
+	return env, append(args, pkgs...)
 }
 
 // inherited is the caller's environment less the variables set.
