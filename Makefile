@@ -18,8 +18,10 @@ export CGO_ENABLED = 1
 # needs (test/release): Go's build cache keys a package by its flags, so one
 # set of flags lets `make test-release` and `make release` reuse what `make
 # test` compiled for each platform instead of compiling every dependency
-# once more (docs/design/testing.md, "CI's whole run").
-export GOFLAGS += -trimpath
+# once more (docs/design/testing.md, "CI's whole run"). Added to what go
+# itself takes (the environment's or `go env -w`'s GOFLAGS, which setting
+# the variable here would otherwise hide).
+export GOFLAGS := $(strip $(filter-out -trimpath,$(shell $(GO) env GOFLAGS)) -trimpath)
 
 .PHONY: all build build-host build-cli test test-unit test-helm test-compat compat-e2e lint docs dashboards demo clean fuzz bench bench-realsched bench-churn bench-prepcompare soak kube-binaries e2e release test-release
 
