@@ -89,15 +89,11 @@ func makeExports(t *testing.T, root string, names ...string) map[string]string {
 	}
 	rule := "print-exports: ; @" + strings.Join(echoes, "; ")
 	cmd := exec.CommandContext(t.Context(), "make", "-s", "--no-print-directory", "-C", root, "--eval", rule, "print-exports")
-	skip := map[string]bool{"MAKEFLAGS": true, "MAKELEVEL": true, "MFLAGS": true}
+	unset := []string{"MAKEFLAGS=", "MAKELEVEL=", "MFLAGS="}
 	for _, n := range names {
-		skip[n] = true
+		unset = append(unset, n+"=")
 	}
-	for _, kv := range os.Environ() {
-		if !skip[strings.SplitN(kv, "=", 2)[0]] {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
+	cmd.Env = inherited(unset)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("reading the Makefile's %v: %v", names, err)
