@@ -15,7 +15,7 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 export CGO_ENABLED = 1
 # Every go command run from here (vet, the tests, the binaries the harness
 # builds, go run) compiles with -trimpath, the flag a reproducible release
-# needs (test/release): Go's build cache keys a package by its flags, so one
+# needs (hack/release): Go's build cache keys a package by its flags, so one
 # set of flags lets `make test-release` and `make release` reuse what `make
 # test` compiled for each platform instead of compiling every dependency
 # once more (docs/design/testing.md, "CI's whole run"). Added to what go
@@ -35,8 +35,8 @@ build:
 # The binaries that run in the host's namespace, with the host's glibc
 # (gpufrac-cdi-hook: the runtime runs it from the host, where the chart's
 # init container installed it), built without cgo so they run on glibc
-# 2.17 and later: NVML is loaded with dlopen (internal/node/purenvml).
-# TestHookRunsOnOldGlibc (test/hostbin) builds them with this target and
+# 2.17 and later: NVML is loaded with dlopen (internal/hook/purenvml).
+# TestHookRunsOnOldGlibc (hack/hostbin) builds them with this target and
 # reads what they need of the C library.
 HOST_BINARIES := gpufrac-cdi-hook
 build-host:
@@ -68,7 +68,7 @@ TEST_TIMEOUT ?= 30m
 # (root, Linux, writable cgroups), and otherwise says why test/e2e skips.
 test: kube-binaries
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
-	cd test/bench/packing && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	cd hack/bench/packing && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd deployments/grafana/gen && $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 	$(MAKE) test-helm
 	$(MAKE) test-compat
@@ -80,14 +80,14 @@ test: kube-binaries
 # against the oldest Kubernetes gpufrac supports, COMPAT_KUBE_VERSION,
 # whose control plane builds once per machine into
 # ${XDG_CACHE_HOME:-~/.cache}/gpufrac/kube-$(COMPAT_KUBE_VERSION) from the
-# recipe test/kube136 (kube-binaries shows that build's progress first).
+# recipe hack/kube136 (kube-binaries shows that build's progress first).
 # -race as above, so the test binary is the one `make test` just built.
 # The packing policy's tests run on v1.36.3 with the parameter informer
 # kept alive (harness.KeepParameterInformer; install.md says why).
 COMPAT_KUBE_VERSION ?= v1.36.3
 COMPAT_TESTS ?= ^(TestResourceSlicesAcceptedByAPIServer|TestDeviceClassCELSelectors|TestSevenPodsOfFortyGiOnTwoH200|TestSevenPodsRunAndAReplacementStarts|TestPreparedClaimReachesTheContainer|TestUnhealthyGPUIsTaintedAndAvoided|TestOneGuaranteePolicy|TestPackingInTheRealScheduler|TestKAIAnnotatedPodRunsWithItsShare|TestKAIDryRunCreatesNothing|TestWhyNamesWhatTheSchedulerDoesNot|TestRefusesToStartWithoutConsumableCapacity|TestPackingPolicyPatchesAsTheWebhook|TestPackingPolicyAfterTheLastParamPolicyWentAway)$$
 test-compat:
-	@GPUFRAC_KUBE_VERSION=$(COMPAT_KUBE_VERSION) $(GO) run ./test/cmd/kube-binaries -q
+	@GPUFRAC_KUBE_VERSION=$(COMPAT_KUBE_VERSION) $(GO) run ./hack/cmd/kube-binaries -q
 	GPUFRAC_KUBE_VERSION=$(COMPAT_KUBE_VERSION) $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) -run '$(COMPAT_TESTS)' ./test/integration/
 
 # The compatibility tier on a real node (root only, like `make e2e`): the
@@ -98,22 +98,22 @@ test-compat:
 # as root after `make test`.
 COMPAT_E2E_TESTS ?= ^TestTimeSlicingPodSeesItsGPU$$
 compat-e2e:
-	@GPUFRAC_KUBE_VERSION=$(COMPAT_KUBE_VERSION) $(GO) run ./test/cmd/kube-binaries -q -node
+	@GPUFRAC_KUBE_VERSION=$(COMPAT_KUBE_VERSION) $(GO) run ./hack/cmd/kube-binaries -q -node
 	GPUFRAC_KUBE_VERSION=$(COMPAT_KUBE_VERSION) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v -run '$(COMPAT_E2E_TESTS)' ./test/e2e/
 
 # The tests that need no control plane and no upstream binaries: every
-# package whose test binary does not link test/harness, test/kubebuild or
-# test/nodebuild (asked of go list, so a new package sorts itself), with
+# package whose test binary does not link hack/harness, hack/kubebuild or
+# hack/nodebuild (asked of go list, so a new package sorts itself), with
 # -short. UNIT_FLAGS="-short -race" for the race detector (slower to build).
 UNIT_FLAGS ?= -short
 test-unit:
 	@pkgs=$$($(GO) list -test -f '{{.ImportPath}} {{join .Deps " "}} ' ./... | \
 		grep -E '^[^ ]+\.test ' | \
-		grep -v -E ' github.com/gpufrac/gpufrac/test/(harness|kubebuild|nodebuild) ' | \
+		grep -v -E ' github.com/gpufrac/gpufrac/hack/(harness|kubebuild|nodebuild) ' | \
 		cut -d' ' -f1 | sed 's/\.test$$//'); \
 	echo "$(GO) test -count=1 $(UNIT_FLAGS) <$$(echo $$pkgs | wc -w) packages>"; \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(UNIT_FLAGS) $$pkgs
-	cd test/bench/packing && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(UNIT_FLAGS) ./...
+	cd hack/bench/packing && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(UNIT_FLAGS) ./...
 	cd deployments/grafana/gen && $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(UNIT_FLAGS) ./...
 
 # The Helm chart's tests live in their own module (test/helm, so the Helm SDK
@@ -139,7 +139,7 @@ test-release:
 # containerd, runc) running pods with the plugin's CDI specs, and the Helm
 # chart's release on a real node (test/helm). Root only.
 e2e:
-	@$(GO) run ./test/cmd/kube-binaries -q -node
+	@$(GO) run ./hack/cmd/kube-binaries -q -node
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./test/e2e/
 	cd test/helm && $(GO) test -count=1 -timeout 30m -v -run TestHelmReleaseOnTheRealNode .
 
@@ -151,10 +151,10 @@ FUZZ_TARGETS := \
 	FuzzTranslate:./internal/kai \
 	FuzzCheck:./internal/manifestcheck \
 	FuzzDecode:./internal/node/checkpoint \
-	FuzzReadState:./internal/node/cdihook \
-	FuzzParseLimit:./internal/node/hookarg \
-	FuzzRecordPath:./internal/node/cdihook \
-	FuzzFindCgroup:./internal/node/cdihook \
+	FuzzReadState:./internal/hook/cdihook \
+	FuzzParseLimit:./internal/hook/hookarg \
+	FuzzRecordPath:./internal/hook/cdihook \
+	FuzzFindCgroup:./internal/hook/cdihook \
 	FuzzComputeConsumed:./internal/core/plan
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
@@ -169,9 +169,9 @@ fuzz:
 # bench-realsched, whose 64-node runs the chart shows, about 15).
 bench:
 	$(MAKE) bench-realsched
-	cd test/bench/packing && $(GO) run . -chart $(CURDIR)/docs/packing.png -realsched $(BIN)/realsched.jsonl
+	cd hack/bench/packing && $(GO) run . -chart $(CURDIR)/docs/packing.png -realsched $(BIN)/realsched.jsonl
 	$(MAKE) bench-churn
-	cd test/bench/packing && $(GO) run . -churn $(BIN)/realsched-churn.jsonl -churn-chart $(CURDIR)/docs/packing-churn.png
+	cd hack/bench/packing && $(GO) run . -churn $(BIN)/realsched-churn.jsonl -churn-chart $(CURDIR)/docs/packing-churn.png
 	$(GO) test -run '^$$' -bench 'DurableWriteFloor|Encode500|PrepareUnprepare' -benchtime 1000x -cpu 1,4 ./internal/node/checkpoint ./internal/node/preparer
 	$(GO) test -run '^$$' -bench PrepareOverGRPC -benchtime 500x ./internal/node/plugin
 	$(GO) test -run '^$$' -bench WebhookTranslation -benchtime 2000x ./internal/controller
@@ -188,8 +188,8 @@ bench:
 EXAMPLE_PLUGIN ?=
 bench-prepcompare: build
 	@test -n "$(EXAMPLE_PLUGIN)" || { echo "EXAMPLE_PLUGIN=<dra-example-kubeletplugin binary> is required"; exit 1; }
-	@$(GO) run ./test/cmd/kube-binaries -q
-	$(GO) run ./test/bench/prepcompare -plugin gpufrac=$(BIN)/gpufrac-kubelet-plugin -plugin example=$(EXAMPLE_PLUGIN) -claims 32 -rounds 20 -runs 2 -fresh-claims -settle-status
+	@$(GO) run ./hack/cmd/kube-binaries -q
+	$(GO) run ./hack/bench/prepcompare -plugin gpufrac=$(BIN)/gpufrac-kubelet-plugin -plugin example=$(EXAMPLE_PLUGIN) -claims 32 -rounds 20 -runs 2 -fresh-claims -settle-status
 
 # Packing in the real kube-scheduler (docs/packing-scheduler.md): the
 # harness control plane, nodes carrying the plugin's slices and no kubelet,
@@ -206,9 +206,9 @@ REALSCHED_RUNS ?= 400:8 400:64 400:1000 2000:1000
 REALSCHED_MODES ?= compare
 REALSCHED_ROUNDS ?= 3
 bench-realsched:
-	@$(GO) run ./test/cmd/kube-binaries -q
+	@$(GO) run ./hack/cmd/kube-binaries -q
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/realsched ./test/bench/realsched
+	$(GO) build -o $(BIN)/realsched ./hack/bench/realsched
 	@: > $(BIN)/realsched.jsonl
 	@for run in $(REALSCHED_RUNS); do \
 		for p in $(REALSCHED_MODES); do \
@@ -231,9 +231,9 @@ CHURN_EVENTS ?= 800
 CHURN_RATE ?= 10
 CHURN_ROUNDS ?= 1
 bench-churn:
-	@$(GO) run ./test/cmd/kube-binaries -q
+	@$(GO) run ./hack/cmd/kube-binaries -q
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/realsched ./test/bench/realsched
+	$(GO) build -o $(BIN)/realsched ./hack/bench/realsched
 	@: > $(BIN)/realsched-churn.jsonl
 	@for run in $(CHURN_RUNS); do \
 		$(BIN)/realsched -trace $${run%%:*} -nodes $${run#*:} -packing compare -rounds $(CHURN_ROUNDS) -churn $(CHURN_EVENTS) -rate $(CHURN_RATE) -o json 2>$(BIN)/realsched-churn.log >$(BIN)/realsched-churn.out || \
@@ -248,20 +248,20 @@ bench-churn:
 # minutes on 2 cores; docs/reliability.md has figures). SOAK_ARGS=-help
 # lists the knobs.
 soak: kube-binaries
-	$(GO) run ./test/soak $(SOAK_ARGS)
+	$(GO) run ./hack/soak $(SOAK_ARGS)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 	cd test/helm && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
-	cd test/bench/packing && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
+	cd hack/bench/packing && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	cd deployments/grafana/gen && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 	$(GO) run $(GOLANGCI_LINT) run ./...
 	$(GO) run $(LOGCHECK) -check-contextual -config logcheck.conf ./...
 	cd test/helm && $(GO) run $(LOGCHECK) -check-contextual -config ../../logcheck.conf ./...
-	cd test/bench/packing && $(GO) run $(GOLANGCI_LINT) run --config ../../../.golangci.yml ./...
-	cd test/bench/packing && $(GO) run $(LOGCHECK) -check-contextual -config ../../../logcheck.conf ./...
+	cd hack/bench/packing && $(GO) run $(GOLANGCI_LINT) run --config ../../../.golangci.yml ./...
+	cd hack/bench/packing && $(GO) run $(LOGCHECK) -check-contextual -config ../../../logcheck.conf ./...
 	cd deployments/grafana/gen && $(GO) run $(GOLANGCI_LINT) run --config ../../../.golangci.yml ./...
 
 # Rewrites the generated parts of docs/reference.md (flags of every binary,
@@ -289,10 +289,10 @@ demo: build
 # GPUFRAC_KUBE_VERSION=v1.36.3 builds the compatibility tier's instead
 # (test-compat does).
 kube-binaries:
-	@$(GO) run ./test/cmd/kube-binaries -q -node
+	@$(GO) run ./hack/cmd/kube-binaries -q -node
 
 # Every artefact a release publishes, into bin/release/$(VERSION)/, without
-# Docker and reproducibly (docs/releasing.md; test/release has the logic):
+# Docker and reproducibly (docs/releasing.md; hack/release has the logic):
 # the chart package, the image as an OCI archive for linux/amd64 and
 # linux/arm64 with an SBOM each, kubectl-gpufrac's archives, the filled krew
 # manifest and SHA256SUMS. The arm64 image's cross compiler comes from
@@ -303,7 +303,7 @@ VERSION ?=
 RELEASE_ARGS ?=
 release:
 	@test -n "$(VERSION)" || { echo "make release VERSION=x.y.z: VERSION is required"; exit 1; }
-	$(GO) run ./test/cmd/release -version $(VERSION) $(RELEASE_ARGS)
+	$(GO) run ./hack/cmd/release -version $(VERSION) $(RELEASE_ARGS)
 
 clean:
 	rm -rf $(BIN)

@@ -3,7 +3,7 @@
 #
 # 1. Checks the demo manifests with kubectl-gpufrac validate, the code the
 #    driver runs, and shows a broken claim being refused.
-# 2. Runs test/cmd/demo: a real local control plane (etcd, kube-apiserver,
+# 2. Runs demo/cmd/demo: a real local control plane (etcd, kube-apiserver,
 #    kube-scheduler, kube-controller-manager v1.37.2, built from the Go module
 #    proxy on the first run and cached in ~/.cache/gpufrac), two simulated
 #    nodes of 8 x H200 with gpufrac-kubelet-plugin each, and either a real
@@ -45,6 +45,6 @@ fi
 step "Previewing a HAMi pod: what HAMi would give it, what gpufrac's claim asks"
 bin/kubectl-gpufrac translate -f demo/hami-pods.yaml --gpu-memory 144384Mi
 
-step "Building the demo driver (test/cmd/demo)"
-go build -o bin/gpufrac-demo ./test/cmd/demo
+step "Building the demo driver (demo/cmd/demo)"
+go build -o bin/gpufrac-demo ./demo/cmd/demo
 exec bin/gpufrac-demo "$@"

@@ -6,12 +6,12 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/gpufrac/gpufrac/internal/node/ldcachehook"
+	"github.com/gpufrac/gpufrac/internal/hook/ldcachehook"
 )
 
 // newLDCacheCommand is the createContainer hook that adds the driver's
 // library folders to the container's linker cache
-// (internal/node/ldcachehook).
+// (internal/hook/ldcachehook).
 func newLDCacheCommand() *cobra.Command {
 	opts := ldcachehook.Options{}
 	cmd := &cobra.Command{

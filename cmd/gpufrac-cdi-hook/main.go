@@ -3,7 +3,7 @@
 
 // Command gpufrac-cdi-hook is the OCI createRuntime hook in gpufrac's CDI
 // specs: it applies a container's GPU memory limits to its cgroup. The logic
-// is in internal/node/cdihook; this file is flags and wiring.
+// is in internal/hook/cdihook; this file is flags and wiring.
 package main
 
 import (
@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpufrac/gpufrac/internal/flagcheck"
-	"github.com/gpufrac/gpufrac/internal/node/cdihook"
-	"github.com/gpufrac/gpufrac/internal/node/hookarg"
-	"github.com/gpufrac/gpufrac/internal/node/purenvml"
+	"github.com/gpufrac/gpufrac/internal/hook/cdihook"
+	"github.com/gpufrac/gpufrac/internal/hook/hookarg"
+	"github.com/gpufrac/gpufrac/internal/hook/purenvml"
 	"github.com/gpufrac/gpufrac/internal/safetext"
 	"github.com/gpufrac/gpufrac/internal/sim/simdriver"
 )

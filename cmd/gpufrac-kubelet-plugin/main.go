@@ -39,7 +39,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/node/driverspec"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
-	"github.com/gpufrac/gpufrac/internal/node/mpslauncher"
+	"github.com/gpufrac/gpufrac/internal/node/mps/launcher"
 	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/internal/sim/catalog"
@@ -316,7 +316,7 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 		// The daemon Pods run the driver root's own MPS binaries: MPS is
 		// available where the driver root has them.
 		mount := cmp.Or(f.driverRootMount, f.driverRoot)
-		cfg.InventoryOptions.LookPath = func(file string) (string, error) { return mpslauncher.FindInRoot(mount, file) }
+		cfg.InventoryOptions.LookPath = func(file string) (string, error) { return launcher.FindInRoot(mount, file) }
 		cfg.InventoryOptions.PCIeRoot = plugin.HostPCIeRoot
 		if err := realDriverFiles(f, &cfg); err != nil {
 			return plugin.Config{}, err

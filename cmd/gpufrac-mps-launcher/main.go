@@ -5,7 +5,7 @@
 // root (nvidia-cuda-mps-control, nvidia-smi, the MPS daemon script's
 // shell) from the plugin's distroless image: the MPS control daemon Pods
 // (internal/node/mps/mps-control-daemon.yaml) start every container and probe with
-// it. The logic is in internal/node/mpslauncher; this file is flags and wiring.
+// it. The logic is in internal/node/mps/launcher; this file is flags and wiring.
 package main
 
 import (
@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/gpufrac/gpufrac/internal/flagcheck"
-	"github.com/gpufrac/gpufrac/internal/node/mpslauncher"
+	"github.com/gpufrac/gpufrac/internal/node/mps/launcher"
 )
 
 func main() {
@@ -24,9 +24,9 @@ func main() {
 		fmt.Fprintln(fs.Output(), "usage: gpufrac-mps-launcher [--driver-root DIR] [--bind-env NAME,...] -- PROGRAM [ARG...]")
 		fs.PrintDefaults()
 	}
-	root := fs.String("driver-root", envOr("GPUFRAC_DRIVER_ROOT", mpslauncher.DefaultDriverRoot),
+	root := fs.String("driver-root", envOr("GPUFRAC_DRIVER_ROOT", launcher.DefaultDriverRoot),
 		"where the host's NVIDIA driver root is mounted (env GPUFRAC_DRIVER_ROOT)")
-	bind := fs.String("bind-env", strings.Join(mpslauncher.DefaultBindEnv, ","),
+	bind := fs.String("bind-env", strings.Join(launcher.DefaultBindEnv, ","),
 		"variables naming directories to bind into the driver root; each is rewritten to its path there")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
@@ -41,9 +41,9 @@ func main() {
 			names = append(names, n)
 		}
 	}
-	p, err := mpslauncher.NewPlan(*root, os.Environ(), names)
+	p, err := launcher.NewPlan(*root, os.Environ(), names)
 	if err == nil {
-		err = mpslauncher.Exec(p, fs.Args())
+		err = launcher.Exec(p, fs.Args())
 	}
 	fmt.Fprintln(os.Stderr, "gpufrac-mps-launcher:", err)
 	os.Exit(1)

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpufrac/gpufrac/test/mustrun"
+	"github.com/gpufrac/gpufrac/internal/mustrun"
 )
 
 // On a terminal (a real pseudo-terminal here) the map takes the

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/test/mustrun"
-	"github.com/gpufrac/gpufrac/test/prombin"
+	"github.com/gpufrac/gpufrac/internal/mustrun"
+	"github.com/gpufrac/gpufrac/hack/prombin"
 )
 
-// Against a real Prometheus (Debian's 2.42, test/prombin) scraping a
+// Against a real Prometheus (Debian's 2.42, hack/prombin) scraping a
 // plugin's exposition: team/llm's two containers on gpu-0 use 30Gi and
 // 20Gi, which the query sums to the 50Gi the map draws; a container of
 // another node's claim is not drawn here.

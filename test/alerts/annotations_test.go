@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/test/prombin"
+	"github.com/gpufrac/gpufrac/hack/prombin"
 )
 
 // One node's series, written by hand in the plugin's label sets, where

@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/test/docs"
-	"github.com/gpufrac/gpufrac/test/mustrun"
-	"github.com/gpufrac/gpufrac/test/prombin"
+	"github.com/gpufrac/gpufrac/internal/mustrun"
+	"github.com/gpufrac/gpufrac/hack/prombin"
 )
 
 var (

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpufrac/gpufrac/test/prombin"
+	"github.com/gpufrac/gpufrac/hack/prombin"
 	"github.com/gpufrac/gpufrac/test/promscenario"
 )
 

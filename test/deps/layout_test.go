@@ -177,3 +177,45 @@ func TestFindCircle(t *testing.T) {
 		t.Errorf("findCircle(with c->a) = %s, want [a->b b->c c->a]", got)
 	}
 }
+
+// TestNothingOutsideTestImportsTest: test/ holds the test tiers, their
+// doubles and fixtures; the programs that build, fetch, release, demo or
+// benchmark live in hack/ and demo/, and no production or tool code (a
+// non-test file outside test/) may depend on a test tier. Test files may:
+// a package's own tests can use a double.
+func TestNothingOutsideTestImportsTest(t *testing.T) {
+	for p, imps := range ours(t) {
+		if p == "test" || strings.HasPrefix(p, "test/") {
+			continue
+		}
+		for _, imp := range imps {
+			if imp == "test" || strings.HasPrefix(imp, "test/") {
+				t.Errorf("%s imports %s: only test/ and _test.go files may", p, imp)
+			}
+		}
+	}
+}
+
+// TestHookImportsNothingOfThePlugin: the CDI hook is a binary of its own
+// (cgo-free, run by the container runtime from the host), so its area,
+// internal/hook, imports nothing of the kubelet plugin's, internal/node;
+// what the two share (the record the hook writes and the plugin reads) is
+// a contract package inside internal/hook.
+func TestHookImportsNothingOfThePlugin(t *testing.T) {
+	found := 0
+	for _, p := range list(t, nil, "-deps", "./internal/hook/...", "./cmd/gpufrac-cdi-hook") {
+		rel, ok := strings.CutPrefix(p.path, module)
+		if !ok {
+			continue
+		}
+		found++
+		for _, banned := range []string{"internal/node", "internal/controller", "internal/admission", "internal/cli"} {
+			if rel == banned || strings.HasPrefix(rel, banned+"/") {
+				t.Errorf("the hook depends on %s", rel)
+			}
+		}
+	}
+	if found < 4 {
+		t.Fatalf("go list -deps ./internal/hook/... found %d packages of the module", found)
+	}
+}

@@ -11,7 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/gpufrac/gpufrac/test/harness"
+	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // TestCDISpecNeedsNoNvidiaRuntime: the real node runs containerd, runc

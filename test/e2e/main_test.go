@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/test/harness"
-	"github.com/gpufrac/gpufrac/test/nodebuild"
+	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/hack/nodebuild"
 )
 
 var (

@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
-	"github.com/gpufrac/gpufrac/test/harness"
+	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // TestTimeSlicingPodSeesItsGPU: a pod with a 40Gi/60Gi TimeSlicing claim

@@ -20,9 +20,9 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/test/dashexpr"
-	"github.com/gpufrac/gpufrac/test/mustrun"
-	"github.com/gpufrac/gpufrac/test/prombin"
+	"github.com/gpufrac/gpufrac/hack/dashexpr"
+	"github.com/gpufrac/gpufrac/internal/mustrun"
+	"github.com/gpufrac/gpufrac/hack/prombin"
 )
 
 // The shipped dashboard and rules, from this package's directory.
@@ -36,17 +36,17 @@ const (
 // some. The list is exact: a query listed here that does return data fails
 // the test too, so the list cannot go stale.
 var panelsWithoutData = map[string]string{
-	"Fragmentation by pool/A":   "gpufrac-controller does not run on the e2e tier; its fragmentation gauges are evaluated over the controller's registry in test/dashexpr",
+	"Fragmentation by pool/A":   "gpufrac-controller does not run on the e2e tier; its fragmentation gauges are evaluated over the controller's registry in hack/dashexpr",
 	"Fragmentation by pool/B":   "gpufrac-controller does not run on the e2e tier (as A)",
 	"Fragmentation by pool/C":   "gpufrac-controller does not run on the e2e tier (as A)",
 	"GPUs with ignored sizes/A": "gpufrac-controller does not run on the e2e tier (as Fragmentation by pool)",
 	"Unhealthy GPUs and their claims/A": "no GPU of the real node is unhealthy in this scenario " +
-		"(test/dashexpr evaluates the panel over test/promscenario's unhealthy-gpu-with-claims)",
+		"(hack/dashexpr evaluates the panel over test/promscenario's unhealthy-gpu-with-claims)",
 	"Unhealthy GPUs and their claims/B": "no GPU of the real node is unhealthy (as A)",
 }
 
 // TestDashboardAndAlertsOnALivePrometheus (issue 38, item 4, root tier): a
-// real Prometheus (Debian's 2.42, test/prombin) scrapes the plugin on the
+// real Prometheus (Debian's 2.42, hack/prombin) scrapes the plugin on the
 // real node while, on a 141Gi GPU, pod a (request 40Gi, limit 130Gi,
 // restartPolicy OnFailure) borrows 90Gi from the GPU's MPS daemon (the
 // double) and pods b1..b3 (60Gi each, within their request) each need
@@ -121,7 +121,7 @@ func TestDashboardAndAlertsOnALivePrometheus(t *testing.T) {
 func (e *env) startPrometheus() *prombin.Server {
 	e.t.Helper()
 	bins, err := prombin.Fetch(e.ctx)
-	mustrun.Need(e.t, err == nil, fmt.Sprintf("Prometheus 2.42 (test/prombin): %v", err))
+	mustrun.Need(e.t, err == nil, fmt.Sprintf("Prometheus 2.42 (hack/prombin): %v", err))
 	rules := shortenFor(e.t, rulesPath, 2*time.Second)
 	prom, err := bins.StartServer(e.ctx, e.t, prombin.ServerOptions{
 		Targets:        []prombin.Target{{Job: "gpufrac-kubelet-plugin", URL: "http://" + metricsAddr + "/metrics"}},

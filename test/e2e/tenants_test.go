@@ -17,7 +17,7 @@ import (
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
-// tenantReport is what a hostile container (/probe tenant, test/cmd/e2e-probe)
+// tenantReport is what a hostile container (/probe tenant, test/e2e/e2e-probe)
 // found and tried.
 type tenantReport struct {
 	pod      string

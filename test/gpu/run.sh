@@ -482,7 +482,7 @@ launcher_daemon() {
 
 dmem_check() {
 	[ -f /sys/fs/cgroup/cgroup.controllers ] || { fail "dmem: host is not cgroup v2"; return; }
-	# As released: without cgo, NVML loaded with dlopen (internal/node/purenvml).
+	# As released: without cgo, NVML loaded with dlopen (internal/hook/purenvml).
 	make -s --no-print-directory build-host BIN="$work" || { fail "dmem: cannot build the hook"; return; }
 	hard=$((6 << 30)); soft=$((4 << 30))
 	cg=/sys/fs/cgroup/gpufrac-gpu-check-$$

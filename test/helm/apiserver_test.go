@@ -22,7 +22,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/gpufrac/gpufrac/test/harness"
+	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // cp is one control plane for the package's API-server tests.

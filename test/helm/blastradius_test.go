@@ -20,8 +20,8 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/test/harness"
-	"github.com/gpufrac/gpufrac/test/kubeletstandin"
+	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/hack/harness/kubeletstandin"
 )
 
 // TestOneNodeReachesNoFurther (issue 34, "Local stays local"), on the real

@@ -25,8 +25,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
-	"github.com/gpufrac/gpufrac/test/harness"
-	"github.com/gpufrac/gpufrac/test/nodebuild"
+	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/hack/nodebuild"
 )
 
 const (

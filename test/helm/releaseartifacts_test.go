@@ -18,12 +18,12 @@ import (
 
 	"helm.sh/helm/v3/pkg/chart/loader"
 
-	"github.com/gpufrac/gpufrac/test/release"
+	"github.com/gpufrac/gpufrac/hack/release"
 )
 
 const releaseVersion = "0.0.0-test"
 
-// TestReleaseArtifacts runs `make release`'s tool (test/cmd/release) twice
+// TestReleaseArtifacts runs `make release`'s tool (hack/cmd/release) twice
 // for a dummy version into two directories and checks what a release
 // publishes: both runs give byte-identical files (SHA256SUMS equal, and
 // each file's SHA-256 the listed one); the chart package loads in Helm with
@@ -35,7 +35,7 @@ const releaseVersion = "0.0.0-test"
 // manifest's checksums are those of the kubectl-gpufrac archives, each
 // holding a binary for its platform. The arm64 image is built when the
 // cross toolchain is at hand (GPUFRAC_CROSS_AARCH64 or the cache
-// test/cmd/release fills), as the test fetches nothing from Debian.
+// hack/cmd/release fills), as the test fetches nothing from Debian.
 func TestReleaseArtifacts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every release artefact twice")
@@ -57,7 +57,7 @@ func TestReleaseArtifacts(t *testing.T) {
 	var sums [2][]byte
 	for i, dir := range dirs {
 		start := time.Now()
-		cmd := exec.CommandContext(ctx, "go", "run", "./test/cmd/release", "-version", releaseVersion, "-out", dir,
+		cmd := exec.CommandContext(ctx, "go", "run", "./hack/cmd/release", "-version", releaseVersion, "-out", dir,
 			"-image-arches", strings.Join(arches, ","))
 		cmd.Dir = root
 		out, err := cmd.CombinedOutput()

@@ -25,8 +25,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpufrac/gpufrac/test/harness"
-	"github.com/gpufrac/gpufrac/test/release"
+	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/hack/release"
 )
 
 // untar reads a tar (gzip'd when gz) into a map of contents and modes.

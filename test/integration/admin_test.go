@@ -20,7 +20,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/cli/status"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/test/kubeletstandin"
+	"github.com/gpufrac/gpufrac/hack/harness/kubeletstandin"
 )
 
 // TestAdminAccessClaimIsNotCounted: a monitoring pod (two containers, as a

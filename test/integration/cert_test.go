@@ -21,7 +21,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
 	"github.com/gpufrac/gpufrac/internal/controller"
 	"github.com/gpufrac/gpufrac/internal/kai"
-	"github.com/gpufrac/gpufrac/test/harness"
+	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // TestWebhookCertificateRenewsWithoutFailedAdmission runs two replicas of

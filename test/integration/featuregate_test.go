@@ -18,8 +18,8 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/internal/featureprobe"
-	"github.com/gpufrac/gpufrac/test/harness"
-	"github.com/gpufrac/gpufrac/test/kubebuild"
+	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/hack/kubebuild"
 )
 
 // TestRefusesToStartWithoutConsumableCapacity: on an API server with

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/test/harness"
+	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // TestOneGuaranteePolicy: the one-guarantee ValidatingAdmissionPolicy of

@@ -27,7 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpufrac/gpufrac/test/harness"
+	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 const (

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/test/harness"
+	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // cp is the control plane all tests of this package share: starting one

@@ -19,7 +19,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
-	"github.com/gpufrac/gpufrac/test/harness"
+	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // TestPackingInTheRealScheduler: with the packing policy and webhook

@@ -20,7 +20,7 @@ import (
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
-	"github.com/gpufrac/gpufrac/test/harness"
+	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // TestPackingPolicyPatchesAsTheWebhook: the packing

@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gpufrac/gpufrac/internal/cli/why"
-	"github.com/gpufrac/gpufrac/test/harness"
+	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // TestWhyNamesWhatTheSchedulerDoesNot: two pods of 100Gi take one H200

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/test/mustrun"
-	"github.com/gpufrac/gpufrac/test/prombin"
+	"github.com/gpufrac/gpufrac/internal/mustrun"
+	"github.com/gpufrac/gpufrac/hack/prombin"
 )
 
 // docsQueries are the PromQL blocks of docs/metrics.md's "Joining the

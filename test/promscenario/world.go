@@ -23,7 +23,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
-	"github.com/gpufrac/gpufrac/internal/node/cdihook"
+	"github.com/gpufrac/gpufrac/internal/hook/cdihook"
 	"github.com/gpufrac/gpufrac/internal/node/fractionmetrics"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
 	"github.com/gpufrac/gpufrac/internal/sim/catalog"

@@ -10,7 +10,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/gpufrac/gpufrac/internal/core/plan"
-	"github.com/gpufrac/gpufrac/internal/node/hookarg"
+	"github.com/gpufrac/gpufrac/internal/hook/hookarg"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 

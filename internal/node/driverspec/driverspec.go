@@ -14,7 +14,7 @@
 // updates the container's linker cache for those folders. NVIDIA's hooks
 // run nvidia-cdi-hook, which is not on gpufrac's nodes and whose glibc
 // floor is not ours; the cache step runs `gpufrac-cdi-hook ldcache`
-// instead (internal/node/ldcachehook), and ldconfig itself creates the
+// instead (internal/hook/ldcachehook), and ldconfig itself creates the
 // SONAME links (libcuda.so.1 → libcuda.so.<version>) NVIDIA's
 // create-symlinks step would otherwise need.
 package driverspec

@@ -23,7 +23,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/test/kubebuild"
+	"github.com/gpufrac/gpufrac/hack/kubebuild"
 )
 
 // buildDouble builds gpufrac-mps-launcher and a driver root with the MPS

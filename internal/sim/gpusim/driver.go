@@ -6,7 +6,7 @@ package gpusim
 import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
-	"github.com/gpufrac/gpufrac/internal/node/purenvml"
+	"github.com/gpufrac/gpufrac/internal/hook/purenvml"
 	"github.com/gpufrac/gpufrac/internal/sim/simdriver"
 )
 

@@ -3,7 +3,7 @@
 
 // Package simdriver is a simulated node's NVIDIA driver as the hook sees
 // it: the file the plugin installs in place of libnvidia-ml.so.1, and the
-// NVML (internal/node/purenvml's Interface) that gpufrac-cdi-hook gets
+// NVML (internal/hook/purenvml's Interface) that gpufrac-cdi-hook gets
 // from it. It links no cgo, as the hook it is part of (the hook runs on
 // the host, built with CGO_ENABLED=0); internal/sim/gpusim keeps the
 // simulated NVML server the plugin uses and re-exports these names.
@@ -17,7 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	nvml "github.com/gpufrac/gpufrac/internal/node/purenvml"
+	nvml "github.com/gpufrac/gpufrac/internal/hook/purenvml"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 

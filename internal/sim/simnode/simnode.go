@@ -13,7 +13,7 @@ package simnode
 import (
 	"path/filepath"
 
-	"github.com/gpufrac/gpufrac/internal/node/mpslauncher"
+	"github.com/gpufrac/gpufrac/internal/node/mps/launcher"
 	"github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 )
@@ -77,6 +77,6 @@ func lookPathInRoot(simulated func(string) (string, error), root string) func(st
 		if _, err := simulated(file); err != nil {
 			return "", err
 		}
-		return mpslauncher.FindInRoot(root, file)
+		return launcher.FindInRoot(root, file)
 	}
 }

@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Command findinroot runs gpufrac's own lookup of driver-root binaries
-// (mpslauncher.FindInRoot, the one the plugin uses to decide whether a node
+// (launcher.FindInRoot, the one the plugin uses to decide whether a node
 // can run MPS daemons) for test/gpu/run.sh, which compares it with where
 // the binaries really are. Usage: findinroot ROOT NAME...; prints
 // "NAME PATH" per binary found, the lookup's error per binary missing, and
@@ -13,7 +13,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gpufrac/gpufrac/internal/node/mpslauncher"
+	"github.com/gpufrac/gpufrac/internal/node/mps/launcher"
 )
 
 func main() {
@@ -23,7 +23,7 @@ func main() {
 	}
 	rc := 0
 	for _, name := range os.Args[2:] {
-		p, err := mpslauncher.FindInRoot(os.Args[1], name)
+		p, err := launcher.FindInRoot(os.Args[1], name)
 		if err != nil {
 			fmt.Println(err)
 			rc = 1

@@ -3,7 +3,7 @@
 
 // Command helmrun runs one Helm SDK action (what `helm install/upgrade/
 // rollback/uninstall --wait` and `helm status` run) and prints the release
-// as JSON. test/harness (Helm) runs it as a separate process: the
+// as JSON. hack/harness (Helm) runs it as a separate process: the
 // SDK's cli-runtime imports kustomize, which imports Go's plugin package,
 // and a binary with plugin is bound at start (-z now), which a test binary
 // that also links go-nvml (through the harness; NVML's symbols stay
