@@ -413,7 +413,7 @@ func lower(q resource.Quantity) string { return strings.ToLower(q.String()) }
 // podSetNVIDIAEnv are the variables a pod may not set on a container that
 // uses a gpufrac claim, with why, in the order the warnings name them.
 //   - NVIDIA_GPU_MEMORY_REQUEST and _LIMIT: NVIDIA's toolkit hook reads
-//     them (docs/design/nvidia-contract.md, "The toolkit's hook and its
+//     them (docs/design/nvidia/toolkit.md, "The toolkit's hook and its
 //     variables"), so a value the pod sets itself could override the
 //     claim's limit.
 //   - NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES: a node whose

@@ -12,7 +12,7 @@ package domain
 // per-cgroup limits; a hard limit per container only with per-cgroup
 // limits (driver r615+ on cgroup v2); the legacy MPS pinned-memory limit
 // for SMSharing elsewhere, which a tenant can undo
-// (docs/design/nvidia-contract.md, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT); and
+// (docs/design/nvidia/mps-legacy.md, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT); and
 // no limit at all for TimeSlicing there.
 
 // Enforced is what a node enforces, one short phrase per part, each within

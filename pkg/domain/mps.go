@@ -31,7 +31,7 @@ type MPSBinding struct {
 	// daemon whose server serves all the node's fraction GPUs (its
 	// allowed_devices), so that every client of a GPU is a client of one
 	// server, whichever GPUs its claim spans (eviction is per server,
-	// docs/design/nvidia-contract.md M4). Empty for the per-GPU daemon of
+	// docs/design/nvidia/mps-multi-gpu.md M4). Empty for the per-GPU daemon of
 	// GPUUUID. GPUUUID stays the share's own GPU either way: the memory
 	// ledger, incidents and metrics are per GPU.
 	ServerGPUs []string `json:"serverGPUs,omitempty"`

@@ -23,7 +23,7 @@ import (
 // the three ways a container ends (stopped by the kubelet when its pod is
 // deleted, exited by itself, OOM-killed), each leaving its cgroup removed
 // with the soft limit still set, which on a real dmem node leaks into
-// every ancestor's reservation (docs/design/nvidia-contract.md). gpufrac
+// every ancestor's reservation (docs/design/nvidia/memory-limits.md). gpufrac
 // follows NVIDIA's deployment model "force the root reservation to 0 after
 // every set-limits call": after each new container's hook, the simulated
 // reservation of the root (the highest cgroup below the hierarchy's mount

@@ -1,5 +1,5 @@
 // multialloc: one CUDA process on two GPUs, as a container with a share of
-// two GPUs under one MPS server (issue 35 item 4; docs/design/nvidia-contract.md
+// two GPUs under one MPS server (issue 35 item 4; docs/design/nvidia/mps-multi-gpu.md
 // M6-M7, inferred). Built with gcc alone like memalloc: the driver API
 // comes from libcuda.so.1.
 //

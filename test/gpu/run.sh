@@ -13,7 +13,7 @@
 #    as an MPS client: allocation must stop at the limit, not at the GPU's
 #    size. Under v3 the limit must hold without the client's variable, a
 #    TimeSlicing client on the main socket gets a server of its own, and the
-#    inferred items of docs/nvidia-contract.md are checked or printed (FACT).
+#    inferred items of docs/design/nvidia/ are checked or printed (FACT).
 # 3. Eviction (r615+, cgroup v2 with dmem): two MPS clients in two cgroups
 #    with soft/hard limits; a within-soft allocation that does not fit must
 #    evict the over-soft client (CUDA_ERROR_MPS_CLIENT_TERMINATED).
@@ -24,7 +24,7 @@
 #    Both clients run as gpufrac runs a fraction container's MPS client
 #    (tenant.sh, issue 33): a /dev/shm of its own, the daemon's log
 #    directory out of sight and, on the main socket, the shared server's
-#    subtree covered (docs/nvidia-contract.md T1-T3, inferred).
+#    subtree covered (docs/design/nvidia/mps-tenants.md T1-T3, inferred).
 # 2. dmem (driver r615+, cgroup v2): puts a shell in a fresh cgroup, runs
 #    gpufrac-cdi-hook on it as a createRuntime hook would, and runs memalloc
 #    there: allocation must stop at the hard limit; then, with memalloc
@@ -34,21 +34,21 @@
 #    reservation to 0 after every set" as the hook does it (reservation_check).
 # 6. The MPS server's own context against the slice's server reserve
 #    (server_reserve_check).
-# 4. The node's own MPS (docs/nvidia-contract.md D4-D6): where the driver
+# 4. The node's own MPS (docs/design/nvidia/mps-launcher.md D4-D6): where the driver
 #    root's MPS binaries are and whether gpufrac's lookup finds them; on
 #    r615+, the v3 daemon script through gpufrac-mps-launcher (launcher_check).
 #    Needs Go (it builds the launcher) or GPUFRAC_MPS_LAUNCHER=<prebuilt>.
-# 5. Driver files (docs/design/nvidia-contract.md, "The driver in the
+# 5. Driver files (docs/design/nvidia/cdi.md, "The driver in the
 #    spec"): libcuda.so.<NVML's driver version> is in a library folder
 #    gpufrac's discovery searches, and (inferred) a non-MIG CUDA process
 #    needs no /dev/nvidia-caps (driverfiles_check).
-# 6. MIG (docs/design/nvidia-contract.md, "MIG instances"), on a node with a
+# 6. MIG (docs/design/nvidia/mig.md, "MIG instances"), on a node with a
 #    configured MIG instance: (inferred) the mig-minors numbering the
 #    simulated node uses, and (inferred) that a CUDA process given only one
 #    instance's two capability devices allocates on it and, given none,
 #    finds no device (mig_check).
 # 7. A node MPS server over two GPUs (r615+, a host with two GPUs; issue 35
-#    item 4, docs/design/nvidia-contract.md M1, M6-M8): the server starts
+#    item 4, docs/design/nvidia/mps-multi-gpu.md M1, M6-M8): the server starts
 #    and lists both, a client allocates on both, eviction picks its victim
 #    per GPU and ends the victim on both (multigpu_check).
 # Prints PASS/FAIL per check and exits non-zero on any FAIL.
@@ -191,7 +191,7 @@ mps_check() {
 	echo "MPS $version control log:"; tail -n 20 "$work/log/control.log" 2>/dev/null
 }
 
-# v3_facts checks, on the running v3 daemon, the items docs/nvidia-contract.md
+# v3_facts checks, on the running v3 daemon, the items docs/design/nvidia/mps.md
 # marks inferred, and prints what NVIDIA does not document (FACT lines).
 v3_facts() {
 	ctl() { CUDA_MPS_PIPE_DIRECTORY=$work/pipe nvidia-cuda-mps-control -p 3 "$@" </dev/null; }
@@ -351,7 +351,7 @@ fault_check() {
 	fi
 }
 
-# launcher_check: the daemon as the Pod runs it (docs/nvidia-contract.md
+# launcher_check: the daemon as the Pod runs it (docs/design/nvidia/mps-launcher.md
 # D4-D6). (a) D4: where nvidia-cuda-mps-control, nvidia-cuda-mps-server,
 # nvidia-smi and sh are under each driver root found (/ for a host
 # install, /run/nvidia/driver for the GPU Operator's), and whether
@@ -494,7 +494,7 @@ dmem_check() {
 	echo "{\"ociVersion\":\"1.2.0\",\"id\":\"gpu-check\",\"status\":\"created\",\"pid\":$holder,\"bundle\":\"/\"}" |
 		"$work/gpufrac-cdi-hook" apply --gpu "$uuid=$soft:$hard"
 	if [ $? -ne 0 ]; then fail "dmem: hook failed"; kill $holder; rmdir "$cg"; return; fi
-	# Inferred (docs/design/nvidia-contract.md, "NVML without cgo"): the
+	# Inferred (docs/design/nvidia/nvml.md, "NVML without cgo"): the
 	# real libnvidia-ml.so.1 takes nvmlSetMemoryLimits_v1_t as nvml.h lays
 	# it out from a caller without cgo; read back through nvidia-smi.
 	got_limits=$(nvidia-smi memory-limits --get -n "$cg" -i "$uuid" 2>&1)
@@ -519,7 +519,7 @@ dmem_check() {
 
 # reservation_check (r615+, dmem): NVIDIA's deployment model "force the root
 # reservation to 0 after every set-limits call" as gpufrac-cdi-hook does it
-# (docs/design/nvidia-contract.md, inferred: NVML's set of soft 0 on a
+# (docs/design/nvidia/memory-limits.md, inferred: NVML's set of soft 0 on a
 # non-leaf root). A tree root/qos/podA/a and root/qos/podB/b with +dmem all
 # the way down: set leaf A (nvidia-smi, no reset), delete A without a reset
 # (the leak), set leaf B through the hook (which then forces the root to 0),
@@ -649,7 +649,7 @@ driverfiles_check() {
 	esac
 }
 
-# multigpu_check: docs/design/nvidia-contract.md M1-M2, M6-M8 (issue 35
+# multigpu_check: docs/design/nvidia/mps-multi-gpu.md M1-M2, M6-M8 (issue 35
 # item 4): the node server gpufrac renders with --mps-server-scope=node
 # (test/gpu/render -part toml over two GPUs) starts and `server list` shows
 # both GPUs (M1, documented); then what the MPS double assumes and NVIDIA

@@ -13,7 +13,7 @@ import (
 
 // The MPS v3 command line as NVIDIA documents it (MPS guide, "MPS v3
 // Interface", https://docs.nvidia.com/deploy/mps/latest/mpsv3-interface.html;
-// docs/design/nvidia-contract.md, "MPS v3: what gpufrac relies on"):
+// docs/design/nvidia/mps.md, "MPS v3: what gpufrac relies on"):
 //
 //	nvidia-cuda-mps-control [-p 3] <module> <verb> [positional ...] [--key=value | key=value ...] [--flag ...]
 //

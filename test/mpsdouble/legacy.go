@@ -13,7 +13,7 @@ import (
 // The legacy (protocol 2) commands of the interactive shell, one per stdin
 // line, as NVIDIA documents them (MPS guide, "Legacy MPS v2 interface",
 // https://docs.nvidia.com/deploy/mps/mpsv2-interface.html;
-// docs/design/nvidia-contract.md, "Commands of the interactive shell").
+// docs/design/nvidia/mps-legacy.md, "Commands of the interactive shell").
 // Their arguments are checked as strictly as the v3 grammar checks its
 // own (grammar.go): a line the real shell would not take fails here too.
 

@@ -15,7 +15,7 @@ import (
 )
 
 // The node server: one v3 server whose allowed_devices lists both GPUs
-// (NVIDIA's configuration example, docs/design/nvidia-contract.md M1).
+// (NVIDIA's configuration example, docs/design/nvidia/mps-multi-gpu.md M1).
 const nodeServerTOML = `schema_version = "1.0"
 
 [servers.gpufrac]

@@ -19,7 +19,7 @@ import (
 // every container has its own). A claim used by two containers at once,
 // or by two pods, would be guaranteed twice what was accounted, so such a
 // claim is refused with the reason: at admission (internal/admission) and at
-// Prepare. docs/design/nvidia-contract.md says why no shared limit is used instead.
+// Prepare. docs/design/nvidia/memory-limits.md says why no shared limit is used instead.
 
 // SharedClaimError is a claim that more than one container or pod would
 // hold at the same time.

@@ -17,7 +17,7 @@ import (
 // nothing is enforced inside it beyond what MIG partitions in hardware:
 // NVIDIA's per-cgroup memory partitioning (the dmem and MPS v3 limits
 // gpufrac sets elsewhere) does not support MIG
-// (docs/design/nvidia-contract.md), so a config that asks for a memory
+// (docs/design/nvidia/mig.md), so a config that asks for a memory
 // limit, SMSharing or an active thread percentage on an instance is
 // refused with the reason rather than ignored.
 func planMIG(r resourceapi.DeviceRequestAllocationResult, m domain.MIGDevice, path *field.Path,

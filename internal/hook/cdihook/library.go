@@ -98,7 +98,7 @@ func resolveUnder(root, rel string) (string, error) {
 }
 
 // explain says what an NVML return code of nvmlDeviceSetMemoryLimits_v1
-// means, in the terms of NVIDIA's NVML reference (docs/design/nvidia-contract.md),
+// means, in the terms of NVIDIA's NVML reference (docs/design/nvidia/memory-limits.md),
 // and what to do about it.
 func explain(ret nvml.Return) string {
 	switch ret {

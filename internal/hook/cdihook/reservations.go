@@ -18,7 +18,7 @@ import (
 // exists takes it back; a cgroup removed with its soft limit set leaves
 // its share reserved in every ancestor (NVIDIA, mpsv3-memory-partitioning).
 // No runtime offers a hook point that runs while the cgroup exists for
-// every way a container ends (docs/design/nvidia-contract.md), so gpufrac
+// every way a container ends (docs/design/nvidia/memory-limits.md), so gpufrac
 // takes the second of the three deployment models NVIDIA's page lists:
 // force the root reservation to 0 after every set-limits call. The root is
 // the highest cgroup the propagation reaches (ReservationRoot); it is

@@ -8,7 +8,7 @@
 // where go-nvml's cgo build needed the build machine's glibc). Its types
 // mirror go-nvml's names (Interface, Device, Return, MemoryLimits_v1 and
 // the return codes) so code written against go-nvml reads the same; the
-// return codes and structs are nvml.h's (docs/design/nvidia-contract.md,
+// return codes and structs are nvml.h's (docs/design/nvidia/nvml.md,
 // "NVML without cgo").
 package purenvml
 

@@ -199,7 +199,7 @@ func env(c *plan.Claim) []string {
 		// A client can only lower what the daemon set, never raise it. A
 		// client of the node server gets none: its claim may span GPUs,
 		// and gpufrac uses a list of per-device limits only once it has
-		// read NVIDIA's form of it again (docs/design/nvidia-contract.md,
+		// read NVIDIA's form of it again (docs/design/nvidia/mps-multi-gpu.md,
 		// issue 35 item 4); the node server runs only on dmem nodes, where
 		// the container's cgroup holds each GPU to its own share's limit
 		// (the hook's per-GPU limits, limitEnv), and an SMSharing claim's

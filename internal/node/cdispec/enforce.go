@@ -19,7 +19,7 @@ const (
 	// EnvMemoryRequest and EnvMemoryLimit are NVIDIA's contract, read by
 	// the container toolkit's `nvidia-cdi-hook apply-cuda-memory-limits`
 	// (toolkit v1.20.1+, GPU Operator v26.7.1): one decimal integer of MiB
-	// each, applied to every GPU of the container. docs/design/nvidia-contract.md.
+	// each, applied to every GPU of the container. docs/design/nvidia/toolkit.md.
 	EnvMemoryRequest = "NVIDIA_GPU_MEMORY_REQUEST"
 	EnvMemoryLimit   = "NVIDIA_GPU_MEMORY_LIMIT"
 	// EnvGPURequests and EnvGPULimits are gpufrac's own, informational:

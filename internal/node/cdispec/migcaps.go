@@ -24,7 +24,7 @@ import (
 // major is that of "nvidia-caps" in /proc/devices. This is how NVIDIA's
 // container toolkit (internal/nvcaps) and DRA driver
 // (cmd/gpu-kubelet-plugin/cdi.go, internal/common/nvcaps.go) find them;
-// docs/design/nvidia-contract.md cites both.
+// docs/design/nvidia/mig.md cites both.
 const (
 	MIGMinorsFile  = "/proc/driver/nvidia-caps/mig-minors"
 	ProcDevices    = "/proc/devices"

@@ -30,7 +30,7 @@ import (
 // Protection and Error Containment"); it documents the format of none of
 // these lines, nor of the refusal of new clients while the GPU waits for
 // the clients a fault reached to exit. The formats below are the MPS
-// double's (test/mpsdouble), marked inferred in docs/design/nvidia-contract.md
+// double's (test/mpsdouble), marked inferred in docs/design/nvidia/mps.md
 // (items 23 and 29) until test/gpu/run.sh shows the real daemon's lines.
 var (
 	// memacct: evicted client pid=7 cgroup=/kubepods/.../<id> device=GPU-a for pid 9 cgroup=/kubepods/.../<id>: used ...

@@ -34,7 +34,7 @@ type tomlKey struct {
 // settings). gpuUUIDs is one GPU for a per-GPU daemon, or every GPU of a
 // node server: NVIDIA's configuration page lists several in one
 // allowed_devices, comma-separated ("GPU-abcd-1234,GPU-efgh-5678",
-// docs/design/nvidia-contract.md M1).
+// docs/design/nvidia/mps-multi-gpu.md M1).
 func DaemonTOML(driverVersion, server string, gpuUUIDs ...string) (string, error) {
 	if err := checkDeviceList(gpuUUIDs); err != nil {
 		return "", err

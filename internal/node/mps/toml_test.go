@@ -12,7 +12,7 @@ import (
 
 // A node server lists every GPU it serves in one allowed_devices,
 // comma-separated, as NVIDIA's configuration page shows
-// (docs/design/nvidia-contract.md M1); a per-GPU daemon lists its one GPU.
+// (docs/design/nvidia/mps-multi-gpu.md M1); a per-GPU daemon lists its one GPU.
 func TestDaemonTOMLListsEveryGPUOfANodeServer(t *testing.T) {
 	got, err := mps.DaemonTOML("615.23.01", "gpufrac", "GPU-a", "GPU-b")
 	if err != nil {

@@ -7,7 +7,7 @@
 // accept-nvidia-visible-devices-envvar-when-unprivileged. Where it is true
 // (NVIDIA's default), the runtime gives an unprivileged container the GPUs
 // its NVIDIA_VISIBLE_DEVICES names, whatever its claims hold
-// (docs/design/nvidia-contract.md, "The runtime's side door").
+// (docs/design/nvidia/toolkit.md, "The runtime's side door").
 package runtimeconfig
 
 import (

@@ -205,7 +205,7 @@ func (g driverDevice) SetMemoryLimits_v1(cgroup string, soft, hard uint64) nvml.
 }
 
 // checkSetMemoryLimits is what NVML documents for
-// nvmlDeviceSetMemoryLimits_v1 (docs/design/nvidia-contract.md): INVALID_ARGUMENT
+// nvmlDeviceSetMemoryLimits_v1 (docs/design/nvidia/memory-limits.md): INVALID_ARGUMENT
 // for soft > hard or a limit above the device's memory (hard may be
 // DEVICE_MEMORY_LIMIT_MAX, no limit), OPERATING_SYSTEM when the cgroup path
 // cannot be opened, NOT_SUPPORTED where there are no per-cgroup limits.
@@ -226,7 +226,7 @@ func checkSetMemoryLimits(cgroup string, soft, hard, total uint64, cgroupV2 bool
 // getMemoryLimits answers nvmlDeviceGetMemoryLimits_v1 from the accepted
 // calls: a cgroup whose limits were set reads back its reservation and
 // hard limit; one that exists but was never set is NOT_FOUND (as a real
-// r615 node answers, docs/design/nvidia-contract.md); a cgroup v1 node has no
+// r615 node answers, docs/design/nvidia/memory-limits.md); a cgroup v1 node has no
 // per-cgroup limits at all.
 func getMemoryLimits(recordPath, uuid, cgroup string, hasSymbol, cgroupV2 bool) (nvml.MemoryLimits_v1, nvml.Return) {
 	if !hasSymbol {

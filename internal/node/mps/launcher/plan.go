@@ -13,7 +13,7 @@
 // own loader, libraries and binaries at their usual paths. NVIDIA's DRA
 // driver (templates/mps-control-daemon.tmpl.yaml: `chroot /driver-root sh
 // -c`) and device plugin (cmd/mps-control-daemon) run MPS the same way
-// (docs/design/nvidia-contract.md, "Running the node's own MPS").
+// (docs/design/nvidia/mps-launcher.md, "Running the node's own MPS").
 //
 // Unlike those, nothing is mounted into the driver root from the Pod spec:
 // the binds exist only in the launcher's mount namespace, so the driver
