@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gpufrac/gpufrac/hack/dashexpr"
-	"github.com/gpufrac/gpufrac/internal/mustrun"
 	"github.com/gpufrac/gpufrac/hack/prombin"
+	"github.com/gpufrac/gpufrac/internal/mustrun"
 	"github.com/gpufrac/gpufrac/test/promscenario"
 )
 

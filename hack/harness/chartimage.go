@@ -17,10 +17,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpufrac/gpufrac/internal/buildinfo"
 	"github.com/gpufrac/gpufrac/hack/hostbin"
 	"github.com/gpufrac/gpufrac/hack/kubebuild"
 	"github.com/gpufrac/gpufrac/hack/ociimage"
+	"github.com/gpufrac/gpufrac/internal/buildinfo"
 )
 
 // The chart's image (deployments/container/Dockerfile), built without a

@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/hack/kubebuild"
 	"github.com/gpufrac/gpufrac/hack/harness/kubeletstandin"
+	"github.com/gpufrac/gpufrac/hack/kubebuild"
 )
 
 // NodeOptions describe a simulated node.

@@ -30,11 +30,11 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpufrac/gpufrac/hack/kubebuild"
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/controller"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
-	"github.com/gpufrac/gpufrac/hack/kubebuild"
 )
 
 // SliceNodeOptions describe nodes that exist for the scheduler only: a

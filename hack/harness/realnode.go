@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/hack/kubebuild"
 	"github.com/gpufrac/gpufrac/hack/nodebuild"
+	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 )
 
 // RealNodeOptions describe a real node: the upstream kubelet, containerd

@@ -17,8 +17,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/hack/nodebuild"
+	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 )
 
 // PluginLog is the path of the plugin's log; empty with ChartPlugin.

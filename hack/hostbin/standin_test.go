@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpufrac/gpufrac/internal/hook/nvmltest"
 	"github.com/gpufrac/gpufrac/internal/hook/purenvml"
-	"github.com/gpufrac/gpufrac/internal/hook/purenvml/nvmltest"
 )
 
 const (

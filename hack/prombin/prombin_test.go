@@ -18,8 +18,8 @@ import (
 
 	"github.com/prometheus/common/model"
 
-	"github.com/gpufrac/gpufrac/internal/mustrun"
 	"github.com/gpufrac/gpufrac/hack/prombin"
+	"github.com/gpufrac/gpufrac/internal/mustrun"
 )
 
 func fetch(t *testing.T) prombin.Binaries {

@@ -45,10 +45,10 @@ import (
 	drapb "k8s.io/kubelet/pkg/apis/dra/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
-	"github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/hack/harness"
 	"github.com/gpufrac/gpufrac/hack/harness/kubeletstandin"
+	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
+	"github.com/gpufrac/gpufrac/internal/node/plugin"
 )
 
 const (

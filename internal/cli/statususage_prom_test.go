@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/internal/mustrun"
 	"github.com/gpufrac/gpufrac/hack/prombin"
+	"github.com/gpufrac/gpufrac/internal/mustrun"
 )
 
 // Against a real Prometheus (Debian's 2.42, hack/prombin) scraping a

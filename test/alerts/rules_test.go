@@ -18,9 +18,9 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpufrac/gpufrac/test/docs"
-	"github.com/gpufrac/gpufrac/internal/mustrun"
 	"github.com/gpufrac/gpufrac/hack/prombin"
+	"github.com/gpufrac/gpufrac/internal/mustrun"
+	"github.com/gpufrac/gpufrac/test/docs"
 )
 
 var (

@@ -24,9 +24,9 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpufrac/gpufrac/hack/harness"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
-	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 const (

@@ -11,8 +11,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/internal/kai"
 )
 
 // TestKAISMSharingComputeRequestHoldsTheSMCap: a pod written for KAI with

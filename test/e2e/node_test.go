@@ -11,9 +11,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpufrac/gpufrac/hack/harness"
 	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
-	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // TestTimeSlicingPodSeesItsGPU: a pod with a 40Gi/60Gi TimeSlicing claim

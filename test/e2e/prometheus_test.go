@@ -18,11 +18,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpufrac/gpufrac/hack/dashexpr"
+	"github.com/gpufrac/gpufrac/hack/prombin"
+	"github.com/gpufrac/gpufrac/internal/mustrun"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/hack/dashexpr"
-	"github.com/gpufrac/gpufrac/internal/mustrun"
-	"github.com/gpufrac/gpufrac/hack/prombin"
 )
 
 // The shipped dashboard and rules, from this package's directory.

@@ -23,10 +23,10 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/internal/node/cdispec"
-	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/hack/harness"
 	"github.com/gpufrac/gpufrac/hack/nodebuild"
+	"github.com/gpufrac/gpufrac/internal/node/cdispec"
+	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 )
 
 const (

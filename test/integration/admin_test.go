@@ -17,10 +17,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/hack/harness/kubeletstandin"
 	"github.com/gpufrac/gpufrac/internal/cli/status"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/hack/harness/kubeletstandin"
 )
 
 // TestAdminAccessClaimIsNotCounted: a monitoring pod (two containers, as a

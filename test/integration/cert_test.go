@@ -18,10 +18,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/hack/harness"
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
 	"github.com/gpufrac/gpufrac/internal/controller"
 	"github.com/gpufrac/gpufrac/internal/kai"
-	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // TestWebhookCertificateRenewsWithoutFailedAdmission runs two replicas of

@@ -26,11 +26,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/hack/kubebuild"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
 	"github.com/gpufrac/gpufrac/internal/node/plugin"
-	"github.com/gpufrac/gpufrac/hack/harness"
-	"github.com/gpufrac/gpufrac/hack/kubebuild"
 )
 
 // crashPoints are the preparer's failpoints (internal/node/preparer) and the status

@@ -19,8 +19,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/deployments"
-	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 )
 
 // extenderSchedulerConfig is the configuration docs/design/packing.md

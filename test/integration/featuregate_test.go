@@ -17,9 +17,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/gpufrac/gpufrac/internal/featureprobe"
 	"github.com/gpufrac/gpufrac/hack/harness"
 	"github.com/gpufrac/gpufrac/hack/kubebuild"
+	"github.com/gpufrac/gpufrac/internal/featureprobe"
 )
 
 // TestRefusesToStartWithoutConsumableCapacity: on an API server with

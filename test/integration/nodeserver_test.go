@@ -13,8 +13,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/internal/node/mps"
 )
 
 // TestNodeServerTwoGPUClaimIntegration (issue 35 item 4): a simulated dmem

@@ -16,10 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/hack/harness"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
-	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // TestPackingInTheRealScheduler: with the packing policy and webhook

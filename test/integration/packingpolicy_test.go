@@ -19,8 +19,8 @@ import (
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 
-	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 )
 
 // TestPackingPolicyPatchesAsTheWebhook: the packing

@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gpufrac/gpufrac/internal/cli/why"
 	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/internal/cli/why"
 )
 
 // TestWhyNamesWhatTheSchedulerDoesNot: two pods of 100Gi take one H200

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufrac/gpufrac/internal/mustrun"
 	"github.com/gpufrac/gpufrac/hack/prombin"
+	"github.com/gpufrac/gpufrac/internal/mustrun"
 )
 
 // docsQueries are the PromQL blocks of docs/metrics.md's "Joining the

@@ -23,7 +23,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
-	"github.com/gpufrac/gpufrac/internal/hook/cdihook"
+	"github.com/gpufrac/gpufrac/internal/hook/record"
 	"github.com/gpufrac/gpufrac/internal/node/fractionmetrics"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
 	"github.com/gpufrac/gpufrac/internal/sim/catalog"
@@ -205,12 +205,12 @@ func (n *node) prepare(s share, took time.Duration) error {
 		if err := os.MkdirAll(cgroup, 0o755); err != nil {
 			return fmt.Errorf("container cgroup: %w", err)
 		}
-		r := cdihook.Record{ClaimUID: string(uid), Namespace: s.namespace, Pod: s.name + "-0", Container: ctr, Cgroup: cgroup, GPUs: []string{gpu.UUID}}
+		r := record.Record{ClaimUID: string(uid), Namespace: s.namespace, Pod: s.name + "-0", Container: ctr, Cgroup: cgroup, GPUs: []string{gpu.UUID}}
 		raw, err := json.Marshal(r)
 		if err != nil {
 			return err
 		}
-		path := cdihook.RecordPath(n.recordDir, string(uid), ctr)
+		path := record.Path(n.recordDir, string(uid), ctr)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return fmt.Errorf("container record: %w", err)
 		}

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/gpufrac/gpufrac/hack/dashexpr"
-	"github.com/gpufrac/gpufrac/internal/mustrun"
 	"github.com/gpufrac/gpufrac/hack/prombin"
+	"github.com/gpufrac/gpufrac/internal/mustrun"
 )
 
 // TestDashboardTableOnAPlugin: make demo's watch scrapes a plugin's

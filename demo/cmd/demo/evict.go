@@ -22,9 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/hack/harness"
 	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
-	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // showEviction runs NVIDIA's eviction on a free TimeSlicing GPU of the

@@ -34,9 +34,9 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/hack/harness"
 	"github.com/gpufrac/gpufrac/hack/kubebuild"
+	"github.com/gpufrac/gpufrac/internal/kai"
 )
 
 // mpsImage is what the plugins put in their MPS daemon Pods. Nothing pulls

@@ -23,9 +23,9 @@ import (
 	"k8s.io/utils/ptr"
 	cdispecs "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpufrac/gpufrac/hack/harness"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
-	"github.com/gpufrac/gpufrac/hack/harness"
 )
 
 // Two more kinds of node, after the main demo so its pods never land there:

@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
-	"github.com/gpufrac/gpufrac/internal/cli/status"
 	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/internal/cli/status"
 )
 
 // reporter reads the demo's objects back from the API server (and the

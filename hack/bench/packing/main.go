@@ -21,8 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpufrac/gpufrac/deployments"
-	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/hack/bench/packing/internal/packing"
+	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 )
 
 func main() {

@@ -11,8 +11,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/hack/bench/packing/internal/packing"
+	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 )
 
 // realschedRun is the part of a hack/bench/realsched -o json line read

@@ -25,11 +25,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gpufrac/gpufrac/deployments"
+	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/hack/kubebuild"
 	"github.com/gpufrac/gpufrac/internal/cli/simulate"
 	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
-	"github.com/gpufrac/gpufrac/hack/harness"
-	"github.com/gpufrac/gpufrac/hack/kubebuild"
 )
 
 type config struct {

@@ -24,6 +24,7 @@ import (
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
 	nvml "github.com/gpufrac/gpufrac/internal/hook/purenvml"
+	"github.com/gpufrac/gpufrac/internal/hook/record"
 
 	"github.com/gpufrac/gpufrac/internal/hook/hookarg"
 )
@@ -181,19 +182,6 @@ type Options struct {
 	RecordDir string
 }
 
-// Record is what the hook leaves for the plugin's metrics: which container
-// of which pod holds a claim's GPUs, and its cgroup.
-type Record struct {
-	ClaimUID  string   `json:"claimUID"`
-	Namespace string   `json:"namespace"`
-	Pod       string   `json:"pod"`
-	Container string   `json:"container"`
-	Cgroup    string   `json:"cgroup"`
-	GPUs      []string `json:"gpus"`
-	// Limits are what the hook set.
-	Limits []Limit `json:"limits,omitempty"`
-}
-
 // Annotations on the OCI spec that name the container, first match wins:
 // containerd's CRI plugin writes the io.kubernetes.cri.* keys (the real
 // node of test/e2e showed it writes no others), CRI-O the
@@ -213,13 +201,8 @@ func annotation(st *oci.State, keys []string) string {
 	return ""
 }
 
-// RecordPath is where the record of a container of a claim lives.
-func RecordPath(dir, claimUID, containerID string) string {
-	return filepath.Join(dir, claimUID, containerID+".json")
-}
-
 func writeRecord(st *oci.State, cg Cgroup, opts Options) error {
-	r := Record{ClaimUID: opts.ClaimUID, Namespace: annotation(st, annotationNamespace), Pod: annotation(st, annotationPod),
+	r := record.Record{ClaimUID: opts.ClaimUID, Namespace: annotation(st, annotationNamespace), Pod: annotation(st, annotationPod),
 		Container: annotation(st, annotationContainer), Cgroup: cg.Path, Limits: opts.Limits}
 	for _, l := range opts.Limits {
 		r.GPUs = append(r.GPUs, l.UUID)

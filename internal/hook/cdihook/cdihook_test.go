@@ -15,8 +15,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpufrac/gpufrac/internal/hook/cdihook"
-	"github.com/gpufrac/gpufrac/internal/hook/purenvml/gonvmltest"
+	"github.com/gpufrac/gpufrac/internal/hook/gonvmltest"
 	"github.com/gpufrac/gpufrac/internal/hook/purenvml"
+	"github.com/gpufrac/gpufrac/internal/hook/record"
 )
 
 // procTree fakes /proc/<pid>/cgroup.
@@ -222,7 +223,7 @@ func TestRunRecordsTheContainerForMetrics(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			raw, err := os.ReadFile(cdihook.RecordPath(dir, "uid-1", "ctr-1"))
+			raw, err := os.ReadFile(record.Path(dir, "uid-1", "ctr-1"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gpufrac/gpufrac/internal/hook/cdihook"
+	"github.com/gpufrac/gpufrac/internal/hook/record"
 )
 
 // FuzzReadState: any stdin gives a state with a usable pid or an error.
@@ -42,7 +43,7 @@ func FuzzRecordPath(f *testing.F) {
 			return
 		}
 		const dir = "/var/lib/gpufrac/containers"
-		p := cdihook.RecordPath(dir, claim, id)
+		p := record.Path(dir, claim, id)
 		if filepath.Dir(filepath.Dir(p)) != dir || filepath.Base(p) != id+".json" {
 			t.Fatalf("claim %q container %q: record path %s", claim, id, p)
 		}

@@ -4,7 +4,6 @@
 package cdihook
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gpufrac/gpufrac/internal/hook/record"
 	"github.com/gpufrac/gpufrac/internal/safetext"
 )
 
@@ -138,7 +138,7 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 // directory inside recordDir's own resolution, so neither the IDs nor a
 // link planted under the directory sends the record elsewhere.
 func resolveRecordPath(recordDir, claimUID, containerID string) (string, error) {
-	path := RecordPath(recordDir, claimUID, containerID)
+	path := record.Path(recordDir, claimUID, containerID)
 	if !strictlyBelow(recordDir, path) {
 		return "", fmt.Errorf("record path %s is not inside %s", path, recordDir)
 	}
@@ -168,37 +168,4 @@ func writeFileNoFollow(path string, raw []byte) error {
 	}
 	_, err = f.Write(raw)
 	return errors.Join(err, f.Close())
-}
-
-// MaxRecordBytes bounds a record file as read back (by later hooks and the
-// plugin's metrics): a record names one container and its limits on at
-// most a node's GPUs, a few hundred bytes each.
-const MaxRecordBytes = 64 << 10
-
-// ErrBadRecord is a record file no hook wrote: too large or not a record.
-var ErrBadRecord = errors.New("not a container record")
-
-// ReadRecord reads the record at path, refusing a link and anything larger
-// than MaxRecordBytes.
-func ReadRecord(path string) (Record, error) {
-	var r Record
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if errors.Is(err, syscall.ELOOP) {
-		return r, fmt.Errorf("%w: %s is a symbolic link", ErrBadRecord, path)
-	}
-	if err != nil {
-		return r, err
-	}
-	defer func() { _ = f.Close() }()
-	raw, err := io.ReadAll(io.LimitReader(f, MaxRecordBytes+1))
-	if err != nil {
-		return r, err
-	}
-	if len(raw) > MaxRecordBytes {
-		return r, fmt.Errorf("%w: %s is larger than %d bytes", ErrBadRecord, path, MaxRecordBytes)
-	}
-	if err := json.Unmarshal(raw, &r); err != nil {
-		return r, fmt.Errorf("%w: %s: %w", ErrBadRecord, path, err)
-	}
-	return r, nil
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/gpufrac/gpufrac/internal/hook/purenvml/nvmltest"
+	"github.com/gpufrac/gpufrac/internal/hook/nvmltest"
 )
 
 const (

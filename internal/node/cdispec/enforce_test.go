@@ -9,8 +9,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
-	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/hook/hookarg"
+	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 

@@ -29,7 +29,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/gpufrac/gpufrac/internal/core/plan"
-	"github.com/gpufrac/gpufrac/internal/hook/cdihook"
+	"github.com/gpufrac/gpufrac/internal/hook/record"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -282,8 +282,8 @@ func (c *Collector) collectUsage(ch chan<- prometheus.Metric, live map[types.UID
 	}
 }
 
-func readRecord(path string) (cdihook.Record, bool) {
-	r, err := cdihook.ReadRecord(path)
+func readRecord(path string) (record.Record, bool) {
+	r, err := record.Read(path)
 	return r, err == nil
 }
 
@@ -346,7 +346,7 @@ func (c *Collector) RunPruner(ctx context.Context, interval time.Duration) {
 	}, interval)
 }
 
-func (c *Collector) containerUsage(ch chan<- prometheus.Metric, r cdihook.Record, perGPU map[string]*gpuProcesses, now time.Time) {
+func (c *Collector) containerUsage(ch chan<- prometheus.Metric, r record.Record, perGPU map[string]*gpuProcesses, now time.Time) {
 	if c.cfg.NVML == nil {
 		return
 	}

@@ -21,15 +21,15 @@ import (
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
-	"github.com/gpufrac/gpufrac/internal/hook/cdihook"
+	"github.com/gpufrac/gpufrac/internal/hook/record"
 	"github.com/gpufrac/gpufrac/internal/node/fractionmetrics"
 	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
-func writeRecord(t *testing.T, dir string, r cdihook.Record, id string) string {
+func writeRecord(t *testing.T, dir string, r record.Record, id string) string {
 	t.Helper()
-	path := cdihook.RecordPath(dir, r.ClaimUID, id)
+	path := record.Path(dir, r.ClaimUID, id)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -64,9 +64,9 @@ func TestCollect(t *testing.T) {
 		SoftLimitBytes: 40 << 30, HardLimitBytes: 60 << 30, ComputeMode: v1alpha1.TimeSlicing, Enforcement: domain.EnforcementDMem,
 	}}}}
 	records := t.TempDir()
-	writeRecord(t, records, cdihook.Record{ClaimUID: "uid-1", Namespace: "team", Pod: "llm-0", Container: "main", Cgroup: cgroup, GPUs: []string{gpu.UUID}}, "c1")
-	gone := writeRecord(t, records, cdihook.Record{ClaimUID: "uid-1", Namespace: "team", Pod: "llm-old", Container: "main", Cgroup: filepath.Join(cgroup, "gone"), GPUs: []string{gpu.UUID}}, "c0")
-	writeRecord(t, records, cdihook.Record{ClaimUID: "uid-unprepared", Cgroup: cgroup, GPUs: []string{gpu.UUID}}, "c9")
+	writeRecord(t, records, record.Record{ClaimUID: "uid-1", Namespace: "team", Pod: "llm-0", Container: "main", Cgroup: cgroup, GPUs: []string{gpu.UUID}}, "c1")
+	gone := writeRecord(t, records, record.Record{ClaimUID: "uid-1", Namespace: "team", Pod: "llm-old", Container: "main", Cgroup: filepath.Join(cgroup, "gone"), GPUs: []string{gpu.UUID}}, "c0")
+	writeRecord(t, records, record.Record{ClaimUID: "uid-unprepared", Cgroup: cgroup, GPUs: []string{gpu.UUID}}, "c9")
 
 	c := fractionmetrics.New(fractionmetrics.Config{
 		NodeName: "node-a", Inventory: inv, Prepared: func() []plan.Claim { return prepared }, RecordDir: records, NVML: srv,

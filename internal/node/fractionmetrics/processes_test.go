@@ -21,7 +21,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
-	"github.com/gpufrac/gpufrac/internal/hook/cdihook"
+	"github.com/gpufrac/gpufrac/internal/hook/record"
 	"github.com/gpufrac/gpufrac/internal/node/fractionmetrics"
 	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -96,8 +96,8 @@ func TestProcessAttribution(t *testing.T) {
 		{UID: "uid-b", Namespace: "team", Name: "b", Devices: []plan.Device{dev}},
 	}
 	records := t.TempDir()
-	writeRecord(t, records, cdihook.Record{ClaimUID: "uid-a", Namespace: "team", Pod: "pa", Container: "main", Cgroup: cgA, GPUs: []string{gpu.UUID}}, "ca")
-	writeRecord(t, records, cdihook.Record{ClaimUID: "uid-b", Namespace: "team", Pod: "pb", Container: "main", Cgroup: cgB, GPUs: []string{gpu.UUID}}, "cb")
+	writeRecord(t, records, record.Record{ClaimUID: "uid-a", Namespace: "team", Pod: "pa", Container: "main", Cgroup: cgA, GPUs: []string{gpu.UUID}}, "ca")
+	writeRecord(t, records, record.Record{ClaimUID: "uid-b", Namespace: "team", Pod: "pb", Container: "main", Cgroup: cgB, GPUs: []string{gpu.UUID}}, "cb")
 
 	c := fractionmetrics.New(fractionmetrics.Config{
 		NodeName: "node-a", Inventory: inv, Prepared: func() []plan.Claim { return prepared }, RecordDir: records, NVML: srv,
@@ -151,7 +151,7 @@ func TestSMUtilizationCapped(t *testing.T) {
 	}
 	prepared := []plan.Claim{{UID: "uid", Namespace: "ns", Name: "c", Devices: []plan.Device{{Device: "gpu-0", GPU: inv.GPUs[0]}}}}
 	records := t.TempDir()
-	writeRecord(t, records, cdihook.Record{ClaimUID: "uid", Namespace: "ns", Pod: "p", Container: "c", Cgroup: cg, GPUs: []string{gpu.UUID}}, "c")
+	writeRecord(t, records, record.Record{ClaimUID: "uid", Namespace: "ns", Pod: "p", Container: "c", Cgroup: cg, GPUs: []string{gpu.UUID}}, "c")
 	c := fractionmetrics.New(fractionmetrics.Config{
 		NodeName: "n", Inventory: inv, Prepared: func() []plan.Claim { return prepared }, RecordDir: records, NVML: srv,
 		ProcRoot: procRoot, CgroupRoot: cgroupRoot,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/hook/cdihook"
+	"github.com/gpufrac/gpufrac/internal/hook/record"
 )
 
 // NVMLSource samples every recorded container's GPU memory from NVML's
@@ -49,7 +50,7 @@ func (s NVMLSource) Samples(now time.Time) []Sample {
 		if err != nil {
 			continue
 		}
-		var r cdihook.Record
+		var r record.Record
 		if json.Unmarshal(raw, &r) != nil {
 			continue
 		}
@@ -120,7 +121,7 @@ func RecordsContainerOf(recordDir, procRoot, cgroupRoot string) ContainerOf {
 			if err != nil {
 				continue
 			}
-			var r cdihook.Record
+			var r record.Record
 			if json.Unmarshal(raw, &r) != nil || r.Cgroup == "" || !slices.Contains(r.GPUs, gpuUUID) {
 				continue
 			}

@@ -14,7 +14,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
 	"github.com/gpufrac/gpufrac/internal/core/plan"
-	"github.com/gpufrac/gpufrac/internal/hook/cdihook"
+	"github.com/gpufrac/gpufrac/internal/hook/record"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -25,9 +25,9 @@ import (
 // are skipped; the samples drive the detector to a borrowing incident.
 func TestNVMLSource(t *testing.T) {
 	dir := t.TempDir()
-	write := func(claimUID, id string, r cdihook.Record) {
+	write := func(claimUID, id string, r record.Record) {
 		raw, _ := json.Marshal(r)
-		path := cdihook.RecordPath(dir, claimUID, id)
+		path := record.Path(dir, claimUID, id)
 		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			t.Fatal(err)
 		}
@@ -35,9 +35,9 @@ func TestNVMLSource(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("uid-llm", "c1", cdihook.Record{ClaimUID: "uid-llm", Namespace: "team", Pod: "llm-0", Container: "server", Cgroup: "/cg/llm", GPUs: []string{"GPU-0"}})
-	write("uid-llm", "c2", cdihook.Record{ClaimUID: "uid-llm", Namespace: "team", Pod: "llm-0", Container: "sidecar", Cgroup: "/cg/unknown", GPUs: []string{"GPU-0"}})
-	write("uid-gone", "c3", cdihook.Record{ClaimUID: "uid-gone", Namespace: "team", Pod: "old", Container: "x", Cgroup: "/cg/old", GPUs: []string{"GPU-0"}})
+	write("uid-llm", "c1", record.Record{ClaimUID: "uid-llm", Namespace: "team", Pod: "llm-0", Container: "server", Cgroup: "/cg/llm", GPUs: []string{"GPU-0"}})
+	write("uid-llm", "c2", record.Record{ClaimUID: "uid-llm", Namespace: "team", Pod: "llm-0", Container: "sidecar", Cgroup: "/cg/unknown", GPUs: []string{"GPU-0"}})
+	write("uid-gone", "c3", record.Record{ClaimUID: "uid-gone", Namespace: "team", Pod: "old", Container: "x", Cgroup: "/cg/old", GPUs: []string{"GPU-0"}})
 
 	used := uint64(30 << 30)
 	dev := &mock.Device{GetMemoryLimits_v1Func: func(cgroup string) (nvml.MemoryLimits_v1, nvml.Return) {
@@ -81,9 +81,9 @@ func TestNVMLSource(t *testing.T) {
 // container's (or below it) is that container, for the GPUs it records.
 func TestRecordsContainerOf(t *testing.T) {
 	dir, proc := t.TempDir(), t.TempDir()
-	raw, _ := json.Marshal(cdihook.Record{ClaimUID: "u", Namespace: "team", Pod: "llm-0", Container: "server",
+	raw, _ := json.Marshal(record.Record{ClaimUID: "u", Namespace: "team", Pod: "llm-0", Container: "server",
 		Cgroup: "/sys/fs/cgroup/kubepods/pod1/c1", GPUs: []string{"GPU-0"}})
-	path := cdihook.RecordPath(dir, "u", "c1")
+	path := record.Path(dir, "u", "c1")
 	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 		t.Fatal(err)
 	}

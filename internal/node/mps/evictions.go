@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/internal/hook/cdihook"
+	"github.com/gpufrac/gpufrac/internal/hook/record"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -64,7 +64,7 @@ func (m *Manager) WatchTerminations(report func(incident.MPSEvent)) {
 // scanEvictions reads what the GPUs' daemons logged since the last scan and
 // reports each evicted or terminated client of a claim this manager
 // serves: the victim's cgroup ends in its container ID, which names the
-// hook's record of the container (cdihook.RecordPath), and so its claim
+// hook's record of the container (record.Path), and so its claim
 // and pod.
 func (m *Manager) scanEvictions(ctx context.Context, logs map[string]string) {
 	if m.cfg.RecordDir == "" {
@@ -180,16 +180,16 @@ func (m *Manager) deliver(ctx context.Context, key string, ev incident.MPSEvent)
 // record of the container whose cgroup this is: its last element is the
 // container ID in cgroupfs (".../<id>") and systemd
 // (".../cri-containerd-<id>.scope") spellings.
-func (m *Manager) claimOfCgroup(key, cgroup string) (types.UID, cdihook.Record, bool) {
+func (m *Manager) claimOfCgroup(key, cgroup string) (types.UID, record.Record, bool) {
 	if cgroup == "" || cgroup == "-" {
-		return "", cdihook.Record{}, false
+		return "", record.Record{}, false
 	}
 	id := filepath.Base(cgroup)
 	for _, p := range []string{"cri-containerd-", "crio-", "docker-"} {
 		id = strings.TrimPrefix(id, p)
 	}
 	id = strings.TrimSuffix(id, ".scope")
-	matches, _ := filepath.Glob(cdihook.RecordPath(m.cfg.RecordDir, "*", id))
+	matches, _ := filepath.Glob(record.Path(m.cfg.RecordDir, "*", id))
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, path := range matches {
@@ -197,11 +197,11 @@ func (m *Manager) claimOfCgroup(key, cgroup string) (types.UID, cdihook.Record, 
 		if _, user := m.users[key][uid]; !user {
 			continue
 		}
-		var rec cdihook.Record
+		var rec record.Record
 		if raw, err := os.ReadFile(path); err == nil {
 			_ = json.Unmarshal(raw, &rec) // a record without names still names the claim
 		}
 		return uid, rec, true
 	}
-	return "", cdihook.Record{}, false
+	return "", record.Record{}, false
 }

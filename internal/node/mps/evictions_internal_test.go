@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpufrac/gpufrac/internal/core/plan"
-	"github.com/gpufrac/gpufrac/internal/hook/cdihook"
+	"github.com/gpufrac/gpufrac/internal/hook/record"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
 )
 
@@ -30,11 +30,11 @@ func TestTerminationsReachTheVictimsClaim(t *testing.T) {
 	dir := t.TempDir()
 	logDir, records := filepath.Join(dir, "log"), filepath.Join(dir, "containers")
 	for _, rec := range []struct{ uid, id, pod string }{{"uid-a", "aaaa1111", "pod-a"}, {"uid-b", "bbbb2222", "pod-b"}, {"uid-c", "cccc3333", "pod-c"}} {
-		path := cdihook.RecordPath(records, rec.uid, rec.id)
+		path := record.Path(records, rec.uid, rec.id)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		raw, _ := json.Marshal(cdihook.Record{ClaimUID: rec.uid, Namespace: "team", Pod: rec.pod, Container: "main"})
+		raw, _ := json.Marshal(record.Record{ClaimUID: rec.uid, Namespace: "team", Pod: rec.pod, Container: "main"})
 		if err := os.WriteFile(path, raw, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -21,9 +21,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/gpufrac/gpufrac/hack/kubebuild"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
-	"github.com/gpufrac/gpufrac/hack/kubebuild"
 )
 
 // buildDouble builds gpufrac-mps-launcher and a driver root with the MPS

@@ -11,8 +11,8 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/hook/purenvml"
+	"github.com/gpufrac/gpufrac/internal/node/nvmldiscovery"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
