@@ -46,6 +46,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/internal/sim/simnode"
 	"github.com/gpufrac/gpufrac/pkg/domain"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 type flags struct {
@@ -145,7 +146,7 @@ func newCommand() *cobra.Command {
 		"where this process sees --driver-root (the chart mounts it at /driver-root); nvidia-cuda-mps-control and the driver's files are looked up under it; default --driver-root")
 	fs.StringVar(&f.devRoot, "dev-root", envOr("NVIDIA_DEV_ROOT", ""),
 		"host path of the root the NVIDIA device nodes are under (env NVIDIA_DEV_ROOT); default --driver-root where it has a dev folder (the GPU Operator's), else /")
-	fs.StringVar(&f.mpsTemplate, "mps-template", envOr("MPS_TEMPLATE", ""), "file with the MPS daemon Pod template; empty uses the built-in internal/node/mps/mps-control-daemon.yaml")
+	fs.StringVar(&f.mpsTemplate, "mps-template", envOr("MPS_TEMPLATE", ""), "file with the MPS daemon Pod template; empty uses the built-in templates/mps-control-daemon.yaml")
 	fs.Int64Var(&f.mpsSafetyMiB, "mps-default-namespace-memory-mib", mps.DefaultSafetyLimits.PinnedMemoryMiB,
 		"pinned memory limit (MiB, at least 1) of the MPS v3 shared server's default namespace, where only a misrouted client lands")
 	fs.IntVar(&f.mpsSafetyPercent, "mps-default-namespace-thread-percentage", mps.DefaultSafetyLimits.ActiveThreadPercentage,
@@ -288,7 +289,7 @@ func newConfig(ctx context.Context, f *flags, fatal chan<- error) (plugin.Config
 		NVIDIARuntimeConfig: f.nvidiaRuntimeConfig,
 		MPS: plugin.MPSConfig{
 			Namespace: f.namespace, Image: f.mpsDaemonImage,
-			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: mps.DaemonTemplate, ReadyTimeout: f.mpsReadyTimeout,
+			DefaultNamespaceLimits: mps.NamespaceLimits{PinnedMemoryMiB: f.mpsSafetyMiB, ActiveThreadPercentage: f.mpsSafetyPercent}, Template: templates.MPSControlDaemon, ReadyTimeout: f.mpsReadyTimeout,
 			ServerReserveMiB: f.mpsServerReserveMiB,
 			ServerScope:      f.mpsServerScope,
 		},

@@ -4,7 +4,7 @@
 // Command gpufrac-mps-launcher runs a program of the node's NVIDIA driver
 // root (nvidia-cuda-mps-control, nvidia-smi, the MPS daemon script's
 // shell) from the plugin's distroless image: the MPS control daemon Pods
-// (internal/node/mps/mps-control-daemon.yaml) start every container and probe with
+// (templates/mps-control-daemon.yaml) start every container and probe with
 // it. The logic is in internal/node/mps/launcher; this file is flags and wiring.
 package main
 

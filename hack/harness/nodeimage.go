@@ -24,7 +24,7 @@ import (
 // their shared libraries.
 const NodeImage = "gpufrac.dev/e2e:v1"
 
-// shellTools are what internal/node/mps/mps-control-daemon.yaml's script and probes
+// shellTools are what templates/mps-control-daemon.yaml's script and probes
 // run besides the shell's builtins.
 var shellTools = kubebuild.ShellTools
 

@@ -12,7 +12,7 @@ import (
 	"strings"
 )
 
-// ShellTools are what internal/node/mps/mps-control-daemon.yaml's script and
+// ShellTools are what templates/mps-control-daemon.yaml's script and
 // probes run, inside the driver root, besides the shell's builtins.
 var ShellTools = []string{"sh", "cat", "rm", "sleep", "mkdir", "cp", "mv", "mkfifo"}
 

@@ -7,7 +7,7 @@
 # calls go to a shim); the compute mode is compared at the end.
 #
 # 1. MPS, legacy and (driver r615+) v3: runs the MPS daemon container's
-#    script as rendered from internal/node/mps/mps-control-daemon.yaml (test/gpu/render;
+#    script as rendered from templates/mps-control-daemon.yaml (test/gpu/render;
 #    no Kubernetes), lets the script apply the plugin's settings (legacy: a
 #    pinned ceiling; v3: a namespace on the shared server), and runs memalloc
 #    as an MPS client: allocation must stop at the limit, not at the GPU's
@@ -357,7 +357,7 @@ fault_check() {
 # install, /run/nvidia/driver for the GPU Operator's), and whether
 # gpufrac's lookup (mpslauncher.FindInRoot, run by test/gpu/findinroot)
 # finds them. (b) r615+: for each root with MPS, the v3 daemon script runs
-# through gpufrac-mps-launcher as internal/node/mps/mps-control-daemon.yaml starts
+# through gpufrac-mps-launcher as templates/mps-control-daemon.yaml starts
 # it (`gpufrac-mps-launcher -- sh -c SCRIPT`, the pipe, log and config
 # directories bound and their variables rewritten); D5: the binds are
 # there inside the root and a client outside the root gets its limit;

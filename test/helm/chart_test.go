@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 // TestChartLints runs what `helm lint --strict` runs (Chart.yaml, values
@@ -103,7 +104,7 @@ func TestWrongValuesFailWithTheirPath(t *testing.T) {
 // repository manifest equal to its one source: the built-in DeviceClasses
 // (deployments/deviceclasses.yaml, which the demo applies and the simulator
 // uses) and the admission configuration (deployments/webhooks.yaml). The
-// MPS daemon Pod (internal/node/mps/mps-control-daemon.yaml) has no copy in
+// MPS daemon Pod (templates/mps-control-daemon.yaml) has no copy in
 // the chart: mps.template is empty by default, so the plugin runs its
 // built-in template, and this test fails if a default copy appears that
 // differs from it.
@@ -121,8 +122,8 @@ func TestChartMatchesTheRepository(t *testing.T) {
 		t.Error(d)
 	}
 	mpsValues, _ := ch.Values["mps"].(map[string]any)
-	if tmpl, _ := mpsValues["template"].(string); tmpl != "" && tmpl != mps.DaemonTemplate {
-		t.Error("values.yaml's mps.template is a copy of the MPS daemon Pod that differs from internal/node/mps/mps-control-daemon.yaml")
+	if tmpl, _ := mpsValues["template"].(string); tmpl != "" && tmpl != templates.MPSControlDaemon {
+		t.Error("values.yaml's mps.template is a copy of the MPS daemon Pod that differs from templates/mps-control-daemon.yaml")
 	}
 }
 
@@ -407,13 +408,13 @@ func TestImageHasWhatTheChartRuns(t *testing.T) {
 	}
 	// The MPS daemon Pods run the plugin's image too: every program their
 	// template starts from the image (containers and probes) must be in it.
-	daemonCmds := regexp.MustCompile(`"(/usr/local/bin/[^"]+)"`).FindAllStringSubmatch(mps.DaemonTemplate, -1)
+	daemonCmds := regexp.MustCompile(`"(/usr/local/bin/[^"]+)"`).FindAllStringSubmatch(templates.MPSControlDaemon, -1)
 	if len(daemonCmds) == 0 {
 		t.Error("the MPS daemon template runs nothing from the plugin's image")
 	}
 	for _, m := range daemonCmds {
 		if !inImage[m[1]] {
-			t.Errorf("internal/node/mps/mps-control-daemon.yaml runs %s, which the image does not contain", m[1])
+			t.Errorf("templates/mps-control-daemon.yaml runs %s, which the image does not contain", m[1])
 		}
 	}
 	if len(inImage) < 4 || !slices.Contains(strings.Fields(string(raw)), "USER") {

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpufrac/gpufrac/internal/node/mps"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 // chartDir is the chart under test, relative to this package.
@@ -57,7 +57,7 @@ func valueSets() []valueSet {
 				"rollingUpdate":          false, "extraArgs": []any{"--logging-format=json"},
 				"nodeSelector": map[string]any{"node.kubernetes.io/instance-type": "p5.48xlarge"},
 			},
-			"mps":        map[string]any{"enabled": true, "template": mps.DaemonTemplate, "readyTimeout": "2m"},
+			"mps":        map[string]any{"enabled": true, "template": templates.MPSControlDaemon, "readyTimeout": "2m"},
 			"controller": map[string]any{"replicas": 1, "kaiTranslation": false, "excludedNamespaces": []any{"monitoring"}, "hamiTranslation": "all"},
 			"deviceClasses": map[string]any{"nvidiaGPU": true, "extra": []any{map[string]any{
 				"name": "dmem.gpufrac.dev",

@@ -33,7 +33,7 @@ type Config struct {
 	Client    kubernetes.Interface
 	Namespace string
 	NodeName  string
-	// Template is the text of mps-control-daemon.yaml (DaemonTemplate) or
+	// Template is the text of templates/mps-control-daemon.yaml (templates.MPSControlDaemon) or
 	// the --mps-template that replaces it.
 	Template string
 	// Image is the plugin's own image, which holds gpufrac-mps-launcher;

@@ -23,6 +23,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 const (
@@ -300,7 +301,7 @@ func TestRestoreRebuildsCountsAndCollectsGarbage(t *testing.T) {
 }
 
 func TestRenderRefusesATemplateThatDropsTheLabels(t *testing.T) {
-	broken := strings.Replace(mps.DaemonTemplate, "gpufrac.dev/gpu: \"{{.DaemonKey}}\"", "", 1)
+	broken := strings.Replace(templates.MPSControlDaemon, "gpufrac.dev/gpu: \"{{.DaemonKey}}\"", "", 1)
 	_, err := mps.Render(broken, mps.DaemonParams{Name: "n", Namespace: ns, NodeName: node, GPUUUID: "GPU-a", Image: "i", DriverRoot: "/", Version: "legacy"})
 	if err == nil || !strings.Contains(err.Error(), "must keep the labels") {
 		t.Errorf("got %v", err)

@@ -18,6 +18,8 @@ import (
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/pkg/domain"
+
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 // TestMPSReconcileDoesNotDeleteAHandedOutDaemon: reconcile finds a GPU's
@@ -39,7 +41,7 @@ func TestMPSReconcileDoesNotDeleteAHandedOutDaemon(t *testing.T) {
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}},
 	}
 	client := fake.NewClientset(daemon)
-	m, err := NewManager(Config{Client: client, Namespace: ns, NodeName: node, Template: DaemonTemplate,
+	m, err := NewManager(Config{Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
 		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionLegacy, ReadyTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)

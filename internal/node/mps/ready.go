@@ -9,7 +9,7 @@ import (
 
 // The daemons' last known readiness, for gpufrac_mps_daemon_ready. A
 // daemon's health check is its Pod's readiness probe (the control daemon
-// answers and has applied its settings: mps-control-daemon.yaml); the
+// answers and has applied its settings: templates/mps-control-daemon.yaml); the
 // reconcile loop reads the Pods on every change of one (the watch) and at
 // least every interval, and Acquire sees a daemon turn ready. A scrape reads
 // what they saw last instead of asking the API or the daemon.

@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package mps runs the managed MPS servers: one MPS control daemon per GPU,
-// as a Pod rendered from mps-control-daemon.yaml (DaemonTemplate) and pinned to
+// as a Pod rendered from templates/mps-control-daemon.yaml (templates.MPSControlDaemon) and pinned to
 // this node, started when the GPU gets its first claim that uses MPS
 // (SMSharing claims; on MPS v3 nodes with per-cgroup limits every claim,
 // so that MPS eviction upholds each request), awaited until ready before
@@ -30,7 +30,6 @@ package mps
 import (
 	"bytes"
 	"crypto/sha256"
-	_ "embed"
 	"encoding/hex"
 	"fmt"
 	"path/filepath"
@@ -50,13 +49,6 @@ const (
 	LabelNode      = "gpufrac.dev/node"
 	LabelGPU       = "gpufrac.dev/gpu"
 )
-
-// DaemonTemplate is internal/node/mps/mps-control-daemon.yaml: the Pod that
-// runs one GPU's MPS control daemon, built into the plugin; the Helm chart
-// may replace it from a ConfigMap (--mps-template).
-//
-//go:embed mps-control-daemon.yaml
-var DaemonTemplate string
 
 // DaemonParams fill the template.
 type DaemonParams struct {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 // A node server that runs over GPU-a alone, left by a plugin that is gone
@@ -32,7 +33,7 @@ func TestUnheldNodeServerRestartsOverTheNewGPUs(t *testing.T) {
 			root := t.TempDir()
 			kubelet(ctx, t, client, true)
 			cfg := mps.Config{
-				Client: client, Namespace: ns, NodeName: node, Template: mps.DaemonTemplate,
+				Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
 				Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionV3, DriverVersion: "615.23.01",
 				ReadyTimeout: 10 * time.Second, GPUMemoryMiB: map[string]int64{"GPU-a": 81920, "GPU-b": 81920},
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 // testNode is the set-up the manager tests share: a context carrying the
@@ -33,7 +34,7 @@ func testNode(t *testing.T) (context.Context, *fake.Clientset, string) {
 func managerWith(t *testing.T, client *fake.Clientset, edit func(*mps.Config)) *mps.Manager {
 	t.Helper()
 	cfg := mps.Config{
-		Client: client, Namespace: ns, NodeName: node, Template: mps.DaemonTemplate,
+		Client: client, Namespace: ns, NodeName: node, Template: templates.MPSControlDaemon,
 		Image: "gpufrac/gpufrac:test", DriverRoot: "/run/nvidia/driver", Version: domain.MPSVersionLegacy, ReadyTimeout: 10 * time.Second,
 	}
 	edit(&cfg)

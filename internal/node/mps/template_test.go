@@ -24,6 +24,7 @@ import (
 	"github.com/gpufrac/gpufrac/hack/kubebuild"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 // buildDouble builds gpufrac-mps-launcher and a driver root with the MPS
@@ -149,7 +150,7 @@ func startDaemonOn(t testing.TB, version string, gpus []string, settings map[str
 		}
 		params.GPUUUID = strings.Join(params.GPUs, ",")
 	}
-	pod, err := mps.Render(mps.DaemonTemplate, params)
+	pod, err := mps.Render(templates.MPSControlDaemon, params)
 	if err != nil {
 		t.Fatal(err)
 	}

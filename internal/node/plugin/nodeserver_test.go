@@ -28,6 +28,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	nodeplugin "github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/pkg/domain"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 // TestTwoGPUShareUnderTheNodeServer prepares, on a dmem node with MPS v3,
@@ -48,7 +49,7 @@ func twoGPUShare(t *testing.T, scope string) {
 	defer cancel()
 	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}})
 	cfg := simNodeConfig(t, client)
-	cfg.MPS = nodeplugin.MPSConfig{Namespace: "gpufrac-system", Image: "mps:test", Template: mps.DaemonTemplate, ReadyTimeout: 30 * time.Second, ServerScope: scope}
+	cfg.MPS = nodeplugin.MPSConfig{Namespace: "gpufrac-system", Image: "mps:test", Template: templates.MPSControlDaemon, ReadyTimeout: 30 * time.Second, ServerScope: scope}
 	plugin, err := nodeplugin.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -36,6 +36,7 @@ import (
 	nodeplugin "github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/domain"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 const nodeName = "node-a"
@@ -228,7 +229,7 @@ func TestSMSharingStartsTheGPUsMPSDaemon(t *testing.T) {
 		BootID:        "boot-1",
 		Health:        nodeplugin.HealthConfig{SimulatedFile: filepath.Join(root, "health.json")},
 		SMSharingGPUs: "1",
-		MPS:           nodeplugin.MPSConfig{Namespace: "gpufrac-system", Image: "mps:test", Template: mps.DaemonTemplate, ReadyTimeout: 30 * time.Second},
+		MPS:           nodeplugin.MPSConfig{Namespace: "gpufrac-system", Image: "mps:test", Template: templates.MPSControlDaemon, ReadyTimeout: 30 * time.Second},
 	}
 	registry := prometheus.NewRegistry()
 	cfg.Metrics = registry

@@ -23,6 +23,7 @@ import (
 	nodeplugin "github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
 	"github.com/gpufrac/gpufrac/pkg/domain"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 // TestNodeServerGPUSetChangedAcrossRestart: on a node-scope MPS v3 node,
@@ -49,7 +50,7 @@ func nodeServerGPUSetChanged(t *testing.T, restart bool) {
 	held, same, other := shareClaim("held", "gpu-0", "20Gi"), shareClaim("same", "gpu-0", "20Gi"), shareClaim("other", "gpu-1", "20Gi")
 	client := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName, UID: "node-uid"}}, held, same, other)
 	cfg, node := simNodeConfigGPUs(t, client, "h100x2")
-	cfg.MPS = nodeplugin.MPSConfig{Namespace: "gpufrac-system", Image: "mps:test", Template: mps.DaemonTemplate, ReadyTimeout: 30 * time.Second, ServerScope: domain.MPSServerScopeNode}
+	cfg.MPS = nodeplugin.MPSConfig{Namespace: "gpufrac-system", Image: "mps:test", Template: templates.MPSControlDaemon, ReadyTimeout: 30 * time.Second, ServerScope: domain.MPSServerScopeNode}
 	gpu0, gpu1 := node.NVML.Devices[0].(*server.Device), node.NVML.Devices[1].(*server.Device)
 	if err := gpusim.SetMIGMode(gpu1, nodeName, true); err != nil {
 		t.Fatal(err)

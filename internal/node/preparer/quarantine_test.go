@@ -28,6 +28,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/internal/node/preparer"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 // TestCheckpointUnknownEntryIsQuarantinedNotDeleted: a checkpoint entry
@@ -86,7 +87,7 @@ func TestCheckpointUnknownEntryIsQuarantinedNotDeleted(t *testing.T) {
 	}
 	var p *preparer.Preparer
 	manager, err := mps.NewManager(mps.Config{Client: client, Namespace: "gpufrac-system", NodeName: node,
-		Template: mps.DaemonTemplate, Image: "gpufrac/mps:test", DriverRoot: "/", Version: e.inv.MPSVersion, DriverVersion: e.inv.DriverVersion,
+		Template: templates.MPSControlDaemon, Image: "gpufrac/mps:test", DriverRoot: "/", Version: e.inv.MPSVersion, DriverVersion: e.inv.DriverVersion,
 		ReadyTimeout: time.Second, KeepUnused: func() string { return p.Uncertain() }})
 	if err != nil {
 		t.Fatal(err)

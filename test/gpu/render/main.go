@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Command render prints the MPS daemon container's script and startup
-// probe from internal/node/mps/mps-control-daemon.yaml, rendered by internal/node/mps exactly
+// probe from templates/mps-control-daemon.yaml, rendered by internal/node/mps exactly
 // as the plugin renders it, for test/gpu/run.sh to run without Kubernetes.
 package main
 
@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
+	"github.com/gpufrac/gpufrac/templates"
 )
 
 func main() {
@@ -27,7 +28,7 @@ func main() {
 	if len(gpus) > 1 {
 		key = domain.NodeServerKey
 	}
-	pod, err := mps.Render(mps.DaemonTemplate, mps.DaemonParams{
+	pod, err := mps.Render(templates.MPSControlDaemon, mps.DaemonParams{
 		Name: "gpu-check", Namespace: "gpu-check", NodeName: "gpu-check", GPUUUID: *uuid, DaemonKey: key, GPUs: gpus, Image: "none", Version: *version,
 		PipeDir: "/unused", LogDir: "/unused", ShmDir: "/unused", ConfigDir: "/unused", ServerName: domain.MPSServerName, DriverRoot: "/unused",
 		SafetyMemoryMiB: mps.DefaultSafetyLimits.PinnedMemoryMiB, SafetyThreadPercentage: mps.DefaultSafetyLimits.ActiveThreadPercentage,
