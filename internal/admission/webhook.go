@@ -1,7 +1,7 @@
 // Copyright The gpufrac Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package webhook is gpufrac's admission: a mutating webhook that turns
+// Package admission is gpufrac's admission: a mutating webhook that turns
 // KAI-Scheduler GPU-sharing annotations on new Pods into claims (internal/kai),
 // and a validating webhook that refuses gpufrac.dev opaque configs the
 // driver would refuse later (internal/manifestcheck), with field paths. Both

@@ -14,9 +14,9 @@ import (
 	"unicode/utf8"
 )
 
-// Text returns s unchanged when it has at most max bytes; otherwise its
+// Cap returns s unchanged when it has at most maxBytes bytes; otherwise its
 // first bytes, cut at a rune boundary, followed by a note of how many bytes
-// were left out, the whole at most max bytes (max below the note's length
+// were left out, the whole at most maxBytes bytes (maxBytes below the note's length
 // gives just the note).
 func Cap(s string, maxBytes int) string {
 	if len(s) <= maxBytes {

@@ -78,7 +78,7 @@ func isInvalid(s string) bool {
 	return size <= 1
 }
 
-// Limit keeps at most n of lines and, when some are left out, adds a line
+// LimitLines keeps at most n of lines and, when some are left out, adds a line
 // saying how many.
 func LimitLines(lines []string, n int, what string) []string {
 	if len(lines) <= n {

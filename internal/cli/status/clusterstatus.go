@@ -1,7 +1,7 @@
 // Copyright The gpufrac Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package clusterstatus summarises gpufrac in a cluster for people: per node
+// Package status summarises gpufrac in a cluster for people: per node
 // and GPU, the model, memory, what is guaranteed, the limits, the
 // over-commit, the claims with their pods and compute modes, and taints.
 // It is a pure function of the ResourceSlices and ResourceClaims, so
