@@ -41,6 +41,15 @@ const (
 	MPSVersionNone   = "none"
 )
 
+// MPS server scopes, as published in the mpsServerScope attribute
+// (Inventory.MPSServerScope): one daemon per GPU (the default), or one node
+// server over all the node's fraction GPUs (MPS v3 only), which admits MPS
+// clients on several GPUs in one claim.
+const (
+	MPSServerScopeGPU  = "gpu"
+	MPSServerScopeNode = "node"
+)
+
 // MPSV3MinDriverMajor is the first driver branch with MPS v3 memory
 // partitioning and per-cgroup limits (r615, CUDA 13.4).
 const MPSV3MinDriverMajor = 615
