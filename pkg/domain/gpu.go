@@ -5,7 +5,6 @@ package domain
 
 import (
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -39,6 +38,15 @@ const (
 	MPSVersionV3     = "v3"
 	MPSVersionLegacy = "legacy"
 	MPSVersionNone   = "none"
+)
+
+// MPS server scopes, as published in the mpsServerScope attribute
+// (Inventory.MPSServerScope): one daemon per GPU (the default), or one node
+// server over all the node's fraction GPUs (MPS v3 only), which admits MPS
+// clients on several GPUs in one claim.
+const (
+	MPSServerScopeGPU  = "gpu"
+	MPSServerScopeNode = "node"
 )
 
 // MPSV3MinDriverMajor is the first driver branch with MPS v3 memory
@@ -77,71 +85,6 @@ const (
 	ComputeModesTimeSlicing = "TimeSlicing"
 	ComputeModesSMSharing   = "SMSharing"
 )
-
-// AssignComputeModes applies a --sm-sharing-gpus setting: "" leaves every
-// GPU open to both modes; "all", "none" or a comma list of GPU indices
-// reserve the listed GPUs for SMSharing and the others for TimeSlicing.
-func (inv *Inventory) AssignComputeModes(setting string) error {
-	listed, err := parseSMSharingGPUs(setting)
-	if err != nil {
-		return err
-	}
-	for _, idx := range listed {
-		found := false
-		for _, g := range inv.GPUs {
-			found = found || g.Index == idx
-		}
-		if !found {
-			return fmt.Errorf("--sm-sharing-gpus %q: this node has no GPU %d", setting, idx)
-		}
-	}
-	for i := range inv.GPUs {
-		inv.GPUs[i].ComputeModes = computeModesOf(setting, listed, inv.GPUs[i].Index)
-	}
-	return nil
-}
-
-// ComputeModesOf is what a --sm-sharing-gpus setting gives the GPU with
-// index: for a GPU that starts serving fractions while the plugin runs
-// (its MIG mode was turned off), which AssignComputeModes did not see.
-func ComputeModesOf(setting string, index int) (string, error) {
-	listed, err := parseSMSharingGPUs(setting)
-	if err != nil {
-		return "", err
-	}
-	return computeModesOf(setting, listed, index), nil
-}
-
-// parseSMSharingGPUs returns the indices a comma-list setting names (none
-// for "", "all" and "none").
-func parseSMSharingGPUs(setting string) ([]int, error) {
-	switch setting = strings.TrimSpace(setting); setting {
-	case "", "all", "none":
-		return nil, nil
-	}
-	var listed []int
-	for _, f := range strings.Split(setting, ",") {
-		idx, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil {
-			return nil, fmt.Errorf("--sm-sharing-gpus %q: %q is not a GPU index (want all, none or a list such as 0,1)", setting, f)
-		}
-		listed = append(listed, idx)
-	}
-	return listed, nil
-}
-
-func computeModesOf(setting string, listed []int, index int) string {
-	switch strings.TrimSpace(setting) {
-	case "":
-		return ComputeModesAny
-	case "all":
-		return ComputeModesSMSharing
-	}
-	if slices.Contains(listed, index) {
-		return ComputeModesSMSharing
-	}
-	return ComputeModesTimeSlicing
-}
 
 // Inventory is everything discovery found on one node.
 type Inventory struct {

@@ -14,8 +14,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
-	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // fakeCUDAPod runs /fakecuda (test/fakecuda) once with args: an MPS
@@ -44,7 +44,7 @@ func TestEvictionUpholdsTheRequest(t *testing.T) {
 	e.createPod(fakeCUDAPod("a", "borrower", "-name", "pod-a", "alloc", "92160", "hold", "0"))
 	a := e.waitRunning("a")
 	g := e.gpuOf(a)
-	log := filepath.Join(domain.MPSBindingFor(filepath.Join(node.PluginDataDir, "mps"), g.UUID).LogDir, "control.log")
+	log := filepath.Join(mpslayout.For(filepath.Join(node.PluginDataDir, "mps"), g.UUID).LogDir, "control.log")
 	read := func() string { raw, _ := os.ReadFile(log); return string(raw) }
 	e.poll("A's 90Gi allocation in the daemon's log "+log, func() (bool, error) {
 		return strings.Contains(read(), "92160MiB ok"), nil

@@ -20,9 +20,9 @@ import (
 
 	"github.com/gpufrac/gpufrac/hack/dashexpr"
 	"github.com/gpufrac/gpufrac/hack/prombin"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/mustrun"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
-	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // The shipped dashboard and rules, from this package's directory.
@@ -181,7 +181,7 @@ func shortenFor(t *testing.T, path string, d time.Duration) string {
 type daemonLog struct{ path string }
 
 func newDaemonLog(uuid string) daemonLog {
-	return daemonLog{filepath.Join(domain.MPSBindingFor(filepath.Join(node.PluginDataDir, "mps"), uuid).LogDir, "control.log")}
+	return daemonLog{filepath.Join(mpslayout.For(filepath.Join(node.PluginDataDir, "mps"), uuid).LogDir, "control.log")}
 }
 
 // count is the number of the log's lines with s and, if any are given,

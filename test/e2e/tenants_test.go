@@ -13,8 +13,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
-	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // tenantReport is what a hostile container (/probe tenant, test/e2e/e2e-probe)
@@ -130,15 +130,15 @@ func TestTenantsCannotReadEachOthersShm(t *testing.T) {
 	b := e.waitRunning(e.createPod(tenantPod("b", "sm", "secret-of-b")).Name)
 	gb := e.gpuOf(b)
 	rb := e.tenant(b)
-	nsB := domain.MPSNamespaceFor(gb.Claim.UID)
-	binding := domain.MPSBindingFor(filepath.Join(node.PluginDataDir, "mps"), gb.UUID)
-	hostSocketB := filepath.Join(binding.PipeDir, domain.MPSServerName, nsB, "control")
+	nsB := mpslayout.NamespaceFor(gb.Claim.UID)
+	binding := mpslayout.For(filepath.Join(node.PluginDataDir, "mps"), gb.UUID)
+	hostSocketB := filepath.Join(binding.PipeDir, mpslayout.ServerName, nsB, "control")
 	if _, err := os.Stat(hostSocketB); err != nil {
 		t.Fatalf("b's namespace socket is not on the host, so the test proves nothing: %v", err)
 	}
 	// Where b's socket would be inside another client, by every route.
 	socketB := []string{
-		"connect:" + filepath.Join(cdispec.ContainerMPSPipeDir, domain.MPSServerName, nsB, "control"),
+		"connect:" + filepath.Join(cdispec.ContainerMPSPipeDir, mpslayout.ServerName, nsB, "control"),
 		"connect:" + filepath.Join(cdispec.ContainerMPSPipeDir, nsB, "control"),
 		"connect:" + filepath.Join(filepath.Dir(cdispec.ContainerMPSPipeDir), nsB, "control"),
 	}
@@ -216,7 +216,7 @@ func TestTenantsCannotWriteTheDaemonLog(t *testing.T) {
 	for _, pod := range pods {
 		r := e.tenant(pod)
 		g := e.gpuOf(pod)
-		hostLog := filepath.Join(domain.MPSBindingFor(filepath.Join(node.PluginDataDir, "mps"), g.UUID).LogDir, "control.log")
+		hostLog := filepath.Join(mpslayout.For(filepath.Join(node.PluginDataDir, "mps"), g.UUID).LogDir, "control.log")
 		raw, err := os.ReadFile(hostLog)
 		if err != nil || len(raw) == 0 {
 			t.Fatalf("GPU %s's daemon has no log at %s, so the test proves nothing: %v", g.UUID, hostLog, err)

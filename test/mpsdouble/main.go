@@ -329,7 +329,7 @@ func (d *daemonProc) listen(dir string, rt route) error {
 // directories under long temporary paths, beyond the 108 bytes of a unix
 // socket address; such a path is bound through a short /proc/self/fd name
 // of its directory. Production layouts stay under the limit
-// (plan.TestMPSLayoutFitsSocketPaths).
+// (mpslayout.TestFitsSocketPaths).
 func listenUnix(path string) (net.Listener, error) {
 	if len(path) < 100 {
 		return net.Listen("unix", path)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -26,7 +27,7 @@ func TestCheckModeConflicts(t *testing.T) {
 	}
 	smV3 := func(uid, name, dev, gpu string) plan.Claim {
 		c := sm(uid, name, dev, gpu)
-		c.Devices[0].MPS = &domain.MPSBinding{GPUUUID: gpu, Version: domain.MPSVersionV3, Namespace: domain.MPSNamespaceFor(c.UID)}
+		c.Devices[0].MPS = &mpslayout.Binding{GPUUUID: gpu, Version: domain.MPSVersionV3, Namespace: mpslayout.NamespaceFor(c.UID)}
 		return c
 	}
 	prepared := []plan.Claim{ts("1", "train", "gpu-0", "GPU-0"), ts("2", "infer", "gpu-0", "GPU-0"), sm("3", "mps", "gpu-1", "GPU-1"),

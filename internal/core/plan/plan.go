@@ -19,6 +19,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/safetext"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -68,7 +69,7 @@ type Device struct {
 	Enforcement domain.Enforcement `json:"enforcement"`
 	// MPS is set for SMSharing shares, and on nodes with per-cgroup
 	// limits and an MPS v3 daemon for every share (see Compute).
-	MPS *domain.MPSBinding `json:"mps,omitempty"`
+	MPS *mpslayout.Binding `json:"mps,omitempty"`
 	// AdminAccess marks a device allocated with DRA's adminAccess (a
 	// monitoring pod): it gets the GPU's device node and the driver's
 	// files, and nothing else: no limits (both are zero), no MPS route, no
@@ -138,7 +139,7 @@ func Compute(claim *resourceapi.ResourceClaim, inv *domain.Inventory, opts Optio
 		errs = append(errs, devErrs...)
 		if dev != nil {
 			if dev.MPS != nil && dev.MPS.Version == domain.MPSVersionV3 && dev.ComputeMode == v1alpha1.SMSharing {
-				dev.MPS.Namespace = domain.MPSNamespaceFor(claim.UID)
+				dev.MPS.Namespace = mpslayout.NamespaceFor(claim.UID)
 			}
 			out.Devices = append(out.Devices, *dev)
 		}
@@ -294,15 +295,15 @@ func enforce(dev *Device, inv *domain.Inventory, opts Options, explicitLimit boo
 // mpsBinding is the daemon a share of gpu reaches: the node server, which
 // lists every fraction GPU of the node, where the plugin runs one and the
 // node's MPS is v3; the GPU's own daemon otherwise.
-func mpsBinding(inv *domain.Inventory, opts Options, gpu string) *domain.MPSBinding {
+func mpsBinding(inv *domain.Inventory, opts Options, gpu string) *mpslayout.Binding {
 	if opts.MPSServerScope != domain.MPSServerScopeNode || inv.MPSVersion != domain.MPSVersionV3 {
-		return domain.MPSBindingFor(opts.MPSRoot, gpu)
+		return mpslayout.For(opts.MPSRoot, gpu)
 	}
 	uuids := make([]string, len(inv.GPUs))
 	for i, g := range inv.GPUs {
 		uuids[i] = g.UUID
 	}
-	return domain.NodeMPSBindingFor(opts.MPSRoot, gpu, uuids)
+	return mpslayout.ForNodeServer(opts.MPSRoot, gpu, uuids)
 }
 
 // mpsVersion is the binding's Version for the node's MPS: empty means
@@ -462,7 +463,7 @@ func (c *Claim) AdminOnly() bool {
 // clients: the first such share's (all of them reach one daemon, see
 // checkMPSPerContainer; on a node server each share's binding names its own
 // GPU).
-func (c *Claim) MPS() *domain.MPSBinding {
+func (c *Claim) MPS() *mpslayout.Binding {
 	for _, d := range c.Devices {
 		if d.MPS != nil {
 			return d.MPS

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"testing"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -105,7 +105,7 @@ func share(device, shareID, gpu string, soft, hard int64, mode v1alpha1.ComputeM
 // what every TimeSlicing share on a node with per-cgroup limits and MPS v3
 // becomes, so that the daemon's eviction upholds its request.
 func client(d plan.Device, root string) plan.Device {
-	d.MPS = domain.MPSBindingFor(root, d.GPU.UUID)
+	d.MPS = mpslayout.For(root, d.GPU.UUID)
 	d.MPS.Version = domain.MPSVersionV3
 	return d
 }
@@ -114,47 +114,20 @@ func client(d plan.Device, root string) plan.Device {
 // lists both test GPUs (--mps-server-scope=node): its binding still names
 // d's own GPU.
 func nodeClient(d plan.Device, root, namespace string) plan.Device {
-	d.MPS = domain.NodeMPSBindingFor(root, d.GPU.UUID, []string{"GPU-1", "GPU-0"})
+	d.MPS = mpslayout.ForNodeServer(root, d.GPU.UUID, []string{"GPU-1", "GPU-0"})
 	d.MPS.Version, d.MPS.Namespace = domain.MPSVersionV3, namespace
 	return d
-}
-
-// The MPS directory layout is pinned here: its sockets must stay under the
-// 108-byte unix path limit below the default plugin data directory.
-func TestMPSLayoutFitsSocketPaths(t *testing.T) {
-	b := domain.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-74d43ed3-cdf7-e667-3644-bf5b4f46ed65")
-	b.Version, b.Namespace = domain.MPSVersionV3, domain.MPSNamespaceFor("0d2e8a9c-5b1f-4c8e-9a57-3f2b6c1d7e90")
-	if !strings.HasPrefix(b.ClientPipeDir(), b.PipeDir+"/gpufrac/") {
-		t.Errorf("client pipe dir %s is not under the server's %s", b.ClientPipeDir(), b.PipeDir+"/gpufrac")
-	}
-	if sock := b.ClientPipeDir() + "/control"; len(sock) >= 108 {
-		t.Errorf("namespace socket %s is %d bytes, over the unix limit", sock, len(sock))
-	}
-	if ns := b.Namespace; len(ns) > 64 || strings.Trim(ns, "abcdefghijklmnopqrstuvwxyz0123456789_") != "" {
-		t.Errorf("namespace %q breaks MPS's naming rule", ns)
-	}
-	// The node server's directory is the node's, not a GPU's: shares of
-	// two GPUs reach one daemon, and its sockets fit too.
-	n0 := domain.NodeMPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-0", []string{"GPU-1", "GPU-0"})
-	n1 := domain.NodeMPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-1", []string{"GPU-0", "GPU-1"})
-	n0.Version, n0.Namespace = domain.MPSVersionV3, b.Namespace
-	if n0.PipeDir != n1.PipeDir || n0.DaemonKey() != n1.DaemonKey() || n0.DaemonKey() == b.DaemonKey() {
-		t.Errorf("node server bindings of two GPUs reach different daemons (%s %s, %s %s), or the same as a per-GPU one", n0.PipeDir, n0.DaemonKey(), n1.PipeDir, n1.DaemonKey())
-	}
-	if sock := n0.ClientPipeDir() + "/control"; len(sock) >= 108 {
-		t.Errorf("node server namespace socket %s is %d bytes, over the unix limit", sock, len(sock))
-	}
 }
 
 func TestComputeValid(t *testing.T) {
 	opts := plan.Options{NodeName: node, MPSRoot: "/var/lib/gpufrac/mps"}
 	dmem := testInventory(domain.EnforcementDMem, domain.MPSVersionV3)
 	smShare := share("gpu-0", "s1", "GPU-0", 40*gib, 60*gib, v1alpha1.SMSharing, domain.EnforcementDMem)
-	legacyBinding := *domain.MPSBindingFor("/var/lib/gpufrac/mps", "GPU-0")
+	legacyBinding := *mpslayout.For("/var/lib/gpufrac/mps", "GPU-0")
 	// On an MPS v3 node the claim gets its own namespace on the GPU's
 	// shared server.
 	v3Binding := legacyBinding
-	v3Binding.Version, v3Binding.Namespace = domain.MPSVersionV3, domain.MPSNamespaceFor("uid-1")
+	v3Binding.Version, v3Binding.Namespace = domain.MPSVersionV3, mpslayout.NamespaceFor("uid-1")
 	smShare.MPS = &v3Binding
 	smOnMPSNode := smShare
 	smOnMPSNode.MPS = &legacyBinding
@@ -254,8 +227,8 @@ func TestComputeValid(t *testing.T) {
 			{request: "gpu", device: "gpu-1", share: "s2", memory: "40Gi"},
 		}, fromClass(fc(`,"computeMode":"SMSharing"`))),
 		want: []plan.Device{
-			nodeClient(share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.SMSharing, domain.EnforcementDMem), opts.MPSRoot, domain.MPSNamespaceFor("uid-1")),
-			nodeClient(share("gpu-1", "s2", "GPU-1", 40*gib, 40*gib, v1alpha1.SMSharing, domain.EnforcementDMem), opts.MPSRoot, domain.MPSNamespaceFor("uid-1")),
+			nodeClient(share("gpu-0", "s1", "GPU-0", 40*gib, 40*gib, v1alpha1.SMSharing, domain.EnforcementDMem), opts.MPSRoot, mpslayout.NamespaceFor("uid-1")),
+			nodeClient(share("gpu-1", "s2", "GPU-1", 40*gib, 40*gib, v1alpha1.SMSharing, domain.EnforcementDMem), opts.MPSRoot, mpslayout.NamespaceFor("uid-1")),
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -21,6 +21,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
@@ -171,7 +172,7 @@ func TestInjectTimeSlicingClaim(t *testing.T) {
 // the daemon's pipe directory, on MPS v3 through its own namespace's
 // directory only, so it cannot reach another claim's namespace.
 func TestInjectSMSharingClaim(t *testing.T) {
-	root := filepath.Dir(domain.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-gpu-1").PipeDir)
+	root := filepath.Dir(mpslayout.For("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-gpu-1").PipeDir)
 	for _, tc := range []struct {
 		version, namespace, pipe string
 	}{
@@ -187,7 +188,7 @@ func TestInjectSMSharingClaim(t *testing.T) {
 			d := device("gpu-1", 1, "s1", 16*gib, 24*gib)
 			d.ComputeMode = v1alpha1.SMSharing
 			d.ActiveThreadPercentage = ptr.To[int32](30)
-			d.MPS = domain.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", d.GPU.UUID)
+			d.MPS = mpslayout.For("/var/lib/kubelet/plugins/gpufrac.dev/mps", d.GPU.UUID)
 			d.MPS.Version, d.MPS.Namespace = tc.version, tc.namespace
 			claim := &plan.Claim{UID: "uid-2", Namespace: "ns", Name: "sm", Devices: []plan.Device{d}}
 			spec := writeInjected(t, w, dir, claim)
@@ -240,7 +241,7 @@ func mountList(ms []oci.Mount) string {
 // client of a GPU shared before (issue 33).
 func TestTenantMounts(t *testing.T) {
 	const root = "/var/lib/kubelet/plugins/gpufrac.dev/mps"
-	binding := domain.MPSBindingFor(root, "GPU-gpu-2")
+	binding := mpslayout.For(root, "GPU-gpu-2")
 	hidden := oci.Mount{Destination: "/tmp/nvidia-mps/gpufrac", Type: "tmpfs", Source: "gpufrac-hidden",
 		Options: []string{"ro", "nosuid", "nodev", "noexec", "size=4k", "mode=0555"}}
 	pipe := func(src string) oci.Mount {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/hook/hookarg"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
@@ -24,7 +25,7 @@ func TestHookAndLimitVariablesOnlyWhereEnforced(t *testing.T) {
 		d := device("gpu-0", 0, "s1", soft, hard)
 		d.Enforcement, d.ComputeMode = enf, mode
 		if mode == v1alpha1.SMSharing {
-			d.MPS = domain.MPSBindingFor("/mps", d.GPU.UUID)
+			d.MPS = mpslayout.For("/mps", d.GPU.UUID)
 		}
 		return d
 	}

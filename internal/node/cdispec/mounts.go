@@ -14,6 +14,7 @@ import (
 
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -68,7 +69,7 @@ func mounts(c *plan.Claim, opts Options) []*cdispec.Mount {
 // SharedServerDir is where a TimeSlicing client would find the shared MPS
 // v3 server's subtree (its default namespace and every SMSharing claim's
 // namespace): an empty tmpfs covers it.
-var SharedServerDir = path.Join(ContainerMPSPipeDir, domain.MPSServerName)
+var SharedServerDir = path.Join(ContainerMPSPipeDir, mpslayout.ServerName)
 
 // shmMount is a container's own /dev/shm with the options containerd gives
 // a pod's (nosuid, nodev, noexec, mode 1777), capped at size bytes; 0

@@ -8,6 +8,7 @@ import (
 
 	oci "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -29,7 +30,7 @@ func TestInjectNodeServerClaimOfTwoGPUs(t *testing.T) {
 	var devs []plan.Device
 	for i, name := range []string{"gpu-0", "gpu-1"} {
 		d := device(name, i, "s"+name, 60*gib, 70*gib)
-		d.MPS = domain.NodeMPSBindingFor(root, d.GPU.UUID, server)
+		d.MPS = mpslayout.ForNodeServer(root, d.GPU.UUID, server)
 		d.MPS.Version = domain.MPSVersionV3
 		devs = append(devs, d)
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -34,8 +35,8 @@ func writtenByThisRelease(t *testing.T) (path string, want []checkpoint.Entry) {
 	sm.Plan.Devices[0].ComputeMode = v1alpha1.SMSharing
 	sm.Plan.Devices[0].Enforcement = domain.EnforcementMPS
 	sm.Plan.Devices[0].ActiveThreadPercentage = &threads
-	b := domain.MPSBindingFor("/run/mps", "GPU-0")
-	b.Version, b.Namespace = domain.MPSVersionV3, domain.MPSNamespaceFor("sm")
+	b := mpslayout.For("/run/mps", "GPU-0")
+	b.Version, b.Namespace = domain.MPSVersionV3, mpslayout.NamespaceFor("sm")
 	sm.Plan.Devices[0].MPS = b
 	ts := entry("ts", checkpoint.Completed)
 	ts.Plan.Devices[0].ShareID = &share

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	v1 "github.com/gpufrac/gpufrac/internal/node/checkpoint/api/v1"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -115,7 +116,7 @@ func fromV1(e *v1.Entry) Entry {
 			pd.MIG = &domain.MIGRef{ParentUUID: d.MIG.ParentUUID, GIID: d.MIG.GIID, CIID: d.MIG.CIID, Profile: d.MIG.Profile}
 		}
 		if d.MPS != nil {
-			pd.MPS = &domain.MPSBinding{GPUUUID: d.MPS.GPUUUID, PipeDir: d.MPS.PipeDir, LogDir: d.MPS.LogDir,
+			pd.MPS = &mpslayout.Binding{GPUUUID: d.MPS.GPUUUID, PipeDir: d.MPS.PipeDir, LogDir: d.MPS.LogDir,
 				ShmDir: d.MPS.ShmDir, Version: d.MPS.Version, Namespace: d.MPS.Namespace}
 			if d.MPS.Version == v1.MPSVersionV3NodeServer {
 				pd.MPS.Version, pd.MPS.ServerGPUs = domain.MPSVersionV3, slices.Clone(d.MPS.ServerGPUs)

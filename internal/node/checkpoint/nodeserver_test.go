@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
@@ -32,11 +33,11 @@ func TestNodeServerBindingSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := entry("node", checkpoint.Completed)
-	b := domain.NodeMPSBindingFor("/run/mps", "GPU-0", []string{"GPU-1", "GPU-0"})
+	b := mpslayout.ForNodeServer("/run/mps", "GPU-0", []string{"GPU-1", "GPU-0"})
 	b.Version = domain.MPSVersionV3
 	node.Plan.Devices[0].MPS = b
 	perGPU := entry("gpu", checkpoint.Completed)
-	pb := domain.MPSBindingFor("/run/mps", "GPU-0")
+	pb := mpslayout.For("/run/mps", "GPU-0")
 	pb.Version = domain.MPSVersionV3
 	perGPU.Plan.Devices[0].MPS = pb
 	for _, e := range []checkpoint.Entry{node, perGPU} {
@@ -53,7 +54,7 @@ func TestNodeServerBindingSurvivesRestart(t *testing.T) {
 		t.Fatal("the node server's client was not read back")
 	}
 	mps := got.Plan.Devices[0].MPS
-	if mps == nil || mps.DaemonKey() != domain.NodeServerKey || !slices.Equal(mps.ServerGPUs, []string{"GPU-0", "GPU-1"}) || mps.Version != domain.MPSVersionV3 || mps.PipeDir != b.PipeDir {
+	if mps == nil || mps.DaemonKey() != mpslayout.NodeServerKey || !slices.Equal(mps.ServerGPUs, []string{"GPU-0", "GPU-1"}) || mps.Version != domain.MPSVersionV3 || mps.PipeDir != b.PipeDir {
 		t.Errorf("read back %+v, want %+v", mps, b)
 	}
 	if g, ok := again.Get("gpu"); !ok || g.Plan.Devices[0].MPS.DaemonKey() != "GPU-0" || g.Plan.Devices[0].MPS.ServerGPUs != nil {

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -33,7 +34,7 @@ func smPlan() *plan.Claim {
 		GPU:            domain.GPU{UUID: "GPU-2"},
 		SoftLimitBytes: 16 << 30, HardLimitBytes: 24 << 30, ComputeMode: v1alpha1.SMSharing,
 		ActiveThreadPercentage: ptr.To[int32](40), Enforcement: domain.EnforcementDMem,
-		MPS: domain.MPSBindingFor("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-2"),
+		MPS: mpslayout.For("/var/lib/kubelet/plugins/gpufrac.dev/mps", "GPU-2"),
 	}}}
 }
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/claimstatus"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -28,10 +29,10 @@ import (
 // tenant can undo; a monitor (adminAccess) gets no limit and is not
 // counted.
 func TestStatusSaysWhatAnOlderDriverEnforces(t *testing.T) {
-	legacy := domain.MPSBindingFor("/mps", "GPU-0")
-	v3 := domain.MPSBindingFor("/mps", "GPU-0")
+	legacy := mpslayout.For("/mps", "GPU-0")
+	v3 := mpslayout.For("/mps", "GPU-0")
 	v3.Version = domain.MPSVersionV3
-	dev := func(mode v1alpha1.ComputeMode, enf domain.Enforcement, mps *domain.MPSBinding) plan.Device {
+	dev := func(mode v1alpha1.ComputeMode, enf domain.Enforcement, mps *mpslayout.Binding) plan.Device {
 		return plan.Device{Request: "gpu", Pool: "n", Device: "gpu-0", ShareID: ptr.To(types.UID("s")), GPU: domain.GPU{UUID: "GPU-0"},
 			SoftLimitBytes: 8 << 30, HardLimitBytes: 8 << 30, ComputeMode: mode, Enforcement: enf, MPS: mps}
 	}

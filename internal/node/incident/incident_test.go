@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	v1alpha1 "github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -171,16 +172,16 @@ func TestMessages(t *testing.T) {
 
 // TestFromMPS: an MPS termination names its victim's claim by claim UID
 // (every client, TimeSlicing ones included, which have no MPS namespace)
-// or by MPS namespace (domain.MPSNamespaceFor), and the neighbour the same
+// or by MPS namespace (mpslayout.NamespaceFor), and the neighbour the same
 // way; the container comes from the event or from ContainerOf.
 func TestFromMPS(t *testing.T) {
 	gpu := domain.GPU{UUID: "GPU-0", Index: 0}
 	mk := func(name string, mode v1alpha1.ComputeMode, soft, hard int64) plan.Claim {
 		uid := types.UID("uid-" + name)
-		b := domain.MPSBindingFor("/run/mps", gpu.UUID)
+		b := mpslayout.For("/run/mps", gpu.UUID)
 		b.Version = domain.MPSVersionV3
 		if mode == "SMSharing" {
-			b.Namespace = domain.MPSNamespaceFor(uid)
+			b.Namespace = mpslayout.NamespaceFor(uid)
 		}
 		return plan.Claim{UID: uid, Namespace: "team", Name: name, Devices: []plan.Device{{Pool: "n1", Device: "gpu-0", GPU: gpu,
 			SoftLimitBytes: soft, HardLimitBytes: hard, ComputeMode: mode, MPS: b}}}
@@ -199,16 +200,16 @@ func TestFromMPS(t *testing.T) {
 		pod           string
 		containerOfOK bool
 	}{
-		{"SMSharing eviction by namespace", incident.MPSEvent{Namespace: domain.MPSNamespaceFor("uid-borrower"), PID: 7, Evicted: true,
-			RequesterNamespace: domain.MPSNamespaceFor("uid-owner")}, true, incident.MPSEvicted, "borrower", "owner", "borrower-0", true},
+		{"SMSharing eviction by namespace", incident.MPSEvent{Namespace: mpslayout.NamespaceFor("uid-borrower"), PID: 7, Evicted: true,
+			RequesterNamespace: mpslayout.NamespaceFor("uid-owner")}, true, incident.MPSEvicted, "borrower", "owner", "borrower-0", true},
 		{"TimeSlicing eviction by claim UID, container from the event", incident.MPSEvent{ClaimUID: "uid-ts-borrower", PID: 70, Evicted: true,
 			RequesterClaimUID: "uid-ts-owner", Container: incident.Container{Namespace: "team", Pod: "a", Container: "main"}},
 			true, incident.MPSEvicted, "ts-borrower", "ts-owner", "a", true},
-		{"the claim UID wins over a namespace", incident.MPSEvent{ClaimUID: "uid-ts-borrower", Namespace: domain.MPSNamespaceFor("uid-borrower"), PID: 7},
+		{"the claim UID wins over a namespace", incident.MPSEvent{ClaimUID: "uid-ts-borrower", Namespace: mpslayout.NamespaceFor("uid-borrower"), PID: 7},
 			true, incident.MPSTerminated, "ts-borrower", "", "borrower-0", true},
 		{"termination caused by a neighbour's fault", incident.MPSEvent{ClaimUID: "uid-ts-owner", PID: 71, RequesterClaimUID: "uid-borrower"},
 			true, incident.MPSTerminated, "ts-owner", "borrower", "", true},
-		{"plain termination, no container known", incident.MPSEvent{Namespace: domain.MPSNamespaceFor("uid-borrower"), PID: 7},
+		{"plain termination, no container known", incident.MPSEvent{Namespace: mpslayout.NamespaceFor("uid-borrower"), PID: 7},
 			true, incident.MPSTerminated, "borrower", "", "", false},
 		{"a neighbour that is the victim itself is no neighbour", incident.MPSEvent{ClaimUID: "uid-owner", PID: 9, RequesterClaimUID: "uid-owner"},
 			true, incident.MPSTerminated, "owner", "", "", true},

@@ -26,7 +26,7 @@ type MPSEvent struct {
 	// the GPU's main socket and have no MPS namespace of their own.
 	ClaimUID types.UID
 	// Namespace is the victim's MPS v3 namespace: gpufrac names each
-	// SMSharing claim's namespace after its UID (domain.MPSNamespaceFor),
+	// SMSharing claim's namespace after its UID (mpslayout.NamespaceFor),
 	// so it identifies the claim without asking the kernel about PIDs.
 	// Used when ClaimUID is empty.
 	Namespace string

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -59,7 +60,7 @@ func desired(version string, users users) (string, string) {
 
 // writeConfig replaces a settings file atomically: the daemon's script
 // reads it at any moment.
-func writeConfig(b domain.MPSBinding, file, content string) error {
+func writeConfig(b mpslayout.Binding, file, content string) error {
 	dir := ConfigDir(b)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating MPS config directory: %w", err)
@@ -78,7 +79,7 @@ func writeConfig(b domain.MPSBinding, file, content string) error {
 // settings applied, so a container never starts before its limit (legacy)
 // or its namespace (v3) exists: a client arriving earlier would get a
 // server without limits or find no socket.
-func (m *Manager) waitApplied(ctx context.Context, b domain.MPSBinding, file, content string) error {
+func (m *Manager) waitApplied(ctx context.Context, b mpslayout.Binding, file, content string) error {
 	path := filepath.Join(ConfigDir(b), file+AppliedSuffix)
 	var got string
 	start := time.Now()

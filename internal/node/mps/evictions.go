@@ -18,9 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/hook/record"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
-	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // The daemon's log lines this reader turns into incidents. NVIDIA
@@ -95,7 +95,7 @@ func (m *Manager) scanEvictions(ctx context.Context, logs map[string]string) {
 				m.logOffsets[path] += int64(len(line))
 				// The node server logs every GPU of the node; a GPU's
 				// daemon only its own.
-				if ev, ok := m.parseLine(strings.TrimSpace(line), &fault); ok && (ev.GPUUUID == key || key == domain.NodeServerKey) {
+				if ev, ok := m.parseLine(strings.TrimSpace(line), &fault); ok && (ev.GPUUUID == key || key == mpslayout.NodeServerKey) {
 					m.deliver(ctx, key, ev)
 				}
 			}
@@ -176,7 +176,7 @@ func (m *Manager) deliver(ctx context.Context, key string, ev incident.MPSEvent)
 }
 
 // claimOfCgroup finds the claim (among the users of the daemon key names:
-// a GPU's UUID, or domain.NodeServerKey) and the hook's
+// a GPU's UUID, or mpslayout.NodeServerKey) and the hook's
 // record of the container whose cgroup this is: its last element is the
 // container ID in cgroupfs (".../<id>") and systemd
 // (".../cri-containerd-<id>.scope") spellings.

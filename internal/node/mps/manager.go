@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/keymutex"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/incident"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -102,8 +103,8 @@ type Manager struct {
 	cfg   Config
 	locks keymutex.KeyMutex // per daemon: one daemon change at a time
 
-	// Daemons are keyed by domain.MPSBinding.DaemonKey: a GPU's UUID for
-	// a per-GPU daemon, domain.NodeServerKey for the node server.
+	// Daemons are keyed by mpslayout.Binding.DaemonKey: a GPU's UUID for
+	// a per-GPU daemon, mpslayout.NodeServerKey for the node server.
 	mu    sync.Mutex
 	users map[string]users // daemon key → claim → use
 	// restarted are daemons that were recreated and have not been seen
@@ -142,7 +143,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("MPS version %q: this node has no usable MPS", cfg.Version)
 	}
 	if cfg.Version == domain.MPSVersionV3 {
-		if _, err := DaemonTOML(cfg.DriverVersion, domain.MPSServerName, "GPU-check"); err != nil {
+		if _, err := DaemonTOML(cfg.DriverVersion, mpslayout.ServerName, "GPU-check"); err != nil {
 			return nil, err
 		}
 	}
@@ -178,7 +179,7 @@ func useOf(c *plan.Claim, key string) user {
 }
 
 // servedGPUs are the GPUs of the daemon b reaches.
-func servedGPUs(b domain.MPSBinding) []string {
+func servedGPUs(b mpslayout.Binding) []string {
 	if len(b.ServerGPUs) > 0 {
 		return b.ServerGPUs
 	}
@@ -187,7 +188,7 @@ func servedGPUs(b domain.MPSBinding) []string {
 
 // daemonName names the daemon key names, for messages.
 func daemonName(key string) string {
-	if key == domain.NodeServerKey {
+	if key == mpslayout.NodeServerKey {
 		return "the node server"
 	}
 	return "GPU " + key
@@ -195,7 +196,7 @@ func daemonName(key string) string {
 
 // Acquire implements preparer.MPS: the GPU's daemon runs and is ready, and
 // its ceiling covers this claim, before it returns.
-func (m *Manager) Acquire(ctx context.Context, b domain.MPSBinding, c *plan.Claim) error {
+func (m *Manager) Acquire(ctx context.Context, b mpslayout.Binding, c *plan.Claim) error {
 	key := b.DaemonKey()
 	m.locks.LockKey(key)
 	defer func() { _ = m.locks.UnlockKey(key) }()
@@ -249,23 +250,23 @@ func (m *Manager) Acquire(ctx context.Context, b domain.MPSBinding, c *plan.Clai
 // put two servers on one GPU, and eviction is per server, so neither
 // could evict the other's borrowers. It happens only when the plugin's
 // --mps-server-scope changed while MPS claims stayed prepared. Under mu.
-func (m *Manager) conflict(b domain.MPSBinding) error {
+func (m *Manager) conflict(b mpslayout.Binding) error {
 	const why = "one GPU must have one MPS server (eviction is per server); the plugin's --mps-server-scope changed while MPS claims were prepared on this node: unprepare them (drain the node's MPS pods) and retry"
-	if b.DaemonKey() == domain.NodeServerKey {
+	if b.DaemonKey() == mpslayout.NodeServerKey {
 		for key, us := range m.users {
-			if key != domain.NodeServerKey && len(us) > 0 && slices.Contains(b.ServerGPUs, key) {
+			if key != mpslayout.NodeServerKey && len(us) > 0 && slices.Contains(b.ServerGPUs, key) {
 				return fmt.Errorf("GPU %s still has its own MPS daemon with %d claims, and this claim's shares were planned for the node server: %s", key, len(us), why)
 			}
 		}
 		return nil
 	}
-	if us := m.users[domain.NodeServerKey]; len(us) > 0 {
+	if us := m.users[mpslayout.NodeServerKey]; len(us) > 0 {
 		return fmt.Errorf("the MPS node server still serves GPU %s with %d claims, and this claim's share was planned for the GPU's own daemon: %s", b.GPUUUID, len(us), why)
 	}
 	return nil
 }
 
-func (m *Manager) dropUser(b domain.MPSBinding, uid types.UID) {
+func (m *Manager) dropUser(b mpslayout.Binding, uid types.UID) {
 	key := b.DaemonKey()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -279,7 +280,7 @@ func (m *Manager) dropUser(b domain.MPSBinding, uid types.UID) {
 // ready and has applied them. read is the daemon Pod as Acquire already
 // read it under the key's lock (nil: not read yet), so Prepare makes one
 // API call for it, not two.
-func (m *Manager) ensure(ctx context.Context, b domain.MPSBinding, file, content string, read *podRead) error {
+func (m *Manager) ensure(ctx context.Context, b mpslayout.Binding, file, content string, read *podRead) error {
 	key := b.DaemonKey()
 	logger := klog.FromContext(ctx).WithValues("daemon", key, "gpus", servedGPUs(b))
 	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
@@ -312,7 +313,7 @@ func (m *Manager) ensure(ctx context.Context, b domain.MPSBinding, file, content
 	return m.waitApplied(ctx, b, file, content)
 }
 
-func (m *Manager) create(ctx context.Context, b domain.MPSBinding, file, content string) (*corev1.Pod, error) {
+func (m *Manager) create(ctx context.Context, b mpslayout.Binding, file, content string) (*corev1.Pod, error) {
 	for _, dir := range []string{b.PipeDir, b.LogDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("creating MPS directory %s: %w", dir, err)
@@ -325,7 +326,7 @@ func (m *Manager) create(ctx context.Context, b domain.MPSBinding, file, content
 		return nil, err
 	}
 	if m.cfg.Version == domain.MPSVersionV3 {
-		toml, err := DaemonTOML(m.cfg.DriverVersion, domain.MPSServerName, servedGPUs(b)...)
+		toml, err := DaemonTOML(m.cfg.DriverVersion, mpslayout.ServerName, servedGPUs(b)...)
 		if err != nil {
 			return nil, err
 		}
@@ -344,7 +345,7 @@ func (m *Manager) create(ctx context.Context, b domain.MPSBinding, file, content
 		GPUUUID: strings.Join(gpus, ","), DaemonKey: key, GPUs: gpus,
 		Image: m.cfg.Image, DriverRoot: m.cfg.DriverRoot, Version: m.cfg.Version,
 		PipeDir: b.PipeDir, LogDir: b.LogDir, ShmDir: b.ShmDir, ConfigDir: ConfigDir(b),
-		ServerName: domain.MPSServerName, GPUMemoryMiB: memory[gpus[0]], GPUsMemoryMiB: strings.Join(ledger, ","),
+		ServerName: mpslayout.ServerName, GPUMemoryMiB: memory[gpus[0]], GPUsMemoryMiB: strings.Join(ledger, ","),
 		SafetyMemoryMiB:        m.cfg.DefaultNamespaceLimits.PinnedMemoryMiB,
 		SafetyThreadPercentage: m.cfg.DefaultNamespaceLimits.ActiveThreadPercentage,
 	})
@@ -388,7 +389,7 @@ func (m *Manager) gpuMemoryMiB(key string, gpus []string) map[string]int64 {
 
 // waitReady polls the daemon Pod's Ready condition, which its startup
 // probe gates on the control daemon answering, with a bounded backoff.
-func (m *Manager) waitReady(ctx context.Context, b domain.MPSBinding, name string) error {
+func (m *Manager) waitReady(ctx context.Context, b mpslayout.Binding, name string) error {
 	var last *corev1.Pod
 	start := time.Now()
 	// A real daemon takes seconds (init container, then a startup probe
@@ -460,14 +461,14 @@ func tailLog(dir string, n int) string {
 }
 
 // Release implements preparer.MPS.
-func (m *Manager) Release(ctx context.Context, b domain.MPSBinding, claimUID types.UID) error {
+func (m *Manager) Release(ctx context.Context, b mpslayout.Binding, claimUID types.UID) error {
 	key := b.DaemonKey()
 	m.locks.LockKey(key)
 	defer func() { _ = m.locks.UnlockKey(key) }()
 	return m.release(ctx, b, claimUID)
 }
 
-func (m *Manager) release(ctx context.Context, b domain.MPSBinding, claimUID types.UID) error {
+func (m *Manager) release(ctx context.Context, b mpslayout.Binding, claimUID types.UID) error {
 	// An eviction ends the victim's container, and so its pod's claim may
 	// be unprepared before the next reconcile: read the daemon's log while
 	// the claim is still a user.
@@ -498,7 +499,7 @@ func (m *Manager) release(ctx context.Context, b domain.MPSBinding, claimUID typ
 }
 
 // stop deletes the binding's daemon and its directories.
-func (m *Manager) stop(ctx context.Context, b domain.MPSBinding) error {
+func (m *Manager) stop(ctx context.Context, b mpslayout.Binding) error {
 	name := PodName(m.cfg.NodeName, b.DaemonKey())
 	err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -517,7 +518,7 @@ func (m *Manager) stop(ctx context.Context, b domain.MPSBinding) error {
 }
 
 // Users returns how many claims use each daemon, by its key (a GPU's UUID,
-// or domain.NodeServerKey).
+// or mpslayout.NodeServerKey).
 func (m *Manager) Users() map[string]int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -20,6 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -113,7 +114,7 @@ func smClaim(root, name, gpu string, hardGiB int64) *plan.Claim {
 	return &plan.Claim{UID: types.UID("uid-" + name), Namespace: "ns", Name: name, Devices: []plan.Device{{
 		Request: "gpu", Pool: node, Device: "gpu-0", GPU: domain.GPU{UUID: gpu},
 		SoftLimitBytes: 8 << 30, HardLimitBytes: hardGiB << 30, ComputeMode: v1alpha1.SMSharing,
-		MPS: domain.MPSBindingFor(root, gpu),
+		MPS: mpslayout.For(root, gpu),
 	}}}
 }
 
@@ -125,7 +126,7 @@ func daemonPods(t *testing.T, client *fake.Clientset) []corev1.Pod {
 	return pods.Items
 }
 
-func ceiling(t *testing.T, b *domain.MPSBinding) string {
+func ceiling(t *testing.T, b *mpslayout.Binding) string {
 	raw, err := os.ReadFile(filepath.Join(mps.ConfigDir(*b), mps.ConfigFile))
 	if err != nil {
 		return "<none>"

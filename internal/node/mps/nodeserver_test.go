@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -24,7 +25,7 @@ import (
 func nodeClaim(root, name string, serverGPUs []string, gpus ...string) *plan.Claim {
 	c := &plan.Claim{UID: types.UID("uid-" + name), Namespace: "ns", Name: name}
 	for i, g := range gpus {
-		b := domain.NodeMPSBindingFor(root, g, serverGPUs)
+		b := mpslayout.ForNodeServer(root, g, serverGPUs)
 		b.Version = domain.MPSVersionV3
 		c.Devices = append(c.Devices, plan.Device{
 			Request: "gpu", Pool: node, Device: "gpu-" + string(rune('0'+i)), GPU: domain.GPU{UUID: g, MemoryBytes: 80 << 30},
@@ -65,8 +66,8 @@ func TestNodeServerServesEveryGPUOfTheNode(t *testing.T) {
 		t.Fatalf("%d daemon pods, want the one node server", len(pods))
 	}
 	pod := pods[0]
-	if pod.Name != mps.PodName(node, domain.NodeServerKey) || pod.Labels[mps.LabelGPU] != domain.NodeServerKey {
-		t.Errorf("pod %s labelled %q, want %s labelled %q", pod.Name, pod.Labels[mps.LabelGPU], mps.PodName(node, domain.NodeServerKey), domain.NodeServerKey)
+	if pod.Name != mps.PodName(node, mpslayout.NodeServerKey) || pod.Labels[mps.LabelGPU] != mpslayout.NodeServerKey {
+		t.Errorf("pod %s labelled %q, want %s labelled %q", pod.Name, pod.Labels[mps.LabelGPU], mps.PodName(node, mpslayout.NodeServerKey), mpslayout.NodeServerKey)
 	}
 	daemon := pod.Spec.Containers[0]
 	if got := envOf(daemon, "CUDA_VISIBLE_DEVICES"); got != "GPU-a,GPU-b,GPU-c" {
@@ -86,7 +87,7 @@ func TestNodeServerServesEveryGPUOfTheNode(t *testing.T) {
 	if err != nil || !strings.Contains(string(toml), `"GPU-a,GPU-b,GPU-c"`) {
 		t.Errorf("mps.toml %q (%v), want allowed_devices over every GPU", toml, err)
 	}
-	if got := m.Users(); got[domain.NodeServerKey] != 2 || len(got) != 1 {
+	if got := m.Users(); got[mpslayout.NodeServerKey] != 2 || len(got) != 1 {
 		t.Errorf("users %v, want both claims on the node server", got)
 	}
 	if got := m.Ready(); len(got) != 3 || !got["GPU-a"] || !got["GPU-b"] || !got["GPU-c"] {

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 
@@ -32,7 +33,7 @@ func TestMPSReconcileDoesNotDeleteAHandedOutDaemon(t *testing.T) {
 	defer cancel()
 	const ns, node, gpu = "gpufrac-system", "node-a", "GPU-a"
 	root := t.TempDir()
-	b := domain.MPSBindingFor(root, gpu)
+	b := mpslayout.For(root, gpu)
 	// A daemon started long ago, running and ready, that no claim uses.
 	daemon := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: PodName(node, gpu), Namespace: ns, UID: "daemon-1",

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
-	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // The reconcile loop: daemons no claim uses are collected, daemons that
@@ -191,7 +191,7 @@ func (m *Manager) recreate(ctx context.Context, c plan.Claim, key string, old *c
 	file, content := desired(m.cfg.Version, m.users[key])
 	m.mu.Unlock()
 	nb := *b
-	if key == domain.NodeServerKey && m.cfg.NodeServerGPUs != nil {
+	if key == mpslayout.NodeServerKey && m.cfg.NodeServerGPUs != nil {
 		// Its clients lost it and must reconnect anyway: a recreated node
 		// server serves the node's fraction GPUs as they are now.
 		if now := m.cfg.NodeServerGPUs(); len(now) > 0 {

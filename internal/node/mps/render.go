@@ -15,10 +15,10 @@
 // tenants, and a daemon runs only for GPUs that hold fractions. The price:
 // a container reaches one daemon, so a claim whose shares are MPS clients
 // spans one GPU (internal/core/plan refuses others with the reason). MPS
-// v3 nodes may run the node server instead (domain.NodeMPSBindingFor): one
+// v3 nodes may run the node server instead (mpslayout.ForNodeServer): one
 // daemon whose server lists every fraction GPU of the node, so a claim of
 // several GPUs is one client of it. Daemons, their users, locks, Pods and
-// readiness are keyed by domain.MPSBinding.DaemonKey; the memory ledger,
+// readiness are keyed by mpslayout.Binding.DaemonKey; the memory ledger,
 // limits and incidents stay per GPU.
 //
 // A Pod, not a Deployment: the plugin owns the daemon's whole lifecycle
@@ -38,7 +38,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/gpufrac/gpufrac/pkg/domain"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 )
 
 // Labels of daemon Pods; the node and GPU labels let a restarted plugin find
@@ -59,8 +59,8 @@ type DaemonParams struct {
 	// comma-separated list of the GPUs it serves (CUDA_VISIBLE_DEVICES's
 	// form).
 	GPUUUID string
-	// DaemonKey is domain.MPSBinding.DaemonKey: the GPU's UUID for a
-	// per-GPU daemon, domain.NodeServerKey for the node server; the Pod's
+	// DaemonKey is mpslayout.Binding.DaemonKey: the GPU's UUID for a
+	// per-GPU daemon, mpslayout.NodeServerKey for the node server; the Pod's
 	// LabelGPU carries it.
 	DaemonKey string
 	// GPUs are the GPUs the daemon serves, one for a per-GPU daemon; each
@@ -94,10 +94,10 @@ type DaemonParams struct {
 }
 
 // ConfigDir is where the plugin writes a GPU daemon's settings.
-func ConfigDir(b domain.MPSBinding) string { return filepath.Join(filepath.Dir(b.PipeDir), "config") }
+func ConfigDir(b mpslayout.Binding) string { return filepath.Join(filepath.Dir(b.PipeDir), "config") }
 
 // PodName names a daemon: stable for the node and the daemon's key (a
-// GPU's UUID, or domain.NodeServerKey), short enough for any node name.
+// GPU's UUID, or mpslayout.NodeServerKey), short enough for any node name.
 func PodName(nodeName, daemonKey string) string {
 	sum := sha256.Sum256([]byte(nodeName + "/" + daemonKey))
 	return "gpufrac-mps-" + hex.EncodeToString(sum[:])[:16]

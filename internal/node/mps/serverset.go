@@ -18,8 +18,8 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
-	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
 // A node server's GPU set is fixed when its Pod starts (allowed_devices,
@@ -162,9 +162,9 @@ func (r *podRead) get(ctx context.Context, pods typedcorev1.PodInterface, name s
 // serve. Under the daemon's key lock; per-GPU daemons have nothing to
 // compare (nil read: ensure reads their Pod). It returns the Pod as it
 // left it, for ensure.
-func (m *Manager) checkServerSet(ctx context.Context, b domain.MPSBinding, c *plan.Claim) (*podRead, error) {
+func (m *Manager) checkServerSet(ctx context.Context, b mpslayout.Binding, c *plan.Claim) (*podRead, error) {
 	key := b.DaemonKey()
-	if key != domain.NodeServerKey {
+	if key != mpslayout.NodeServerKey {
 		return nil, nil
 	}
 	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
@@ -220,7 +220,7 @@ func (m *Manager) checkServerSet(ctx context.Context, b domain.MPSBinding, c *pl
 // deleteAndWait deletes the daemon Pod (that very Pod) and waits, within
 // ReadyTimeout, until it is gone, then removes its pipe, shm and config
 // directories as stop does, so that ensure creates its successor afresh.
-func (m *Manager) deleteAndWait(ctx context.Context, b domain.MPSBinding, pod *corev1.Pod) error {
+func (m *Manager) deleteAndWait(ctx context.Context, b mpslayout.Binding, pod *corev1.Pod) error {
 	pods := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace)
 	if pod.DeletionTimestamp == nil {
 		uid := pod.UID
@@ -258,14 +258,14 @@ func (m *Manager) reportServerSet(ctx context.Context) {
 	}
 	m.mu.Lock()
 	var holders []types.UID
-	for uid := range m.users[domain.NodeServerKey] {
+	for uid := range m.users[mpslayout.NodeServerKey] {
 		holders = append(holders, uid)
 	}
 	m.mu.Unlock()
 	if len(holders) == 0 {
 		return
 	}
-	pod, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, PodName(m.cfg.NodeName, domain.NodeServerKey), metav1.GetOptions{})
+	pod, err := m.cfg.Client.CoreV1().Pods(m.cfg.Namespace).Get(ctx, PodName(m.cfg.NodeName, mpslayout.NodeServerKey), metav1.GetOptions{})
 	if err != nil {
 		return
 	}

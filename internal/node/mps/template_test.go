@@ -22,8 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/gpufrac/gpufrac/hack/kubebuild"
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
-	"github.com/gpufrac/gpufrac/pkg/domain"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
@@ -143,7 +143,7 @@ func startDaemonOn(t testing.TB, version string, gpus []string, settings map[str
 	ledger := []string{"MPSDOUBLE_GPUS=GPU-a=81920"}
 	if gpus != nil {
 		ledger = nil
-		params.DaemonKey, params.GPUsMemoryMiB, params.GPUs = domain.NodeServerKey, strings.Join(gpus, ","), nil
+		params.DaemonKey, params.GPUsMemoryMiB, params.GPUs = mpslayout.NodeServerKey, strings.Join(gpus, ","), nil
 		for _, g := range gpus {
 			uuid, _, _ := strings.Cut(g, "=")
 			params.GPUs = append(params.GPUs, uuid)

@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -20,12 +21,12 @@ import (
 func v3Claim(root, name, gpu string, hardGiB int64, threads *int32) *plan.Claim {
 	c := smClaim(root, name, gpu, hardGiB)
 	c.Devices[0].MPS.Version = domain.MPSVersionV3
-	c.Devices[0].MPS.Namespace = domain.MPSNamespaceFor(c.UID)
+	c.Devices[0].MPS.Namespace = mpslayout.NamespaceFor(c.UID)
 	c.Devices[0].ActiveThreadPercentage = threads
 	return c
 }
 
-func namespaces(t *testing.T, b *domain.MPSBinding) string {
+func namespaces(t *testing.T, b *mpslayout.Binding) string {
 	raw, err := os.ReadFile(filepath.Join(mps.ConfigDir(*b), mps.NamespacesFile))
 	if err != nil {
 		return "<none>"
@@ -55,7 +56,7 @@ func TestV3NamespacePerClaim(t *testing.T) {
 	if got := pods[0].Spec.InitContainers[0].Command; !strings.HasSuffix(strings.Join(got, " "), " -- nvidia-smi -i GPU-a -c DEFAULT") || got[0] != "/usr/local/bin/gpufrac-mps-launcher" {
 		t.Errorf("v3 init container %q, want the driver root's nvidia-smi setting the DEFAULT compute mode, through the launcher", got)
 	}
-	nsFirst, nsSecond := domain.MPSNamespaceFor(first.UID), domain.MPSNamespaceFor(second.UID)
+	nsFirst, nsSecond := mpslayout.NamespaceFor(first.UID), mpslayout.NamespaceFor(second.UID)
 	want := nsFirst + " 24576 100\n" + nsSecond + " 40960 30\n"
 	if nsSecond < nsFirst {
 		want = nsSecond + " 40960 30\n" + nsFirst + " 24576 100\n"
@@ -89,7 +90,7 @@ func TestSettingsNeverAppliedFailsPrepare(t *testing.T) {
 	if err == nil {
 		t.Fatal("Acquire succeeded though the daemon never created the namespace")
 	}
-	for _, want := range []string{mps.PodName(node, "GPU-a"), "did not apply its settings", domain.MPSNamespaceFor(c.UID) + " 8192 100"} {
+	for _, want := range []string{mps.PodName(node, "GPU-a"), "did not apply its settings", mpslayout.NamespaceFor(c.UID) + " 8192 100"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}

@@ -118,7 +118,7 @@ func (p *Plugin) fractionGPUs(ctx context.Context, inv *domain.Inventory, layout
 			klog.FromContext(ctx).Info("A GPU appeared that the plugin did not discover at start; it is offered after the plugin restarts", "gpu", g.UUID, "index", g.Index)
 			continue
 		}
-		if g.ComputeModes, err = domain.ComputeModesOf(p.cfg.SMSharingGPUs, g.Index); err != nil {
+		if g.ComputeModes, err = computeModesAt(p.cfg.SMSharingGPUs, g.Index); err != nil {
 			return nil, nil, nil, err
 		}
 		one := &domain.Inventory{GPUs: []domain.GPU{g}, MPSVersion: inv.MPSVersion}

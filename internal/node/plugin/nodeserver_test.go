@@ -25,6 +25,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	nodeplugin "github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/pkg/domain"
@@ -114,7 +115,7 @@ func twoGPUShare(t *testing.T, scope string) {
 	if r == nil || r.Error != "" || len(r.Devices) != 2 {
 		t.Fatalf("prepare under the node server: %+v, want two devices", r)
 	}
-	if len(pods.Items) != 1 || pods.Items[0].Labels[mps.LabelGPU] != domain.NodeServerKey {
+	if len(pods.Items) != 1 || pods.Items[0].Labels[mps.LabelGPU] != mpslayout.NodeServerKey {
 		t.Fatalf("daemon pods %d, want the one node server", len(pods.Items))
 	}
 	gpus := inv.GPUs[0].UUID + "," + inv.GPUs[1].UUID

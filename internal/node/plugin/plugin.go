@@ -58,7 +58,7 @@ type Config struct {
 	// BootID invalidates the checkpoint after a reboot.
 	BootID string
 	// SMSharingGPUs reserves GPUs per compute mode (see
-	// domain.AssignComputeModes); empty leaves every GPU open to both.
+	// assignComputeModes); empty leaves every GPU open to both.
 	SMSharingGPUs string
 	// MPS configures the managed MPS servers. Without an image the node
 	// refuses SMSharing claims, saying why.
@@ -527,7 +527,7 @@ func describeNode(ctx context.Context, cfg Config) (*domain.Inventory, resources
 		return nil, resourceslice.DriverResources{}, runtimeconfig.Report{}, fmt.Errorf("discovering GPUs: %w", err)
 	}
 	runtimeReport := checkRuntimeConfig(ctx, cfg, inv)
-	if err := inv.AssignComputeModes(cfg.SMSharingGPUs); err != nil {
+	if err := assignComputeModes(inv, cfg.SMSharingGPUs); err != nil {
 		return nil, resourceslice.DriverResources{}, runtimeReport, err
 	}
 	if inv.MPSVersion != domain.MPSVersionNone && (cfg.MPS.Image == "" || cfg.MPS.Namespace == "") {

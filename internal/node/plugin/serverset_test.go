@@ -19,6 +19,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	nodeplugin "github.com/gpufrac/gpufrac/internal/node/plugin"
 	"github.com/gpufrac/gpufrac/internal/sim/gpusim"
@@ -136,7 +137,7 @@ func nodeServerGPUSetChanged(t *testing.T, restart bool) {
 // nodeServer is the node server's Pod; the test fails without one.
 func nodeServer(ctx context.Context, t *testing.T, client *fake.Clientset) *v1.Pod {
 	t.Helper()
-	pod, err := client.CoreV1().Pods("gpufrac-system").Get(ctx, mps.PodName(nodeName, domain.NodeServerKey), metav1.GetOptions{})
+	pod, err := client.CoreV1().Pods("gpufrac-system").Get(ctx, mps.PodName(nodeName, mpslayout.NodeServerKey), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the node server: %v", err)
 	}

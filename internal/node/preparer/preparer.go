@@ -25,6 +25,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
@@ -36,10 +37,10 @@ import (
 type MPS interface {
 	// Acquire makes sure the GPU's daemon runs and is ready, counting the
 	// claim as one of its users. It must be idempotent per claim.
-	Acquire(ctx context.Context, binding domain.MPSBinding, c *plan.Claim) error
+	Acquire(ctx context.Context, binding mpslayout.Binding, c *plan.Claim) error
 	// Release drops the claim's use; the last user's release stops the
 	// daemon. Releasing an unknown claim is not an error.
-	Release(ctx context.Context, binding domain.MPSBinding, claimUID types.UID) error
+	Release(ctx context.Context, binding mpslayout.Binding, claimUID types.UID) error
 }
 
 // Status receives what was prepared; the claimstatus writer implements it.

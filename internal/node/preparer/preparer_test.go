@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 	"k8s.io/utils/ptr"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
 	"github.com/gpufrac/gpufrac/internal/node/checkpoint"
@@ -96,7 +97,7 @@ type fakeMPS struct {
 	fail  error
 }
 
-func (m *fakeMPS) Acquire(_ context.Context, b domain.MPSBinding, c *plan.Claim) error {
+func (m *fakeMPS) Acquire(_ context.Context, b mpslayout.Binding, c *plan.Claim) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.fail != nil {
@@ -109,7 +110,7 @@ func (m *fakeMPS) Acquire(_ context.Context, b domain.MPSBinding, c *plan.Claim)
 	return nil
 }
 
-func (m *fakeMPS) Release(_ context.Context, b domain.MPSBinding, uid types.UID) error {
+func (m *fakeMPS) Release(_ context.Context, b mpslayout.Binding, uid types.UID) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.users[b.GPUUUID], uid)

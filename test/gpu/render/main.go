@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gpufrac/gpufrac/internal/core/mpslayout"
 	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 	"github.com/gpufrac/gpufrac/templates"
@@ -26,11 +27,11 @@ func main() {
 	// A list is the node server's, as the plugin renders it.
 	key, gpus := *uuid, strings.Split(*uuid, ",")
 	if len(gpus) > 1 {
-		key = domain.NodeServerKey
+		key = mpslayout.NodeServerKey
 	}
 	pod, err := mps.Render(templates.MPSControlDaemon, mps.DaemonParams{
 		Name: "gpu-check", Namespace: "gpu-check", NodeName: "gpu-check", GPUUUID: *uuid, DaemonKey: key, GPUs: gpus, Image: "none", Version: *version,
-		PipeDir: "/unused", LogDir: "/unused", ShmDir: "/unused", ConfigDir: "/unused", ServerName: domain.MPSServerName, DriverRoot: "/unused",
+		PipeDir: "/unused", LogDir: "/unused", ShmDir: "/unused", ConfigDir: "/unused", ServerName: mpslayout.ServerName, DriverRoot: "/unused",
 		SafetyMemoryMiB: mps.DefaultSafetyLimits.PinnedMemoryMiB, SafetyThreadPercentage: mps.DefaultSafetyLimits.ActiveThreadPercentage,
 	})
 	if err != nil {
@@ -47,7 +48,7 @@ func main() {
 		}
 		fmt.Println()
 	case "toml":
-		toml, err := mps.DaemonTOML(*driver, domain.MPSServerName, strings.Split(*uuid, ",")...)
+		toml, err := mps.DaemonTOML(*driver, mpslayout.ServerName, strings.Split(*uuid, ",")...)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "render:", err)
 			os.Exit(1)
