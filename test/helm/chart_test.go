@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/deployments"
-	"github.com/gpufrac/gpufrac/internal/node/mps"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
