@@ -14,6 +14,7 @@ import (
 	"debug/macho"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"path"
@@ -43,7 +44,7 @@ func untar(t *testing.T, r io.Reader, gz bool) (map[string][]byte, map[string]in
 	files, modes := map[string][]byte{}, map[string]int64{}
 	for {
 		hdr, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return files, modes
 		}
 		if err != nil {
