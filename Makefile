@@ -148,7 +148,7 @@ e2e:
 FUZZTIME ?= 1m
 FUZZ_TARGETS := \
 	FuzzDecodeValidate:./api/gpufrac.dev/v1alpha1 \
-	FuzzTranslate:./internal/kai \
+	FuzzTranslate:./internal/translate/kai \
 	FuzzCheck:./internal/manifestcheck \
 	FuzzDecode:./internal/node/checkpoint \
 	FuzzReadState:./internal/node/cdihook \

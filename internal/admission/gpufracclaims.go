@@ -11,7 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 // usesGPUFrac reports whether a claim spec draws from gpufrac: it carries
@@ -61,7 +61,7 @@ func classIsGPUFrac(class *resourceapi.DeviceClass) bool {
 // (memory, visible devices, driver capabilities) from every
 // container of pod that uses one of its gpufrac claims (those of the
 // original spec; a translation's own claim container is handled by
-// internal/kai), returning the warnings.
+// internal/translate/kai), returning the warnings.
 func (s *Server) stripGPUFracContainers(original, pod *corev1.Pod) []string {
 	gpufrac := map[string]bool{}
 	classes := s.Cluster.DeviceClasses()

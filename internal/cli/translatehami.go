@@ -10,9 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/gpufrac/gpufrac/internal/hami"
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/safetext"
+	"github.com/gpufrac/gpufrac/internal/translate/hami"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 // isHAMiPod: HAMi's resources and no KAI annotation (a pod with both is

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 func managedTemplate(ns, name string, created time.Time) *resourceapi.ResourceClaimTemplate {

@@ -28,8 +28,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/internal/hami"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/hami"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 // templateLoop creates the ResourceClaimTemplates that translated pods

@@ -11,7 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 

@@ -11,8 +11,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/node/cdispec"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 

@@ -32,8 +32,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/controller"
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 )
 

@@ -25,7 +25,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/controller"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 // Webhook is gpufrac-controller's admission server running against the

@@ -20,7 +20,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
 	"github.com/gpufrac/gpufrac/internal/controller"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 	"github.com/gpufrac/gpufrac/test/harness"
 )
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
 	"github.com/gpufrac/gpufrac/internal/controller"
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/packing/policyparam"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 // TestNothingLeftBehind runs the real controller against the API server

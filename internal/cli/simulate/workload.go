@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 // AnnotationReplicas makes one Pod of a workload file stand for N.

@@ -34,8 +34,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 const (

@@ -34,7 +34,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 	"github.com/gpufrac/gpufrac/test/harness"
 	"github.com/gpufrac/gpufrac/test/kubebuild"
 )

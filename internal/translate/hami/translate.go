@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 

@@ -10,7 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 // Compare describes, side by side, what HAMi would give the pod (its

@@ -15,7 +15,7 @@ import (
 )
 
 // What the translations of another scheduler's GPU requests share (KAI's
-// here, HAMi's in internal/hami): the container a request came from, the
+// here, HAMi's in internal/translate/hami): the container a request came from, the
 // pod-level claim it gets, and the claim template named after its content.
 
 // ForContainer calls f with the pod's init or app container named name.
