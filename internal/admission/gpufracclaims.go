@@ -11,7 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/translate/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 )
 
 // usesGPUFrac reports whether a claim spec draws from gpufrac: it carries
@@ -73,7 +73,7 @@ func (s *Server) stripGPUFracContainers(original, pod *corev1.Pod) []string {
 		for i := range list {
 			for _, rc := range list[i].Resources.Claims {
 				if gpufrac[rc.Name] {
-					warnings = append(warnings, kai.StripNVIDIAEnv(&list[i])...)
+					warnings = append(warnings, translated.StripNVIDIAEnv(&list[i])...)
 					break
 				}
 			}

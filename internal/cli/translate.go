@@ -20,6 +20,7 @@ import (
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/safetext"
 	"github.com/gpufrac/gpufrac/internal/translate/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -174,7 +175,8 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 			ok = ok && hok
 			continue
 		}
-		printComparison(out, name, kai.Compare(&pod, opts))
+		fmt.Fprintf(out, "# Pod/%s: KAI-Scheduler vs gpufrac\n", name)
+		printComparison(out, "KAI-Scheduler", kai.Compare(&pod, opts))
 		res, err := kai.Translate(&pod, opts)
 		switch {
 		case err != nil:
@@ -196,25 +198,25 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 	}
 }
 
-// printComparison prints, as YAML comments, what KAI-Scheduler would do
-// with the pod next to what gpufrac does; rows that differ are marked "!=".
-func printComparison(out io.Writer, name string, rows []kai.Row) {
-	fmt.Fprintf(out, "# Pod/%s: KAI-Scheduler vs gpufrac\n", name)
-	width := [2]int{len("aspect"), len("KAI-Scheduler")}
+// printComparison prints, as YAML comments, a table of what the other
+// scheduler (theirs: its column's heading) would do with the pod next to
+// what gpufrac does; rows that differ are marked "!=".
+func printComparison(out io.Writer, theirs string, rows []translated.Row) {
+	width := [2]int{len("aspect"), len(theirs)}
 	cell := func(s string) string { return safetext.Cap(s, maxMessageBytes) }
 	for _, r := range rows {
-		width[0], width[1] = max(width[0], len(r.Aspect)), max(width[1], len(cell(r.KAI)))
+		width[0], width[1] = max(width[0], len(r.Aspect)), max(width[1], len(cell(r.Theirs)))
 	}
 	line := func(mark, a, k, g string) {
 		fmt.Fprintf(out, "# %-2s %-*s | %-*s | %s\n", mark, width[0], a, width[1], k, g)
 	}
-	line("", "aspect", "KAI-Scheduler", "gpufrac")
+	line("", "aspect", theirs, "gpufrac")
 	for _, r := range rows {
 		mark := ""
 		if r.Differs() {
 			mark = "!="
 		}
-		line(mark, r.Aspect, cell(r.KAI), cell(r.Gpufrac))
+		line(mark, r.Aspect, cell(r.Theirs), cell(r.Gpufrac))
 	}
 }
 

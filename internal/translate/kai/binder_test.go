@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/translate/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 )
 
 // TestKAIBinderRoundsThePortion pins, for an 81559 MiB GPU (an 80 GB H100:
@@ -105,7 +106,7 @@ func TestKAIBinderRoundsThePortion(t *testing.T) {
 			t.Fatalf("got %v, want the binder's refusal", err)
 		}
 		rows := kai.Compare(p, opts)
-		if len(rows) == 0 || !strings.Contains(rows[0].KAI, "invalid received gpu portion") || !strings.Contains(rows[0].Gpufrac, "refused") {
+		if len(rows) == 0 || !strings.Contains(rows[0].Theirs, "invalid received gpu portion") || !strings.Contains(rows[0].Gpufrac, "refused") {
 			t.Errorf("translate's admission row %+v", rows)
 		}
 	})
@@ -148,10 +149,10 @@ func TestTheAPIServerMinimumIsReported(t *testing.T) {
 }
 
 // compareCell is the KAI column of the row named aspect, "" if absent.
-func compareCell(rows []kai.Row, aspect string) string {
+func compareCell(rows []translated.Row, aspect string) string {
 	for _, r := range rows {
 		if r.Aspect == aspect {
-			return r.KAI
+			return r.Theirs
 		}
 	}
 	return ""
