@@ -160,6 +160,12 @@ type Options struct {
 // mode (TimeSlicing), so pass the classes along to check a claim that
 // relies on, say, sm-sharing.gpufrac.dev.
 //
+// A request's memory is bounded by gpufrac's largest GPU when the request
+// is gpufrac's: a gpufrac.dev claim config covers it, or its class
+// selects gpufrac's devices (deviceclass.SelectsGpufrac) when the class is
+// among the inputs, or is named as gpufrac's shipped classes are
+// (deviceclass.NamedAsShipped) when it is not.
+//
 // An input with no object at all is an error: an empty file or pipe is
 // more likely a mistake upstream (a failed `helm template`) than a wish to
 // check nothing.
@@ -178,7 +184,7 @@ func CheckWith(opts Options, inputs ...Input) []Result {
 		objs = append(objs, found...)
 	}
 
-	classes := classConfigs{}
+	classes := newClassConfigs()
 	for _, o := range objs {
 		if dc, ok := o.obj.(*resourceapi.DeviceClass); ok {
 			classes.add(dc)
