@@ -4,9 +4,7 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -14,13 +12,13 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/safetext"
 	"github.com/gpufrac/gpufrac/internal/translate/kai"
 	"github.com/gpufrac/gpufrac/internal/translate/translated"
+	"github.com/gpufrac/gpufrac/internal/yamldocs"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -141,17 +139,10 @@ func parseGPUMemory(values []string) ([]resource.Quantity, error) {
 // reports false if any Pod was refused.
 func translateDocuments(out, errOut io.Writer, source string, data []byte, opts kai.Options) (bool, error) {
 	ok := true
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	found := false
-	for doc := 1; ; doc++ {
-		raw, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			if !found {
-				// An empty file or pipe is a mistake upstream, not a pod.
-				return false, fmt.Errorf("%s: no Kubernetes object in this input: it is empty", source)
-			}
-			return ok, nil
-		}
+	doc := 0
+	for raw, err := range yamldocs.All(data) {
+		doc++
 		if err != nil {
 			return false, fmt.Errorf("%s: document %d: %w", source, doc, err)
 		}
@@ -196,6 +187,11 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 			}
 		}
 	}
+	if !found {
+		// An empty file or pipe is a mistake upstream, not a pod.
+		return false, fmt.Errorf("%s: no Kubernetes object in this input: it is empty", source)
+	}
+	return ok, nil
 }
 
 // printComparison prints, as YAML comments, a table of what the other

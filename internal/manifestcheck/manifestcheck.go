@@ -4,7 +4,6 @@
 package manifestcheck
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -18,12 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/safetext"
+	"github.com/gpufrac/gpufrac/internal/yamldocs"
 )
 
 // Input is one source of manifests.
@@ -228,12 +227,8 @@ type header struct {
 
 func parse(in Input) []*parsed {
 	var out []*parsed
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(in.Data)))
-	for doc := 1; ; {
-		chunk, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
+	doc := 1
+	for chunk, err := range yamldocs.All(in.Data) {
 		if err != nil {
 			// The reader cannot resynchronise after a broken separator.
 			return append(out, &parsed{Result: Result{Source: in.Name, Document: doc, Err: err}})
@@ -252,6 +247,7 @@ func parse(in Input) []*parsed {
 		out = append(out, parseObject(in.Name, doc, data, nil)...)
 		doc++
 	}
+	return out
 }
 
 // parseObject reads one object, or the items of a List. list is the
