@@ -37,7 +37,7 @@ func TestKAIBinderRoundsThePortion(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		annotations map[string]string
-		kaiCell     string // Compare's KAI column for the memory request
+		kaiCell     string // Compare's KAI side (the Theirs column) for the memory request
 		claim       string // what the claim asks
 		limit       string // the claim's memoryLimit, "" for none
 		percent     int32  // the SM cap, 0 for none
@@ -148,7 +148,7 @@ func TestTheAPIServerMinimumIsReported(t *testing.T) {
 	}
 }
 
-// compareCell is the KAI column of the row named aspect, "" if absent.
+// compareCell is the KAI side (Theirs) of the row named aspect, "" if absent.
 func compareCell(rows []translated.Row, aspect string) string {
 	for _, r := range rows {
 		if r.Aspect == aspect {
