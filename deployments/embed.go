@@ -12,10 +12,11 @@ package deployments
 import (
 	_ "embed"
 	"fmt"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gpufrac/gpufrac/internal/yamldocs"
 )
 
 // DeviceClasses is deployments/deviceclasses.yaml: the DeviceClasses
@@ -49,9 +50,12 @@ func WholeGPUDeviceClassObject() (*resourceapi.DeviceClass, error) {
 // without an API server (the simulator, tests).
 func DeviceClassObjects() ([]*resourceapi.DeviceClass, error) {
 	var out []*resourceapi.DeviceClass
-	for _, doc := range strings.Split(DeviceClasses, "\n---\n") {
+	for doc, err := range yamldocs.All([]byte(DeviceClasses)) {
+		if err != nil {
+			return nil, fmt.Errorf("the built-in DeviceClasses: %w", err)
+		}
 		var c resourceapi.DeviceClass
-		if err := yaml.UnmarshalStrict([]byte(doc), &c); err != nil {
+		if err := yaml.UnmarshalStrict(doc, &c); err != nil {
 			return nil, fmt.Errorf("the built-in DeviceClasses: %w", err)
 		}
 		out = append(out, &c)

@@ -29,7 +29,7 @@ import (
 	"github.com/gpufrac/gpufrac/internal/controller"
 	"github.com/gpufrac/gpufrac/internal/featureprobe"
 	"github.com/gpufrac/gpufrac/internal/flagcheck"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 func main() {

@@ -4,12 +4,8 @@
 package harness
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -20,10 +16,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/hack/kubebuild"
+	"github.com/gpufrac/gpufrac/internal/yamldocs"
 )
 
 // GuaranteePolicyName names the one-guarantee ValidatingAdmissionPolicy
@@ -119,12 +115,7 @@ func readGuaranteeReference() (*admissionregistrationv1.ValidatingAdmissionPolic
 	}
 	var policy *admissionregistrationv1.ValidatingAdmissionPolicy
 	var binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for doc, err := range yamldocs.All(data) {
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: %w", path, err)
 		}

@@ -4,12 +4,10 @@
 package harness
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -33,8 +30,9 @@ import (
 	"github.com/gpufrac/gpufrac/hack/kubebuild"
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/controller"
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
+	"github.com/gpufrac/gpufrac/internal/yamldocs"
 )
 
 // SliceNodeOptions describe nodes that exist for the scheduler only: a
@@ -366,12 +364,7 @@ func readPackingReference() (*packingReference, error) {
 		return nil, err
 	}
 	ref := &packingReference{}
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	for doc, err := range yamldocs.All(data) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}

@@ -25,7 +25,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/controller"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
+	"github.com/gpufrac/gpufrac/internal/yamldocs"
 )
 
 // Webhook is gpufrac-controller's admission server running against the
@@ -163,9 +164,12 @@ func (cp *ControlPlane) startWebhook(ctx context.Context, namespace string, opts
 
 // referenceWebhook is the named pod webhook of deployments/webhooks.yaml.
 func referenceWebhook(name string) (admissionregistrationv1.MutatingWebhook, error) {
-	for _, doc := range strings.Split(deployments.Webhooks, "\n---\n") {
+	for doc, err := range yamldocs.All([]byte(deployments.Webhooks)) {
+		if err != nil {
+			return admissionregistrationv1.MutatingWebhook{}, fmt.Errorf("deployments/webhooks.yaml: %w", err)
+		}
 		var c admissionregistrationv1.MutatingWebhookConfiguration
-		if err := yaml.Unmarshal([]byte(doc), &c); err != nil || c.Kind != "MutatingWebhookConfiguration" {
+		if err := yaml.Unmarshal(doc, &c); err != nil || c.Kind != "MutatingWebhookConfiguration" {
 			continue
 		}
 		for _, w := range c.Webhooks {

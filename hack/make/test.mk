@@ -101,7 +101,7 @@ e2e: ## The end-to-end tests alone on a real node (root)
 FUZZTIME ?= 1m
 FUZZ_TARGETS := \
 	FuzzDecodeValidate:./api/gpufrac.dev/v1alpha1 \
-	FuzzTranslate:./internal/kai \
+	FuzzTranslate:./internal/translate/kai \
 	FuzzCheck:./internal/manifestcheck \
 	FuzzDecode:./internal/node/checkpoint \
 	FuzzReadState:./internal/hook/cdihook \

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/plan"
+	"github.com/gpufrac/gpufrac/internal/deviceclass"
 	"github.com/gpufrac/gpufrac/internal/safetext"
 )
 
@@ -114,10 +115,11 @@ func (s *Server) claimSource(ctx context.Context, namespace string, pc corev1.Po
 	return false, nil, nil
 }
 
-// asksGPUFrac: allocated to gpufrac, or a request of a gpufrac DeviceClass
-// (one whose selectors or config name the driver), or a gpufrac config.
-// Devices and requests with adminAccess (monitoring pods) do not count:
-// they hold no guarantee, so any number of containers may use them.
+// asksGPUFrac: allocated to gpufrac, or a request of a DeviceClass that
+// may use gpufrac (deviceclass.MayUseGpufrac: its selectors name the
+// driver, or it configures it), or a gpufrac config. Devices and requests
+// with adminAccess (monitoring pods) do not count: they hold no
+// guarantee, so any number of containers may use them.
 func (s *Server) asksGPUFrac(spec resourceapi.ResourceClaimSpec, alloc *resourceapi.AllocationResult) bool {
 	if alloc != nil {
 		ours, counted := false, false
@@ -131,48 +133,18 @@ func (s *Server) asksGPUFrac(spec resourceapi.ResourceClaimSpec, alloc *resource
 			return counted
 		}
 	}
-	classes := map[string]bool{}
-	for _, c := range s.Cluster.DeviceClasses() {
-		classes[c.Name] = isGPUFracClass(c)
-	}
+	mayUse := deviceclass.Names(s.Cluster.DeviceClasses(), deviceclass.MayUseGpufrac)
 	monitorsOnly := len(spec.Devices.Requests) > 0
-	for _, r := range spec.Devices.Requests {
-		if r.Exactly != nil && ptr.Deref(r.Exactly.AdminAccess, false) {
+	for r := range deviceclass.Requests(&spec) {
+		if r.AdminAccess {
 			continue
 		}
 		monitorsOnly = false
-		if r.Exactly != nil && classes[r.Exactly.DeviceClassName] {
-			return true
-		}
-		for _, sub := range r.FirstAvailable {
-			if classes[sub.DeviceClassName] {
-				return true
-			}
-		}
-	}
-	if monitorsOnly {
-		return false
-	}
-	for _, c := range spec.Devices.Config {
-		if c.Opaque != nil && c.Opaque.Driver == v1alpha1.DriverName {
+		if mayUse(r.Class) {
 			return true
 		}
 	}
-	return false
-}
-
-func isGPUFracClass(c *resourceapi.DeviceClass) bool {
-	for _, cfg := range c.Spec.Config {
-		if cfg.Opaque != nil && cfg.Opaque.Driver == v1alpha1.DriverName {
-			return true
-		}
-	}
-	for _, sel := range c.Spec.Selectors {
-		if sel.CEL != nil && strings.Contains(sel.CEL.Expression, `"`+v1alpha1.DriverName+`"`) && strings.Contains(sel.CEL.Expression, "device.driver") {
-			return true
-		}
-	}
-	return false
+	return !monitorsOnly && deviceclass.CarriesGpufracConfig(&spec)
 }
 
 // sharedClaimProblems says why the gpufrac claim of the pod's entry i would

@@ -17,7 +17,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
-	"github.com/gpufrac/gpufrac/internal/hami"
+	"github.com/gpufrac/gpufrac/internal/translate/hami"
 )
 
 // PathMutateHAMiPods is where the webhook of namespaces opted in to HAMi

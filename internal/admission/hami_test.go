@@ -17,7 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/admission"
-	"github.com/gpufrac/gpufrac/internal/hami"
+	"github.com/gpufrac/gpufrac/internal/translate/hami"
 )
 
 type hamiCluster struct {

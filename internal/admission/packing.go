@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/internal/deviceclass"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 )
 
@@ -38,7 +39,7 @@ func (s *Server) packPod(ctx context.Context, req *admissionv1.AdmissionRequest)
 	if pod.Annotations[podterms.AnnotationPacking] == "false" || len(pod.Spec.ResourceClaims) == 0 {
 		return allow()
 	}
-	if !podterms.IsFractionPod(ctx, &pod, s.Claims, podterms.GpufracClasses(s.Cluster.DeviceClasses())) {
+	if !podterms.IsFractionPod(ctx, &pod, s.Claims, deviceclass.Names(s.Cluster.DeviceClasses(), deviceclass.SelectsGpufrac)) {
 		return allow()
 	}
 	ops := podterms.Patch(&pod)

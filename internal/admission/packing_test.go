@@ -20,8 +20,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/admission"
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 type claimSpecs struct {

@@ -2,7 +2,7 @@
 // SPDX-License-Identifier: Apache-2.0
 
 // Package admission is gpufrac's admission: a mutating webhook that turns
-// KAI-Scheduler GPU-sharing annotations on new Pods into claims (internal/kai),
+// KAI-Scheduler GPU-sharing annotations on new Pods into claims (internal/translate/kai),
 // and a validating webhook that refuses gpufrac.dev opaque configs the
 // driver would refuse later (internal/manifestcheck), with field paths. Both
 // answer AdmissionReview v1 over HTTPS; the controller binary serves them.
@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/internal/hami"
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
+	"github.com/gpufrac/gpufrac/internal/translate/hami"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 // Paths the webhook configurations point at.

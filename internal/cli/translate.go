@@ -4,9 +4,7 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -14,12 +12,13 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/safetext"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
+	"github.com/gpufrac/gpufrac/internal/yamldocs"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -140,17 +139,10 @@ func parseGPUMemory(values []string) ([]resource.Quantity, error) {
 // reports false if any Pod was refused.
 func translateDocuments(out, errOut io.Writer, source string, data []byte, opts kai.Options) (bool, error) {
 	ok := true
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
 	found := false
-	for doc := 1; ; doc++ {
-		raw, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			if !found {
-				// An empty file or pipe is a mistake upstream, not a pod.
-				return false, fmt.Errorf("%s: no Kubernetes object in this input: it is empty", source)
-			}
-			return ok, nil
-		}
+	doc := 0
+	for raw, err := range yamldocs.All(data) {
+		doc++
 		if err != nil {
 			return false, fmt.Errorf("%s: document %d: %w", source, doc, err)
 		}
@@ -174,7 +166,8 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 			ok = ok && hok
 			continue
 		}
-		printComparison(out, name, kai.Compare(&pod, opts))
+		fmt.Fprintf(out, "# Pod/%s: KAI-Scheduler vs gpufrac\n", name)
+		printComparison(out, "KAI-Scheduler", kai.Compare(&pod, opts))
 		res, err := kai.Translate(&pod, opts)
 		switch {
 		case err != nil:
@@ -194,27 +187,32 @@ func translateDocuments(out, errOut io.Writer, source string, data []byte, opts 
 			}
 		}
 	}
+	if !found {
+		// An empty file or pipe is a mistake upstream, not a pod.
+		return false, fmt.Errorf("%s: no Kubernetes object in this input: it is empty", source)
+	}
+	return ok, nil
 }
 
-// printComparison prints, as YAML comments, what KAI-Scheduler would do
-// with the pod next to what gpufrac does; rows that differ are marked "!=".
-func printComparison(out io.Writer, name string, rows []kai.Row) {
-	fmt.Fprintf(out, "# Pod/%s: KAI-Scheduler vs gpufrac\n", name)
-	width := [2]int{len("aspect"), len("KAI-Scheduler")}
+// printComparison prints, as YAML comments, a table of what the other
+// scheduler (theirs: its column's heading) would do with the pod next to
+// what gpufrac does; rows that differ are marked "!=".
+func printComparison(out io.Writer, theirs string, rows []translated.Row) {
+	width := [2]int{len("aspect"), len(theirs)}
 	cell := func(s string) string { return safetext.Cap(s, maxMessageBytes) }
 	for _, r := range rows {
-		width[0], width[1] = max(width[0], len(r.Aspect)), max(width[1], len(cell(r.KAI)))
+		width[0], width[1] = max(width[0], len(r.Aspect)), max(width[1], len(cell(r.Theirs)))
 	}
 	line := func(mark, a, k, g string) {
 		fmt.Fprintf(out, "# %-2s %-*s | %-*s | %s\n", mark, width[0], a, width[1], k, g)
 	}
-	line("", "aspect", "KAI-Scheduler", "gpufrac")
+	line("", "aspect", theirs, "gpufrac")
 	for _, r := range rows {
 		mark := ""
 		if r.Differs() {
 			mark = "!="
 		}
-		line(mark, r.Aspect, cell(r.KAI), cell(r.Gpufrac))
+		line(mark, r.Aspect, cell(r.Theirs), cell(r.Gpufrac))
 	}
 }
 

@@ -10,9 +10,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/gpufrac/gpufrac/internal/hami"
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/safetext"
+	"github.com/gpufrac/gpufrac/internal/translate/hami"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 // isHAMiPod: HAMi's resources and no KAI annotation (a pod with both is
@@ -39,20 +39,7 @@ func hamiGPUs(opts kai.Options) []hami.GPU {
 func translateHAMi(out, errOut io.Writer, name string, pod *corev1.Pod, gpus []hami.GPU) (bool, error) {
 	opts := hami.Options{GPUs: gpus}
 	fmt.Fprintf(out, "# Pod/%s: HAMi vs gpufrac (namespaces opted in to HAMi translation; --gpu-memory is each GPU's memoryTotalMiB, less --mps-server-reserve-mib for its capacity)\n", name)
-	rows := hami.Compare(pod, opts)
-	cell := func(s string) string { return safetext.Cap(s, maxMessageBytes) }
-	width := [2]int{len("aspect"), len("HAMi")}
-	for _, r := range rows {
-		width[0], width[1] = max(width[0], len(r.Aspect)), max(width[1], len(cell(r.KAI)))
-	}
-	fmt.Fprintf(out, "# %-2s %-*s | %-*s | %s\n", "", width[0], "aspect", width[1], "HAMi", "gpufrac")
-	for _, r := range rows {
-		mark := ""
-		if r.Differs() {
-			mark = "!="
-		}
-		fmt.Fprintf(out, "# %-2s %-*s | %-*s | %s\n", mark, width[0], r.Aspect, width[1], cell(r.KAI), cell(r.Gpufrac))
-	}
+	printComparison(out, "HAMi", hami.Compare(pod, opts))
 	res, err := hami.Translate(pod, opts)
 	switch {
 	case err != nil:
@@ -67,7 +54,7 @@ func translateHAMi(out, errOut io.Writer, name string, pod *corev1.Pod, gpus []h
 	}
 	for _, t := range res.Templates {
 		if note := t.Annotations[hami.AnnotationRounding]; note != "" {
-			fmt.Fprintf(out, "# %s: %s\n", t.Name, strings.ReplaceAll(cell(note), "; ", "\n#   "))
+			fmt.Fprintf(out, "# %s: %s\n", t.Name, strings.ReplaceAll(safetext.Cap(note, maxMessageBytes), "; ", "\n#   "))
 		}
 		if err := printYAML(out, t); err != nil {
 			return false, err

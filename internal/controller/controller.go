@@ -29,13 +29,13 @@ import (
 	"github.com/gpufrac/gpufrac/internal/admission"
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
 	"github.com/gpufrac/gpufrac/internal/clientauth"
-	"github.com/gpufrac/gpufrac/internal/hami"
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/metricsserver"
 	"github.com/gpufrac/gpufrac/internal/packing/extender"
 	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 	"github.com/gpufrac/gpufrac/internal/packing/policyparam"
+	"github.com/gpufrac/gpufrac/internal/translate/hami"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 // The controller's client limits by default, as kube-scheduler's

@@ -20,12 +20,13 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 )
 
 func managedTemplate(ns, name string, created time.Time) *resourceapi.ResourceClaimTemplate {
 	return &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name),
-		CreationTimestamp: metav1.NewTime(created), Labels: map[string]string{kai.LabelManagedBy: kai.ManagedByValue}}}
+		CreationTimestamp: metav1.NewTime(created), Labels: map[string]string{translated.LabelManagedBy: translated.ManagedByValue}}}
 }
 
 func podNaming(ns, name, template string, translated bool) *corev1.Pod {

@@ -28,8 +28,9 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/gpufrac/gpufrac/internal/hami"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/hami"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 )
 
 // templateLoop creates the ResourceClaimTemplates that translated pods
@@ -95,7 +96,9 @@ func newTemplateLoop(ctx context.Context, client kubernetes.Interface, tr transl
 	podFactory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = tr.label + "=true" }))
 	tmplFactory := informers.NewSharedInformerFactoryWithOptions(client, 10*time.Minute,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = kai.LabelManagedBy + "=" + kai.ManagedByValue }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = translated.LabelManagedBy + "=" + translated.ManagedByValue
+		}))
 	pods := podFactory.Core().V1().Pods()
 	tmpls := tmplFactory.Resource().V1().ResourceClaimTemplates()
 	b := events.NewBroadcaster(&events.EventSinkImpl{Interface: client.EventsV1()})

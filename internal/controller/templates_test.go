@@ -17,7 +17,8 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
 	"github.com/gpufrac/gpufrac/internal/controller"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 )
 
 // TestLoopCreatesTheTemplateThePodNames: the template of a translated pod
@@ -51,7 +52,7 @@ func TestLoopCreatesTheTemplateThePodNames(t *testing.T) {
 			return false, nil
 		}
 		got = &corev1.ObjectReference{Name: tmpl.Name}
-		if tmpl.Labels[kai.LabelManagedBy] != kai.ManagedByValue || len(tmpl.Spec.Spec.Devices.Requests[0].FirstAvailable) != 2 {
+		if tmpl.Labels[translated.LabelManagedBy] != translated.ManagedByValue || len(tmpl.Spec.Spec.Devices.Requests[0].FirstAvailable) != 2 {
 			t.Errorf("template %+v", tmpl)
 		}
 		return true, nil

@@ -195,7 +195,7 @@ func SliceDropped(got *resourceapi.ResourceSlice) []DroppedGate {
 }
 
 // probeTemplate is a claim template whose request names a memory capacity,
-// as the KAI translation's (internal/kai).
+// as the KAI translation's (internal/translate/kai).
 func probeTemplate(namespace string) *resourceapi.ResourceClaimTemplate {
 	return &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "gpufrac-featureprobe-", Namespace: namespace},

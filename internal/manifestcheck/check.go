@@ -6,14 +6,13 @@ package manifestcheck
 import (
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/deviceclass"
 )
 
 // memoryCapacity is the capacity a gpufrac.dev device publishes its memory
@@ -78,33 +77,39 @@ func (b bound) checkRequestMemory(r request) *field.Error {
 	return b.check(*r.memory, r.path)
 }
 
-// classConfigs holds, per DeviceClass name, the gpufrac.dev configs of the
-// classes among the inputs, in their order (the order Merge takes them);
-// a gpufrac class without configs has an empty entry.
-type classConfigs map[string][]*v1alpha1.FractionConfig
+// classConfigs is what the inputs say of DeviceClasses: which of them are
+// there, which select gpufrac's devices, and the gpufrac.dev configs of
+// each, in their order (the order Merge takes them).
+type classConfigs struct {
+	seen, selects map[string]bool
+	configs       map[string][]*v1alpha1.FractionConfig
+}
 
-// ours reports whether a request of class is a gpufrac.dev one: the class
-// is among the inputs and selects or configures the driver, or it is named
-// as the shipped classes are (gpufrac.dev, <mode>.gpufrac.dev).
+func newClassConfigs() classConfigs {
+	return classConfigs{seen: map[string]bool{}, selects: map[string]bool{}, configs: map[string][]*v1alpha1.FractionConfig{}}
+}
+
+// ours reports whether a request of class is a gpufrac.dev one: a class
+// among the inputs when it selects gpufrac's devices
+// (deviceclass.SelectsGpufrac), whatever its name or config; a class out
+// of sight when it is named as the shipped classes are
+// (deviceclass.NamedAsShipped: gpufrac.dev, <mode>.gpufrac.dev).
 func (cc classConfigs) ours(class string) bool {
-	_, known := cc[class]
-	return known || class == v1alpha1.DriverName || strings.HasSuffix(class, "."+v1alpha1.DriverName)
+	if cc.seen[class] {
+		return cc.selects[class]
+	}
+	return deviceclass.NamedAsShipped(class)
 }
 
 func (cc classConfigs) add(dc *resourceapi.DeviceClass) {
-	for _, s := range dc.Spec.Selectors {
-		if s.CEL != nil && strings.Contains(s.CEL.Expression, strconv.Quote(v1alpha1.DriverName)) {
-			if _, ok := cc[dc.Name]; !ok {
-				cc[dc.Name] = nil
-			}
-		}
-	}
+	cc.seen[dc.Name] = true
+	cc.selects[dc.Name] = cc.selects[dc.Name] || deviceclass.SelectsGpufrac(dc)
 	for _, c := range dc.Spec.Config {
 		if raw, ours := opaqueParams(c.DeviceConfiguration); ours {
 			// A class config with errors still says what mode it meant;
 			// its own errors are reported on the class.
 			if cfg, _ := v1alpha1.Decode(raw, nil); cfg != nil {
-				cc[dc.Name] = append(cc[dc.Name], cfg)
+				cc.configs[dc.Name] = append(cc.configs[dc.Name], cfg)
 			}
 		}
 	}
@@ -113,7 +118,7 @@ func (cc classConfigs) add(dc *resourceapi.DeviceClass) {
 // mode is the compute mode a class's configs set, "" when they set none,
 // the class is unknown, or its mode is invalid (reported on the class).
 func (cc classConfigs) mode(class string) v1alpha1.ComputeMode {
-	m := v1alpha1.Merge(cc[class]...).ComputeMode
+	m := v1alpha1.Merge(cc.configs[class]...).ComputeMode
 	if !slices.Contains(v1alpha1.SupportedComputeModes, m) {
 		return ""
 	}
@@ -134,28 +139,26 @@ type request struct {
 func requestsOf(spec *resourceapi.ResourceClaimSpec, root *field.Path) []request {
 	var out []request
 	reqs := root.Child("devices", "requests")
-	memoryPath := func(p *field.Path) *field.Path { return p.Child("capacity", "requests").Key(string(memoryCapacity)) }
-	memoryOf := func(c *resourceapi.CapacityRequirements) *resource.Quantity {
-		if c == nil {
-			return nil
+	for r := range deviceclass.Requests(spec) {
+		p := reqs.Index(r.Index).Child("exactly")
+		if r.Sub >= 0 {
+			p = reqs.Index(r.Index).Child("firstAvailable").Index(r.Sub)
 		}
-		if q, ok := c.Requests[memoryCapacity]; ok {
-			return &q
-		}
-		return nil
-	}
-	for i, r := range spec.Devices.Requests {
-		if r.Exactly != nil {
-			out = append(out, request{name: r.Name, parent: r.Name, class: r.Exactly.DeviceClassName, memory: memoryOf(r.Exactly.Capacity),
-				admin: r.Exactly.AdminAccess != nil && *r.Exactly.AdminAccess,
-				path:  memoryPath(reqs.Index(i).Child("exactly"))})
-		}
-		for j, s := range r.FirstAvailable {
-			out = append(out, request{name: r.Name + "/" + s.Name, parent: r.Name, class: s.DeviceClassName, memory: memoryOf(s.Capacity),
-				path: memoryPath(reqs.Index(i).Child("firstAvailable").Index(j))})
-		}
+		out = append(out, request{name: r.Name, parent: r.Parent, class: r.Class, admin: r.AdminAccess,
+			memory: memoryOf(r.Capacity), path: p.Child("capacity", "requests").Key(string(memoryCapacity))})
 	}
 	return out
+}
+
+// memoryOf is the memory a request's capacity asks, nil when it states none.
+func memoryOf(c *resourceapi.CapacityRequirements) *resource.Quantity {
+	if c == nil {
+		return nil
+	}
+	if q, ok := c.Requests[memoryCapacity]; ok {
+		return &q
+	}
+	return nil
 }
 
 // covered returns the requests a config applies to: all of them when the

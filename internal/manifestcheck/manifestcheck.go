@@ -4,7 +4,6 @@
 package manifestcheck
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -18,12 +17,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
 	"github.com/gpufrac/gpufrac/internal/safetext"
+	"github.com/gpufrac/gpufrac/internal/yamldocs"
 )
 
 // Input is one source of manifests.
@@ -160,6 +159,12 @@ type Options struct {
 // mode (TimeSlicing), so pass the classes along to check a claim that
 // relies on, say, sm-sharing.gpufrac.dev.
 //
+// A request's memory is bounded by gpufrac's largest GPU when the request
+// is gpufrac's: a gpufrac.dev claim config covers it, or its class
+// selects gpufrac's devices (deviceclass.SelectsGpufrac) when the class is
+// among the inputs, or is named as gpufrac's shipped classes are
+// (deviceclass.NamedAsShipped) when it is not.
+//
 // An input with no object at all is an error: an empty file or pipe is
 // more likely a mistake upstream (a failed `helm template`) than a wish to
 // check nothing.
@@ -178,7 +183,7 @@ func CheckWith(opts Options, inputs ...Input) []Result {
 		objs = append(objs, found...)
 	}
 
-	classes := classConfigs{}
+	classes := newClassConfigs()
 	for _, o := range objs {
 		if dc, ok := o.obj.(*resourceapi.DeviceClass); ok {
 			classes.add(dc)
@@ -222,12 +227,8 @@ type header struct {
 
 func parse(in Input) []*parsed {
 	var out []*parsed
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(in.Data)))
-	for doc := 1; ; {
-		chunk, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
+	doc := 1
+	for chunk, err := range yamldocs.All(in.Data) {
 		if err != nil {
 			// The reader cannot resynchronise after a broken separator.
 			return append(out, &parsed{Result: Result{Source: in.Name, Document: doc, Err: err}})
@@ -246,6 +247,7 @@ func parse(in Input) []*parsed {
 		out = append(out, parseObject(in.Name, doc, data, nil)...)
 		doc++
 	}
+	return out
 }
 
 // parseObject reads one object, or the items of a List. list is the

@@ -35,36 +35,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpufrac/gpufrac/test/gpuwire"
 )
-
-type request struct {
-	Kind   string `json:"kind"`
-	Hello  *hello `json:"hello,omitempty"`
-	Op     string `json:"op,omitempty"`
-	Bytes  int64  `json:"bytes,omitempty"`
-	Device string `json:"device,omitempty"`
-}
-
-type hello struct {
-	Device    string        `json:"device"`
-	SoftBytes int64         `json:"softBytes"`
-	HardBytes int64         `json:"hardBytes"`
-	Cmd       string        `json:"cmd"`
-	Devices   []helloDevice `json:"devices,omitempty"`
-}
-
-type helloDevice struct {
-	Device    string `json:"device"`
-	SoftBytes int64  `json:"softBytes"`
-	HardBytes int64  `json:"hardBytes"`
-}
-
-type response struct {
-	Err    string `json:"err,omitempty"`
-	Result string `json:"result,omitempty"`
-	Route  string `json:"route,omitempty"`
-	Why    string `json:"why,omitempty"`
-}
 
 func main() { os.Exit(run(os.Args[1:])) }
 
@@ -80,10 +53,10 @@ func envMiB(name string) string {
 // hello is what the client tells the server: one GPU and its limits, or
 // several, each with its own (lists in the order of devices; a single
 // limit applies to every GPU).
-func helloFor(devices, soft, hard, name string) (*hello, error) {
+func helloFor(devices, soft, hard, name string) (*gpuwire.Hello, error) {
 	devs := strings.Split(devices, ",")
 	softs, hards := strings.Split(soft, ","), strings.Split(hard, ",")
-	h := &hello{Cmd: name}
+	h := &gpuwire.Hello{Cmd: name}
 	for i, d := range devs {
 		s, err := nth(softs, i)
 		if err != nil {
@@ -93,7 +66,7 @@ func helloFor(devices, soft, hard, name string) (*hello, error) {
 		if err != nil {
 			return nil, fmt.Errorf("hard limit of %s: %w", d, err)
 		}
-		h.Devices = append(h.Devices, helloDevice{Device: d, SoftBytes: s << 20, HardBytes: hd << 20})
+		h.Devices = append(h.Devices, gpuwire.HelloDevice{Device: d, SoftBytes: s << 20, HardBytes: hd << 20})
 	}
 	if len(h.Devices) == 1 {
 		h.Device, h.SoftBytes, h.HardBytes, h.Devices = h.Devices[0].Device, h.Devices[0].SoftBytes, h.Devices[0].HardBytes, nil
@@ -152,17 +125,17 @@ func run(args []string) (rc int) {
 		}
 	}()
 	enc, dec := json.NewEncoder(conn), json.NewDecoder(conn)
-	call := func(req request) response {
-		var resp response
+	call := func(req gpuwire.Request) gpuwire.Response {
+		var resp gpuwire.Response
 		if err := enc.Encode(req); err != nil {
-			return response{Err: err.Error()}
+			return gpuwire.Response{Err: err.Error()}
 		}
 		if err := dec.Decode(&resp); err != nil {
-			return response{Err: "connection to the MPS server lost: " + err.Error()}
+			return gpuwire.Response{Err: "connection to the MPS server lost: " + err.Error()}
 		}
 		return resp
 	}
-	h := call(request{Kind: "client", Hello: hi})
+	h := call(gpuwire.Request{Kind: "client", Hello: hi})
 	if h.Err != "" {
 		fmt.Printf("cuInit: %s\n", h.Err)
 		return 2
@@ -172,7 +145,7 @@ func run(args []string) (rc int) {
 }
 
 // runSteps runs the script's steps, each on the current GPU (on).
-func runSteps(steps []string, call func(request) response) int {
+func runSteps(steps []string, call func(gpuwire.Request) gpuwire.Response) int {
 	on := ""
 	for i := 0; i < len(steps); i++ {
 		if i+1 >= len(steps) {
@@ -188,7 +161,7 @@ func runSteps(steps []string, call func(request) response) int {
 				fmt.Printf("alloc %q: not MiB\n", arg)
 				return 1
 			}
-			r := call(request{Op: "alloc", Bytes: mib << 20, Device: on})
+			r := call(gpuwire.Request{Op: "alloc", Bytes: mib << 20, Device: on})
 			fmt.Printf("cuMemAlloc(%d MiB%s): %s%s\n", mib, onText(on), r.Result, why(r))
 			if rc := exitFor(r); rc != 0 {
 				return rc
@@ -201,7 +174,7 @@ func runSteps(steps []string, call func(request) response) int {
 			}
 			end := time.Now().Add(d)
 			for d == 0 || time.Now().Before(end) {
-				r := call(request{Op: "sync", Device: on})
+				r := call(gpuwire.Request{Op: "sync", Device: on})
 				if rc := exitFor(r); rc != 0 {
 					fmt.Printf("cuCtxSynchronize: %s%s\n", r.Result, why(r))
 					return rc
@@ -212,7 +185,7 @@ func runSteps(steps []string, call func(request) response) int {
 		case "fault":
 			// A kernel with a fatal GPU exception (an illegal address),
 			// named by arg: the server ends every client of the GPU.
-			r := call(request{Op: "fault", Device: on})
+			r := call(gpuwire.Request{Op: "fault", Device: on})
 			fmt.Printf("kernel %s: fatal GPU exception: %s%s\n", arg, r.Result, why(r))
 			return exitFor(r)
 		case "on":
@@ -249,7 +222,7 @@ func dial(path string) (net.Conn, error) {
 	return net.Dial("unix", fmt.Sprintf("/proc/self/fd/%d/%s", dir.Fd(), filepath.Base(path)))
 }
 
-func why(r response) string {
+func why(r gpuwire.Response) string {
 	var parts []string
 	for _, s := range []string{r.Err, r.Why} {
 		if s != "" {
@@ -262,15 +235,15 @@ func why(r response) string {
 	return " (" + strings.Join(parts, "; ") + ")"
 }
 
-func exitFor(r response) int {
+func exitFor(r gpuwire.Response) int {
 	switch {
 	case r.Err != "":
 		return 2
-	case r.Result == "CUDA_ERROR_MPS_CLIENT_TERMINATED":
+	case r.Result == gpuwire.CUDATerminated:
 		return 4
-	case r.Result == "CUDA_ERROR_OUT_OF_MEMORY":
+	case r.Result == gpuwire.CUDAOutOfMemory:
 		return 3
-	case r.Result != "CUDA_SUCCESS":
+	case r.Result != gpuwire.CUDASuccess:
 		return 1
 	}
 	return 0

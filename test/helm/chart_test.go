@@ -297,7 +297,11 @@ func chartCopyDiffs(objs []*unstructured.Unstructured, classes []*resourceapi.De
 		}
 	}
 
-	for i, doc := range splitYAML(webhooks) {
+	docs, err := splitYAML(webhooks)
+	if err != nil {
+		add("deployments/webhooks.yaml: %v", err)
+	}
+	for i, doc := range docs {
 		var u unstructured.Unstructured
 		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
 			add("deployments/webhooks.yaml, document %d: %v", i, err)

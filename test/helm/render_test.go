@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gpufrac/gpufrac/internal/yamldocs"
 	"github.com/gpufrac/gpufrac/templates"
 )
 
@@ -129,7 +129,11 @@ func renderWith(ch *chart.Chart, vs valueSet, edit func(*chartutil.Capabilities)
 			notes = files[name]
 			continue
 		}
-		for i, doc := range splitYAML(files[name]) {
+		docs, err := splitYAML(files[name])
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", name, err)
+		}
+		for i, doc := range docs {
 			var m map[string]any
 			if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
 				return nil, "", fmt.Errorf("%s, document %d: %w\n%s", name, i, err, doc)
@@ -143,9 +147,18 @@ func renderWith(ch *chart.Chart, vs valueSet, edit func(*chartutil.Capabilities)
 	return objs, notes, nil
 }
 
-var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
-
-func splitYAML(s string) []string { return docSeparator.Split(s, -1) }
+// splitYAML is the documents of s, as gpufrac reads manifests
+// (internal/yamldocs).
+func splitYAML(s string) ([]string, error) {
+	var docs []string
+	for doc, err := range yamldocs.All([]byte(s)) {
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, string(doc))
+	}
+	return docs, nil
+}
 
 func find(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
 	for _, o := range objs {

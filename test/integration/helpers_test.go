@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/hack/harness"
+	"github.com/gpufrac/gpufrac/internal/yamldocs"
 )
 
 const (
@@ -339,13 +339,15 @@ func printSlices(t *testing.T, node, gpus string) []resourceapi.ResourceSlice {
 		t.Fatalf("gpufrac-kubelet-plugin --print-slices: %v\n%s", err, stderr.String())
 	}
 	var result []resourceapi.ResourceSlice
-	for _, doc := range strings.Split(string(out), "\n---\n") {
-		doc = strings.TrimPrefix(strings.TrimSpace(doc), "---")
-		if strings.TrimSpace(doc) == "" {
+	for doc, err := range yamldocs.All(out) {
+		if err != nil {
+			t.Fatalf("parsing --print-slices output: %v", err)
+		}
+		if yamldocs.Blank(doc) {
 			continue
 		}
 		var s resourceapi.ResourceSlice
-		if err := yaml.UnmarshalStrict([]byte(doc), &s); err != nil {
+		if err := yaml.UnmarshalStrict(doc, &s); err != nil {
 			t.Fatalf("parsing --print-slices output: %v", err)
 		}
 		result = append(result, s)

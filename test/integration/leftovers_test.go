@@ -16,8 +16,9 @@ import (
 
 	"github.com/gpufrac/gpufrac/internal/admission/webhookcert"
 	"github.com/gpufrac/gpufrac/internal/controller"
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/packing/policyparam"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 )
 
 // TestNothingLeftBehind runs the real controller against the API server
@@ -31,7 +32,7 @@ func TestNothingLeftBehind(t *testing.T) {
 	class := e.classFor("gc", "")
 	labelled := func(name string) string {
 		tmpl := claimTemplate(name, class, "8Gi", 1, "")
-		tmpl.Labels = map[string]string{kai.LabelManagedBy: kai.ManagedByValue}
+		tmpl.Labels = map[string]string{translated.LabelManagedBy: translated.ManagedByValue}
 		if _, err := e.client.ResourceV1().ResourceClaimTemplates(e.ns).Create(e.ctx, tmpl, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}

@@ -9,22 +9,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gpufrac/gpufrac/test/gpuwire"
 )
 
-// CUDA results a client sees, as NVIDIA names them.
 const (
-	cudaSuccess      = "CUDA_SUCCESS"
-	cudaOutOfMemory  = "CUDA_ERROR_OUT_OF_MEMORY"
-	cudaTerminated   = "CUDA_ERROR_MPS_CLIENT_TERMINATED"
-	cudaNoDevice     = "CUDA_ERROR_NO_DEVICE"
-	cudaNotPermitted = "CUDA_ERROR_NOT_PERMITTED"
-	cudaInvalidValue = "CUDA_ERROR_INVALID_VALUE"
-	// cudaInvalidDevice: an operation on a device the client does not use.
-	cudaInvalidDevice = "CUDA_ERROR_INVALID_DEVICE"
-	// cudaServerNotReady: the server is recovering from a fatal failure.
-	cudaServerNotReady = "CUDA_ERROR_MPS_SERVER_NOT_READY"
-	unlimited          = int64(1) << 62
-	contextOwnPerProc  = -1
+	unlimited         = int64(1) << 62
+	contextOwnPerProc = -1
 )
 
 // client is one MPS client process, known by the pid its socket's peer
@@ -83,28 +74,6 @@ func parseLedger(spec string) (*ledger, error) {
 
 func (l *ledger) allDevices() string { return strings.Join(l.order, ",") }
 
-// hello is what a client says when it connects: what the driver would
-// know about it without asking (its device and its cgroup's soft and hard
-// limits, dmem.min and dmem.max), which the fake client reads from the
-// environment gpufrac gives the container. A process that uses several
-// GPUs of the server lists them in Devices, each with its cgroup's limits
-// there (the dmem limits are per device); Device and the byte fields are
-// then unused.
-type hello struct {
-	Device    string        `json:"device"`
-	SoftBytes int64         `json:"softBytes"`
-	HardBytes int64         `json:"hardBytes"`
-	Cmd       string        `json:"cmd"`
-	Devices   []helloDevice `json:"devices,omitempty"`
-}
-
-// helloDevice is one GPU of a multi-GPU client and its limits there.
-type helloDevice struct {
-	Device    string `json:"device"`
-	SoftBytes int64  `json:"softBytes"`
-	HardBytes int64  `json:"hardBytes"`
-}
-
 // clientKey names one client process's use of one device. A client of a
 // server over several GPUs (NVIDIA's multi-GPU configuration, contract
 // M1/M2) may use more than one; memacct's soft and hard limits, the ledger
@@ -124,7 +93,7 @@ type route struct{ server, namespace string }
 // connect registers a client arriving on rt (server "" = the main socket,
 // routed by UID to server uid_<uid>): one record per device it uses, in
 // the order it listed them.
-func (s *v3State) connect(pid, uid int, rt route, h hello) ([]*client, error) {
+func (s *v3State) connect(pid, uid int, rt route, h gpuwire.Hello) ([]*client, error) {
 	if rt.server == "" {
 		rt = route{"uid_" + strconv.Itoa(uid), "default"}
 		if s.servers[rt.server] == nil {
@@ -135,18 +104,18 @@ func (s *v3State) connect(pid, uid int, rt route, h hello) ([]*client, error) {
 	}
 	srv := s.servers[rt.server]
 	if srv == nil || srv.namespaces[rt.namespace] == nil {
-		return nil, fmt.Errorf("%s: no such server or namespace %s/%s", cudaNoDevice, rt.server, rt.namespace)
+		return nil, fmt.Errorf("%s: no such server or namespace %s/%s", gpuwire.CUDANoDevice, rt.server, rt.namespace)
 	}
 	uses := h.Devices
 	if len(uses) == 0 {
-		uses = []helloDevice{{Device: h.Device, SoftBytes: h.SoftBytes, HardBytes: h.HardBytes}}
+		uses = []gpuwire.HelloDevice{{Device: h.Device, SoftBytes: h.SoftBytes, HardBytes: h.HardBytes}}
 	}
 	devices := strings.Split(srv.devices, ",")
 	if len(uses) == 1 && uses[0].Device == "" && len(devices) == 1 {
 		uses[0].Device = devices[0]
 	}
 	if live := s.recordsOf(pid); len(live) > 0 && live[0].terminated == "" {
-		return nil, fmt.Errorf("%s: pid %d is already a client", cudaNotPermitted, pid)
+		return nil, fmt.Errorf("%s: pid %d is already a client", gpuwire.CUDANotPermitted, pid)
 	}
 	seen := map[string]bool{}
 	for i, u := range uses {
@@ -154,7 +123,7 @@ func (s *v3State) connect(pid, uid int, rt route, h hello) ([]*client, error) {
 			return nil, err
 		}
 		if seen[u.Device] {
-			return nil, fmt.Errorf("%s: device %s listed twice", cudaInvalidValue, u.Device)
+			return nil, fmt.Errorf("%s: device %s listed twice", gpuwire.CUDAInvalidValue, u.Device)
 		}
 		seen[u.Device] = true
 		if uses[i].HardBytes <= 0 {
@@ -182,11 +151,11 @@ func (s *v3State) connect(pid, uid int, rt route, h hello) ([]*client, error) {
 }
 
 // admit checks one device a connecting client asks for.
-func (s *v3State) admit(pid int, srv *server, devices []string, u helloDevice) error {
+func (s *v3State) admit(pid int, srv *server, devices []string, u gpuwire.HelloDevice) error {
 	if !slices.Contains(devices, u.Device) || s.ledger.capacity[u.Device] == 0 {
 		// NVIDIA (Dynamo guide): a server without the device fails with
 		// "no CUDA-capable device is detected".
-		return fmt.Errorf("%s: server %s does not serve device %q", cudaNoDevice, srv.name, u.Device)
+		return fmt.Errorf("%s: server %s does not serve device %q", gpuwire.CUDANoDevice, srv.name, u.Device)
 	}
 	if lingering := s.lingering(u.Device); len(lingering) > 0 {
 		// NVIDIA (error containment): the server waits for the clients
@@ -194,10 +163,10 @@ func (s *v3State) admit(pid int, srv *server, devices []string, u helloDevice) e
 		// the device meanwhile (CUDA_ERROR_MPS_SERVER_NOT_READY).
 		logLine("client refused: pid=%d cgroup=%s device=%s: server not ready: waiting for the clients a fatal GPU exception ended to exit: %s",
 			pid, cgroupOf(pid), u.Device, strings.Join(lingering, ", "))
-		return fmt.Errorf("%s: device %s waits for the clients a fatal GPU exception ended to exit", cudaServerNotReady, u.Device)
+		return fmt.Errorf("%s: device %s waits for the clients a fatal GPU exception ended to exit", gpuwire.CUDAServerNotReady, u.Device)
 	}
 	if u.SoftBytes < 0 || (u.HardBytes > 0 && u.SoftBytes > u.HardBytes) {
-		return fmt.Errorf("%s: soft limit %d above hard limit %d on %s", cudaInvalidValue, u.SoftBytes, u.HardBytes, u.Device)
+		return fmt.Errorf("%s: soft limit %d above hard limit %d on %s", gpuwire.CUDAInvalidValue, u.SoftBytes, u.HardBytes, u.Device)
 	}
 	return nil
 }
@@ -275,21 +244,21 @@ func (s *v3State) used(device string) int64 {
 // the server never evicts the requester itself.
 func (s *v3State) alloc(c *client, n int64) string {
 	if c.terminated != "" {
-		return cudaTerminated
+		return gpuwire.CUDATerminated
 	}
 	if n <= 0 {
-		return cudaInvalidValue
+		return gpuwire.CUDAInvalidValue
 	}
 	if c.used+n > s.hardOf(c) {
 		logLine("alloc: pid=%d %dMiB refused: above its hard limit (%dMiB used, %dMiB hard)", c.pid, n>>20, c.used>>20, s.hardOf(c)>>20)
-		return cudaOutOfMemory
+		return gpuwire.CUDAOutOfMemory
 	}
 	capacity := s.ledger.capacity[c.device]
 	for s.used(c.device)+n > capacity {
 		if !s.memacct || c.used+n > c.soft {
 			logLine("alloc: pid=%d %dMiB refused: device %s full (%dMiB of %dMiB used) and the requester is above its soft limit",
 				c.pid, n>>20, c.device, s.used(c.device)>>20, capacity>>20)
-			return cudaOutOfMemory
+			return gpuwire.CUDAOutOfMemory
 		}
 		s.ledger.requested[c.device]++
 		victim := s.victim(c)
@@ -297,7 +266,7 @@ func (s *v3State) alloc(c *client, n int64) string {
 			s.ledger.noVictim[c.device]++
 			logLine("memacct: device %s eviction requested by pid %d: no client above its soft limit (requested=%d performed=%d no-victim=%d)",
 				c.device, c.pid, s.ledger.requested[c.device], s.ledger.performed[c.device], s.ledger.noVictim[c.device])
-			return cudaOutOfMemory
+			return gpuwire.CUDAOutOfMemory
 		}
 		s.ledger.performed[c.device]++
 		logLine("memacct: evicted client pid=%d cgroup=%s device=%s for pid %d cgroup=%s: used %dMiB, soft limit %dMiB",
@@ -309,7 +278,7 @@ func (s *v3State) alloc(c *client, n int64) string {
 	}
 	c.used += n
 	logLine("alloc: pid=%d %dMiB ok (%dMiB used by it, %dMiB of %dMiB on %s)", c.pid, n>>20, c.used>>20, s.used(c.device)>>20, capacity>>20, c.device)
-	return cudaSuccess
+	return gpuwire.CUDASuccess
 }
 
 // victim is the client furthest above its soft limit on c's device (NVIDIA
@@ -329,13 +298,13 @@ func (s *v3State) victim(c *client) *client {
 
 func (s *v3State) free(c *client, n int64) string {
 	if c.terminated != "" {
-		return cudaTerminated
+		return gpuwire.CUDATerminated
 	}
 	if n <= 0 || n > c.used {
-		return cudaInvalidValue
+		return gpuwire.CUDAInvalidValue
 	}
 	c.used -= n
-	return cudaSuccess
+	return gpuwire.CUDASuccess
 }
 
 // terminate ends a client: its memory is released and its next call
@@ -348,7 +317,7 @@ func (s *v3State) terminate(c *client, why string) {
 		if r.terminated != "" {
 			continue
 		}
-		r.terminated, r.whyTerm, r.used = cudaTerminated, why, 0
+		r.terminated, r.whyTerm, r.used = gpuwire.CUDATerminated, why, 0
 		logLine("client terminated: pid=%d cgroup=%s device=%s route=%s/%s: %s", r.pid, r.cgroup, r.device, r.server, r.namespace, why)
 	}
 }
@@ -363,7 +332,7 @@ func (s *v3State) terminate(c *client, why string) {
 // exited (lingering).
 func (s *v3State) fault(c *client) string {
 	if c.terminated != "" {
-		return cudaTerminated
+		return gpuwire.CUDATerminated
 	}
 	logLine("server: fatal GPU exception on device=%s raised by pid=%d cgroup=%s", c.device, c.pid, c.cgroup)
 	why := fmt.Sprintf("fatal GPU exception raised by pid %d on %s", c.pid, c.device)
@@ -382,7 +351,7 @@ func (s *v3State) fault(c *client) string {
 		s.faulted = map[string][]int{}
 	}
 	s.faulted[c.device] = append(append(s.faulted[c.device], c.pid), pids...)
-	return cudaTerminated
+	return gpuwire.CUDATerminated
 }
 
 // lingering names ("pid=… cgroup=…") the clients a fatal exception on

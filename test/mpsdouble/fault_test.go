@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpufrac/gpufrac/test/gpuwire"
 )
 
 // NVIDIA's "Memory Protection and Error Containment" (Volta MPS): a fatal
@@ -61,8 +63,8 @@ func TestLingeringClientWedgesTheGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	enc, dec := json.NewEncoder(conn), json.NewDecoder(conn)
-	var hi response
-	if err := enc.Encode(request{Kind: "client", Hello: &hello{Device: "GPU-a", Cmd: "stuck"}}); err != nil || dec.Decode(&hi) != nil || hi.Result != cudaSuccess {
+	var hi gpuwire.Response
+	if err := enc.Encode(gpuwire.Request{Kind: "client", Hello: &gpuwire.Hello{Device: "GPU-a", Cmd: "stuck"}}); err != nil || dec.Decode(&hi) != nil || hi.Result != gpuwire.CUDASuccess {
 		t.Fatalf("connecting the lingering client: %v %+v", err, hi)
 	}
 	f, fOut := w.client(w.pipe, "-device", "GPU-a", "fault", "illegal-address")
@@ -70,8 +72,8 @@ func TestLingeringClientWedgesTheGPU(t *testing.T) {
 		t.Fatalf("the faulting client exited %d:\n%s", code, fOut)
 	}
 	n, nOut := w.client(w.pipe, "-device", "GPU-a", "alloc", "1024")
-	if code := exitCode(n.Wait()); code != 2 || !strings.Contains(nOut.String(), cudaServerNotReady) {
-		t.Errorf("a new client while one lingers exited %d, want 2 (%s):\n%s", code, cudaServerNotReady, nOut)
+	if code := exitCode(n.Wait()); code != 2 || !strings.Contains(nOut.String(), gpuwire.CUDAServerNotReady) {
+		t.Errorf("a new client while one lingers exited %d, want 2 (%s):\n%s", code, gpuwire.CUDAServerNotReady, nOut)
 	}
 	raw, _ := os.ReadFile(filepath.Join(w.log, "control.log"))
 	want := "client refused: pid=" + strconv.Itoa(n.Process.Pid) + " cgroup="

@@ -33,6 +33,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gpufrac/gpufrac/test/gpuwire"
 )
 
 func main() {
@@ -75,28 +77,6 @@ func pipeDir() string {
 	return "/tmp/nvidia-mps"
 }
 
-// request is one message to the daemon's main socket.
-type request struct {
-	Kind string   `json:"kind"` // cli, legacy, quit, client
-	Args []string `json:"args,omitempty"`
-	Cmd  string   `json:"cmd,omitempty"`
-	// Client operations after the hello.
-	Hello *hello `json:"hello,omitempty"`
-	Op    string `json:"op,omitempty"` // alloc, free
-	Bytes int64  `json:"bytes,omitempty"`
-	// Device is the GPU an operation of a multi-GPU client is on; empty:
-	// its first.
-	Device string `json:"device,omitempty"`
-}
-
-type response struct {
-	Out    string `json:"out"`
-	Err    string `json:"err,omitempty"`
-	Result string `json:"result,omitempty"`
-	Route  string `json:"route,omitempty"`
-	Why    string `json:"why,omitempty"`
-}
-
 func control(args []string) int {
 	inv, err := Parse(args)
 	if err != nil {
@@ -114,9 +94,9 @@ func control(args []string) int {
 	case inv.Daemon || inv.Foreground:
 		return daemon(inv)
 	case inv.Quit:
-		return oneShot(request{Kind: "quit"})
+		return oneShot(gpuwire.Request{Kind: "quit"})
 	case inv.Module != "":
-		return oneShot(request{Kind: "cli", Args: args})
+		return oneShot(gpuwire.Request{Kind: "cli", Args: args})
 	}
 	// Legacy interactive use: one command per stdin line, as
 	// `echo cmd | nvidia-cuda-mps-control`.
@@ -126,14 +106,14 @@ func control(args []string) int {
 		if cmd == "" {
 			continue
 		}
-		if rc := oneShot(request{Kind: "legacy", Cmd: cmd}); rc != 0 {
+		if rc := oneShot(gpuwire.Request{Kind: "legacy", Cmd: cmd}); rc != 0 {
 			return rc
 		}
 	}
 	return 0
 }
 
-func oneShot(req request) int {
+func oneShot(req gpuwire.Request) int {
 	resp, err := call(req)
 	if err != nil {
 		fmt.Println("Cannot find MPS control daemon process")
@@ -151,7 +131,7 @@ func oneShot(req request) int {
 	return 0
 }
 
-func call(req request) (*response, error) {
+func call(req gpuwire.Request) (*gpuwire.Response, error) {
 	conn, err := dialUnix(filepath.Join(pipeDir(), "control"))
 	if err != nil {
 		return nil, err
@@ -160,7 +140,7 @@ func call(req request) (*response, error) {
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
 		return nil, err
 	}
-	var resp response
+	var resp gpuwire.Response
 	if err := json.NewDecoder(conn).Decode(&resp); err != nil {
 		return nil, err
 	}
@@ -375,7 +355,7 @@ func peer(conn *net.UnixConn) (pid, uid int) {
 func (d *daemonProc) serve(conn *net.UnixConn, rt route) {
 	defer func() { _ = conn.Close() }()
 	dec, enc := json.NewDecoder(conn), json.NewEncoder(conn)
-	var req request
+	var req gpuwire.Request
 	if err := dec.Decode(&req); err != nil {
 		return
 	}
@@ -384,7 +364,7 @@ func (d *daemonProc) serve(conn *net.UnixConn, rt route) {
 		return
 	}
 	if rt != (route{}) {
-		_ = enc.Encode(response{Err: "the control commands are served on the main control socket only"})
+		_ = enc.Encode(gpuwire.Response{Err: "the control commands are served on the main control socket only"})
 		return
 	}
 	d.mu.Lock()
@@ -393,12 +373,12 @@ func (d *daemonProc) serve(conn *net.UnixConn, rt route) {
 	_ = enc.Encode(resp)
 }
 
-func (d *daemonProc) command(req request) response {
+func (d *daemonProc) command(req gpuwire.Request) gpuwire.Response {
 	switch req.Kind {
 	case "quit":
 		logLine("command: quit")
 		d.stop()
-		return response{}
+		return gpuwire.Response{}
 	case "legacy":
 		logLine("command: %s", req.Cmd)
 		return d.legacy(req.Cmd)
@@ -406,47 +386,47 @@ func (d *daemonProc) command(req request) response {
 		logLine("command: %s", strings.Join(req.Args, " "))
 		inv, err := Parse(req.Args)
 		if err != nil {
-			return response{Err: err.Error()}
+			return gpuwire.Response{Err: err.Error()}
 		}
 		if d.v3 == nil {
-			return response{Err: "the control daemon runs MPS protocol 2; module commands need a daemon started with -p 3"}
+			return gpuwire.Response{Err: "the control daemon runs MPS protocol 2; module commands need a daemon started with -p 3"}
 		}
 		r := d.v3.handle(inv)
 		if r.err != nil {
 			logLine("command failed: %v", r.err)
-			return response{Out: r.out, Err: r.err.Error()}
+			return gpuwire.Response{Out: r.out, Err: r.err.Error()}
 		}
-		return response{Out: r.out}
+		return gpuwire.Response{Out: r.out}
 	}
-	return response{Err: "unknown request " + req.Kind}
+	return gpuwire.Response{Err: "unknown request " + req.Kind}
 }
 
-func (d *daemonProc) legacy(line string) response {
+func (d *daemonProc) legacy(line string) gpuwire.Response {
 	if d.v3 != nil {
-		return response{Err: "the control daemon runs MPS protocol 3; legacy commands are not accepted"}
+		return gpuwire.Response{Err: "the control daemon runs MPS protocol 3; legacy commands are not accepted"}
 	}
 	cmd, err := parseLegacy(line)
 	if err != nil {
-		return response{Err: err.Error()}
+		return gpuwire.Response{Err: err.Error()}
 	}
 	switch cmd.name {
 	case "get_default_active_thread_percentage":
-		return response{Out: "100.0"}
+		return gpuwire.Response{Out: "100.0"}
 	case "get_default_device_pinned_mem_limit":
-		return response{Out: d.pinned[cmd.args[0]]}
+		return gpuwire.Response{Out: d.pinned[cmd.args[0]]}
 	case "set_default_device_pinned_mem_limit":
 		d.pinned[cmd.args[0]] = cmd.args[1]
 	case "quit":
 		d.stop()
 	}
-	return response{}
+	return gpuwire.Response{}
 }
 
 // serveClient is one CUDA client's connection: hello, then allocations
 // until it hangs up (the process exits).
-func (d *daemonProc) serveClient(conn *net.UnixConn, dec *json.Decoder, enc *json.Encoder, rt route, req request) {
+func (d *daemonProc) serveClient(conn *net.UnixConn, dec *json.Decoder, enc *json.Encoder, rt route, req gpuwire.Request) {
 	if d.v3 == nil || req.Hello == nil {
-		_ = enc.Encode(response{Err: "the double models CUDA clients of MPS v3 daemons only"})
+		_ = enc.Encode(gpuwire.Response{Err: "the double models CUDA clients of MPS v3 daemons only"})
 		return
 	}
 	pid, uid := peer(conn)
@@ -454,7 +434,7 @@ func (d *daemonProc) serveClient(conn *net.UnixConn, dec *json.Decoder, enc *jso
 	cs, err := d.v3.connect(pid, uid, rt, *req.Hello)
 	d.mu.Unlock()
 	if err != nil {
-		_ = enc.Encode(response{Err: err.Error()})
+		_ = enc.Encode(gpuwire.Response{Err: err.Error()})
 		return
 	}
 	defer func() {
@@ -463,17 +443,17 @@ func (d *daemonProc) serveClient(conn *net.UnixConn, dec *json.Decoder, enc *jso
 		d.mu.Unlock()
 	}()
 	ctx := map[bool]string{true: "own context", false: "shared context"}[cs[0].context == contextOwnPerProc]
-	if err := enc.Encode(response{Result: cudaSuccess, Route: cs[0].server + "/" + cs[0].namespace + " (" + ctx + ")"}); err != nil {
+	if err := enc.Encode(gpuwire.Response{Result: gpuwire.CUDASuccess, Route: cs[0].server + "/" + cs[0].namespace + " (" + ctx + ")"}); err != nil {
 		return
 	}
 	for {
-		var op request
+		var op gpuwire.Request
 		if err := dec.Decode(&op); err != nil {
 			return
 		}
 		c := onDevice(cs, op.Device)
 		if c == nil {
-			if err := enc.Encode(response{Result: cudaInvalidDevice, Why: "not a device of this client: " + op.Device}); err != nil {
+			if err := enc.Encode(gpuwire.Response{Result: gpuwire.CUDAInvalidDevice, Why: "not a device of this client: " + op.Device}); err != nil {
 				return
 			}
 			continue
@@ -488,16 +468,16 @@ func (d *daemonProc) serveClient(conn *net.UnixConn, dec *json.Decoder, enc *jso
 		case "fault":
 			res = d.v3.fault(c)
 		case "sync":
-			res = cudaSuccess
+			res = gpuwire.CUDASuccess
 			if c.terminated != "" {
-				res = cudaTerminated
+				res = gpuwire.CUDATerminated
 			}
 		default:
-			res = cudaInvalidValue
+			res = gpuwire.CUDAInvalidValue
 		}
 		why := c.whyTerm
 		d.mu.Unlock()
-		if err := enc.Encode(response{Result: res, Why: why}); err != nil {
+		if err := enc.Encode(gpuwire.Response{Result: res, Why: why}); err != nil {
 			return
 		}
 	}

@@ -36,7 +36,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/hack/harness"
 	"github.com/gpufrac/gpufrac/hack/kubebuild"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 // mpsImage is what the plugins put in their MPS daemon Pods. Nothing pulls

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpufrac/gpufrac/hack/harness"
 	"github.com/gpufrac/gpufrac/hack/nodebuild"
+	"github.com/gpufrac/gpufrac/internal/yamldocs"
 )
 
 // Node kinds the demo can run.
@@ -64,8 +65,11 @@ func realNodePods(dir string, files ...string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		for _, doc := range bytes.Split(data, []byte("\n---")) {
-			if len(bytes.TrimSpace(stripComments(doc))) == 0 {
+		for doc, err := range yamldocs.All(data) {
+			if err != nil {
+				return "", fmt.Errorf("%s: %w", f, err)
+			}
+			if yamldocs.Blank(doc) {
 				continue
 			}
 			var pod v1.Pod
@@ -88,17 +92,6 @@ func realNodePods(dir string, files ...string) (string, error) {
 	}
 	path := filepath.Join(dir, "pods-on-real-nodes.yaml")
 	return path, os.WriteFile(path, out.Bytes(), 0o644)
-}
-
-func stripComments(doc []byte) []byte {
-	var b bytes.Buffer
-	for _, line := range strings.Split(string(doc), "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
-			b.WriteString(line)
-			b.WriteByte('\n')
-		}
-	}
-	return b.Bytes()
 }
 
 // realContainers prints, for each Running pod with claims, what its

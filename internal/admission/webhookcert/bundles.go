@@ -36,60 +36,82 @@ func (r *Rotator) keepBundles(ctx context.Context, bundle []byte, add bool) (boo
 		}
 		return want, !subset(want, cur), nil
 	}
-	added := false
-	if name := r.cfg.MutatingConfig; name != "" {
-		api := r.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			c, err := api.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			configs := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
-			for i := range c.Webhooks {
-				configs[i] = &c.Webhooks[i].ClientConfig
-			}
-			changed, grew, err := setBundles(configs, desired)
-			if err != nil {
-				return err
-			}
-			added = added || grew
-			if !changed {
-				return nil
-			}
-			_, err = api.Update(ctx, c, metav1.UpdateOptions{})
-			return err
-		})
-		if err := skipMissing(ctx, "MutatingWebhookConfiguration", name, err); err != nil {
-			return added, err
-		}
+	api := r.client.AdmissionregistrationV1()
+	holders := []struct {
+		kind, name string
+		keep       func(name string) (bool, error)
+	}{
+		{"MutatingWebhookConfiguration", r.cfg.MutatingConfig, func(name string) (bool, error) {
+			return keepIn(ctx, api.MutatingWebhookConfigurations(), name, desired, mutatingClients)
+		}},
+		{"ValidatingWebhookConfiguration", r.cfg.ValidatingConfig, func(name string) (bool, error) {
+			return keepIn(ctx, api.ValidatingWebhookConfigurations(), name, desired, validatingClients)
+		}},
 	}
-	if name := r.cfg.ValidatingConfig; name != "" {
-		api := r.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			c, err := api.Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			configs := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
-			for i := range c.Webhooks {
-				configs[i] = &c.Webhooks[i].ClientConfig
-			}
-			changed, grew, err := setBundles(configs, desired)
-			if err != nil {
-				return err
-			}
-			added = added || grew
-			if !changed {
-				return nil
-			}
-			_, err = api.Update(ctx, c, metav1.UpdateOptions{})
-			return err
-		})
-		if err := skipMissing(ctx, "ValidatingWebhookConfiguration", name, err); err != nil {
+	added := false
+	for _, h := range holders {
+		if h.name == "" {
+			continue
+		}
+		grew, err := h.keep(h.name)
+		added = added || grew
+		if err := skipMissing(ctx, h.kind, h.name, err); err != nil {
 			return added, err
 		}
 	}
 	return added, nil
+}
+
+// webhookConfigs is the typed client of one kind of webhook configuration.
+type webhookConfigs[C any] interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*C, error)
+	Update(ctx context.Context, c *C, opts metav1.UpdateOptions) (*C, error)
+}
+
+// keepIn gives the webhooks of configuration name the bundles desired
+// makes of theirs (setBundles), retrying on conflict, and reports whether
+// one gained a CA.
+func keepIn[C any](ctx context.Context, api webhookConfigs[C], name string, desired func([]byte) ([]byte, bool, error),
+	configs func(*C) []*admissionregistrationv1.WebhookClientConfig) (bool, error) {
+	added := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		c, err := api.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		changed, grew, err := setBundles(configs(c), desired)
+		if err != nil {
+			return err
+		}
+		added = added || grew
+		if !changed {
+			return nil
+		}
+		_, err = api.Update(ctx, c, metav1.UpdateOptions{})
+		return err
+	})
+	return added, err
+}
+
+// clientConfigs points at the client config of each webhook.
+func clientConfigs[W any](webhooks []W, config func(*W) *admissionregistrationv1.WebhookClientConfig) []*admissionregistrationv1.WebhookClientConfig {
+	out := make([]*admissionregistrationv1.WebhookClientConfig, len(webhooks))
+	for i := range webhooks {
+		out[i] = config(&webhooks[i])
+	}
+	return out
+}
+
+func mutatingClients(c *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+	return clientConfigs(c.Webhooks, func(w *admissionregistrationv1.MutatingWebhook) *admissionregistrationv1.WebhookClientConfig {
+		return &w.ClientConfig
+	})
+}
+
+func validatingClients(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+	return clientConfigs(c.Webhooks, func(w *admissionregistrationv1.ValidatingWebhook) *admissionregistrationv1.WebhookClientConfig {
+		return &w.ClientConfig
+	})
 }
 
 // subset tells whether every certificate of bundle a is in bundle b.

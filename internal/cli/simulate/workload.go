@@ -4,11 +4,7 @@
 package simulate
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"strconv"
 
@@ -16,11 +12,11 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
+	"github.com/gpufrac/gpufrac/internal/yamldocs"
 )
 
 // AnnotationReplicas makes one Pod of a workload file stand for N.
@@ -43,12 +39,9 @@ func Load(data []byte, sizes []resource.Quantity) ([]Pod, []*resourceapi.DeviceC
 	templates := map[string]*resourceapi.ResourceClaimTemplate{}
 	var classes []*resourceapi.DeviceClass
 	var pods []corev1.Pod
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for doc := 1; ; doc++ {
-		raw, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	doc := 0
+	for raw, err := range yamldocs.All(data) {
+		doc++
 		if err != nil {
 			return nil, nil, fmt.Errorf("document %d: %w", doc, err)
 		}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gpufrac/gpufrac/internal/node/plugin"
+	"github.com/gpufrac/gpufrac/internal/yamldocs"
 )
 
 // WriteSlices writes one document per slice, each an object kubectl can
@@ -26,11 +27,17 @@ func TestWriteSlicesWritesCompleteObjects(t *testing.T) {
 	if err := plugin.WriteSlices(&out, slices); err != nil {
 		t.Fatal(err)
 	}
-	docs := bytes.Split(out.Bytes(), []byte("---\n"))
-	if len(docs) != 3 || len(docs[0]) != 0 {
+	var docs [][]byte
+	for doc, err := range yamldocs.All(out.Bytes()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, doc)
+	}
+	if len(docs) != 2 || !bytes.HasPrefix(out.Bytes(), []byte("---\n")) || !bytes.HasPrefix(docs[1], []byte("apiVersion")) {
 		t.Fatalf("want two documents each after ---, got:\n%s", out.String())
 	}
-	for i, doc := range docs[1:] {
+	for i, doc := range docs {
 		var got resourceapi.ResourceSlice
 		if err := yaml.UnmarshalStrict(doc, &got); err != nil {
 			t.Fatalf("document %d: %v", i, err)

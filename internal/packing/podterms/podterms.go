@@ -33,9 +33,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/deviceclass"
 	"github.com/gpufrac/gpufrac/internal/packing/nodelabel"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 )
 
 const (
@@ -185,46 +185,18 @@ func hasPackingTerms(terms []corev1.PreferredSchedulingTerm) bool {
 	return false
 }
 
-// IsGpufracClass tells whether a DeviceClass selects gpufrac.dev devices.
-func IsGpufracClass(c *resourceapi.DeviceClass) bool {
-	for _, s := range c.Spec.Selectors {
-		if s.CEL != nil && strings.Contains(s.CEL.Expression, `device.driver == "`+v1alpha1.DriverName+`"`) {
-			return true
-		}
-	}
-	return false
-}
-
-// GpufracClasses tells, by name, which of classes select gpufrac.dev
-// devices (IsGpufracClass, decided once per class).
-func GpufracClasses(classes []*resourceapi.DeviceClass) func(name string) bool {
-	gpufrac := make(map[string]bool, len(classes))
-	for _, c := range classes {
-		gpufrac[c.Name] = IsGpufracClass(c)
-	}
-	return func(name string) bool { return gpufrac[name] }
-}
-
-// RequestsFraction tells whether a claim spec asks a gpufrac class for a
-// share of a GPU's memory. A request that names no memory gets the whole
-// GPU alone (the slice's requestPolicy default), so it is not a fraction
-// and is never drawn towards shared GPUs.
+// RequestsFraction tells whether a claim spec asks a gpufrac class
+// (gpufracClass: deviceclass.SelectsGpufrac, by name) for a share of a
+// GPU's memory. A request that names no memory gets the whole GPU alone
+// (the slice's requestPolicy default), so it is not a fraction and is
+// never drawn towards shared GPUs.
 func RequestsFraction(spec *resourceapi.ResourceClaimSpec, gpufracClass func(name string) bool) bool {
-	fraction := func(class string, c *resourceapi.CapacityRequirements) bool {
-		if c == nil || !gpufracClass(class) {
-			return false
+	for r := range deviceclass.GpufracRequests(spec, gpufracClass) {
+		if r.Capacity == nil {
+			continue
 		}
-		_, ok := c.Requests["memory"]
-		return ok
-	}
-	for _, r := range spec.Devices.Requests {
-		if r.Exactly != nil && fraction(r.Exactly.DeviceClassName, r.Exactly.Capacity) {
+		if _, ok := r.Capacity.Requests["memory"]; ok {
 			return true
-		}
-		for _, sub := range r.FirstAvailable {
-			if fraction(sub.DeviceClassName, sub.Capacity) {
-				return true
-			}
 		}
 	}
 	return false

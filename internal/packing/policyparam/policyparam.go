@@ -40,6 +40,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/gpufrac/gpufrac/internal/deviceclass"
 	"github.com/gpufrac/gpufrac/internal/packing/podterms"
 )
 
@@ -58,8 +59,9 @@ func Key(namespace, template string) string {
 }
 
 // Data is the parameter's data for templates: a key per template that
-// asks a class isGpufrac accepts for a memory share (admission.
-// RequestsFraction, the webhook's own test), with the empty string as
+// asks a class isGpufrac accepts (deviceclass.SelectsGpufrac, by name)
+// for a memory share (podterms.RequestsFraction, the webhook's own test),
+// with the empty string as
 // value, in key order until MaxBytes. A key that is not a valid ConfigMap
 // key (over 253 characters) is left out: its pods go to the webhook.
 // left counts the templates left out.
@@ -193,7 +195,7 @@ func (l *Loop) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	data, left := Data(templates, podterms.GpufracClasses(classes))
+	data, left := Data(templates, deviceclass.Names(classes, deviceclass.SelectsGpufrac))
 	logger := klog.FromContext(ctx)
 	if left != l.left {
 		// Said when it changes, not on every sync.

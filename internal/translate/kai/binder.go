@@ -76,21 +76,6 @@ func memoryPortion(memMiB, totalMiB int64) float64 {
 	return v
 }
 
-// allocated is what the API server allocates for a request of q on a
-// gpufrac device: q rounded up to min and to the step
-// (requestPolicy.validRange; k8s.io/api resource/v1 types.go: a request
-// is "rounded up to the Min value" and to the next step).
-func allocated(q resource.Quantity, minQ, step resource.Quantity) resource.Quantity {
-	v := q.Value()
-	if m := minQ.Value(); v < m {
-		v = m
-	}
-	if s := step.Value(); s > 0 && v%s != 0 {
-		v = (v/s + 1) * s
-	}
-	return *resource.NewQuantity(v, resource.BinarySI)
-}
-
 // roundUpMiB is mb MiB rounded up to the step, in bytes.
 func roundUpMiB(mb int64, step resource.Quantity) int64 {
 	v := mb * mib

@@ -15,7 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 )
 
 var sizes = []resource.Quantity{resource.MustParse("141Gi"), resource.MustParse("81408Mi")}
@@ -153,7 +154,7 @@ func TestTranslate(t *testing.T) {
 				t.Fatal(err)
 			}
 			tmpl := res.Template
-			if tmpl.Namespace != "team" || tmpl.Labels[kai.LabelManagedBy] != kai.ManagedByValue || !strings.HasPrefix(tmpl.Name, "gpufrac-kai-") {
+			if tmpl.Namespace != "team" || tmpl.Labels[translated.LabelManagedBy] != translated.ManagedByValue || !strings.HasPrefix(tmpl.Name, "gpufrac-kai-") {
 				t.Errorf("template meta %+v", tmpl.ObjectMeta)
 			}
 			if got := templateOf(t, res, tc.container); got != tmpl {

@@ -13,27 +13,20 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 )
-
-// Row is one aspect of a pod as KAI would handle it and as gpufrac does.
-type Row struct {
-	Aspect, KAI, Gpufrac string
-}
-
-// Differs reports whether the two sides say different things.
-func (r Row) Differs() bool { return r.KAI != r.Gpufrac }
 
 // Compare describes, side by side, what KAI-Scheduler would do with the pod
 // (its admission, then what its binder and kai-gpu-fractioning set) and what
 // gpufrac does (Translate). It shares the admission transcription with
 // Translate, so it shows the consequences of a decision, not a second
 // opinion on it; the decision itself is cross-checked in the tests.
-func Compare(pod *corev1.Pod, opts Options) []Row {
+func Compare(pod *corev1.Pod, opts Options) []translated.Row {
 	opts.defaults()
 	res, terr := Translate(pod, opts)
 	req, kerr := admit(pod)
-	var rows []Row
-	add := func(aspect, k, g string) { rows = append(rows, Row{aspect, k, g}) }
+	var rows []translated.Row
+	add := func(aspect, k, g string) { rows = append(rows, translated.Row{Aspect: aspect, Theirs: k, Gpufrac: g}) }
 
 	kaiAdmission, gAdmission := admissions(req, kerr, res, terr)
 	add("admission", kaiAdmission, gAdmission)
@@ -202,7 +195,7 @@ func kaiOn(size gpuSize, req *request, opts Options) kaiSide {
 // allocatedText is what the API server allocates for a request of q, and
 // why where that is more than q.
 func allocatedText(q resource.Quantity, opts Options) string {
-	got := allocated(q, opts.MemoryMin, opts.MemoryStep)
+	got := translated.Allocated(q, opts.MemoryMin, opts.MemoryStep)
 	if got.Cmp(q) == 0 {
 		return q.String()
 	}

@@ -10,17 +10,17 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 )
 
 // Compare describes, side by side, what HAMi would give the pod (its
 // webhook, then its scheduler's Fit on each kind of GPU) and what gpufrac
-// does (Translate); kai.Row's KAI column holds HAMi's side.
-func Compare(pod *corev1.Pod, opts Options) []kai.Row {
+// does (Translate); a row's Theirs column holds HAMi's side.
+func Compare(pod *corev1.Pod, opts Options) []translated.Row {
 	opts.defaults()
 	res, terr := Translate(pod, opts)
-	var rows []kai.Row
-	add := func(aspect, h, g string) { rows = append(rows, kai.Row{Aspect: aspect, KAI: h, Gpufrac: g}) }
+	var rows []translated.Row
+	add := func(aspect, h, g string) { rows = append(rows, translated.Row{Aspect: aspect, Theirs: h, Gpufrac: g}) }
 	reqs, herr := admit(pod)
 	hAdmission, gAdmission := "admitted", "admitted"
 	switch {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 )
 
 const mib = int64(1) << 20
@@ -45,7 +46,7 @@ func build(pod *corev1.Pod, req *request, opts Options) (*resourceapi.ResourceCl
 		return nil, nil, err
 	}
 	spec, rounding := claimSpec(shares, req, class, opts)
-	tmpl, err := ClaimTemplate("gpufrac-kai-", pod.Namespace, spec)
+	tmpl, err := translated.ClaimTemplate("gpufrac-kai-", pod.Namespace, spec)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -154,7 +155,7 @@ func claimSpec(shares []share, req *request, class string, opts Options) (spec r
 // KAI's binder gives, and how much less than KAI the whole capacity is
 // where KAI's figure does not fit; "" where they agree.
 func roundingNote(target string, s share, opts Options) string {
-	got := allocated(s.memory, opts.MemoryMin, opts.MemoryStep)
+	got := translated.Allocated(s.memory, opts.MemoryMin, opts.MemoryStep)
 	policy := fmt.Sprintf("min %s, step %s", opts.MemoryMin.String(), opts.MemoryStep.String())
 	if s.kaiMiB == 0 {
 		if got.Cmp(s.memory) == 0 {

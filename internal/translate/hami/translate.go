@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 
@@ -143,11 +143,11 @@ func Translate(pod *corev1.Pod, opts Options) (*Result, error) {
 		out.Templates = append(out.Templates, tmpl)
 		out.Warnings = append(out.Warnings, warnings...)
 		names[reqs[i].container] = tmpl.Name
-		claimName := kai.PodClaimName("gpufrac-hami-", reqs[i].container)
+		claimName := translated.PodClaimName("gpufrac-hami-", reqs[i].container)
 		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: claimName, ResourceClaimTemplateName: &tmpl.Name})
-		kai.ForContainer(p, reqs[i].container, func(c *corev1.Container) {
+		translated.ForContainer(p, reqs[i].container, func(c *corev1.Container) {
 			c.Resources.Claims = append(c.Resources.Claims, corev1.ResourceClaim{Name: claimName})
-			out.Warnings = append(out.Warnings, kai.StripNVIDIAEnv(c)...)
+			out.Warnings = append(out.Warnings, translated.StripNVIDIAEnv(c)...)
 		})
 	}
 	stripped := strip(p)
@@ -192,25 +192,22 @@ func record(p *corev1.Pod, names map[string]string, stripped map[string]removed,
 // limits, returning what it removed per container.
 func strip(p *corev1.Pod) map[string]removed {
 	out := map[string]removed{}
-	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for i := range list {
-			c := &list[i]
-			var r removed
-			for _, name := range Resources {
-				if q, ok := c.Resources.Limits[name]; ok {
-					r.Limits = setQ(r.Limits, name, q)
-					delete(c.Resources.Limits, name)
-				}
-				if q, ok := c.Resources.Requests[name]; ok {
-					r.Requests = setQ(r.Requests, name, q)
-					delete(c.Resources.Requests, name)
-				}
+	translated.EachContainer(p, func(c *corev1.Container) {
+		var r removed
+		for _, name := range Resources {
+			if q, ok := c.Resources.Limits[name]; ok {
+				r.Limits = setQ(r.Limits, name, q)
+				delete(c.Resources.Limits, name)
 			}
-			if r.Limits != nil || r.Requests != nil {
-				out[c.Name] = r
+			if q, ok := c.Resources.Requests[name]; ok {
+				r.Requests = setQ(r.Requests, name, q)
+				delete(c.Resources.Requests, name)
 			}
 		}
-	}
+		if r.Limits != nil || r.Requests != nil {
+			out[c.Name] = r
+		}
+	})
 	return out
 }
 
@@ -285,25 +282,22 @@ func TemplateNames(pod *corev1.Pod) []string {
 
 // restore puts the recorded resources back on the containers.
 func restore(p *corev1.Pod, res map[string]removed) {
-	for _, list := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
-		for i := range list {
-			c := &list[i]
-			r, ok := res[c.Name]
-			if !ok {
-				continue
-			}
-			for name, q := range r.Limits {
-				if slices.Contains(Resources, name) {
-					c.Resources.Limits = setQ(c.Resources.Limits, name, q)
-				}
-			}
-			for name, q := range r.Requests {
-				if slices.Contains(Resources, name) {
-					c.Resources.Requests = setQ(c.Resources.Requests, name, q)
-				}
+	translated.EachContainer(p, func(c *corev1.Container) {
+		r, ok := res[c.Name]
+		if !ok {
+			return
+		}
+		for name, q := range r.Limits {
+			if slices.Contains(Resources, name) {
+				c.Resources.Limits = setQ(c.Resources.Limits, name, q)
 			}
 		}
-	}
+		for name, q := range r.Requests {
+			if slices.Contains(Resources, name) {
+				c.Resources.Requests = setQ(c.Resources.Requests, name, q)
+			}
+		}
+	})
 }
 
 // validateGPUs bounds recorded or observed GPU kinds: at most 8 (a claim's

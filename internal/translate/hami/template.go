@@ -14,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 )
 
 const mib = int64(1) << 20
@@ -80,7 +80,7 @@ func build(namespace string, req *request, opts Options) (*resourceapi.ResourceC
 			Requests: []string{RequestName}, DistinctAttribute: ptr.To(resourceapi.FullyQualifiedName(v1alpha1.DriverName + "/uuid")),
 		}}
 	}
-	tmpl, err := kai.ClaimTemplate("gpufrac-hami-", namespace, spec)
+	tmpl, err := translated.ClaimTemplate("gpufrac-hami-", namespace, spec)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -173,19 +173,10 @@ func exact(class string, count int64, memory *resource.Quantity) *resourceapi.Ex
 }
 
 // Allocated is what the API server allocates for a memory request on a
-// gpufrac GPU: its request policy's validRange rounds a request up to the
-// minimum, then up to the step counted from the minimum (k8s.io/api
-// resource/v1 CapacityRequestPolicyRange; the allocator's roundUpRange).
+// gpufrac GPU under opts' request policy (translated.Allocated).
 func Allocated(q resource.Quantity, opts Options) resource.Quantity {
 	opts.defaults()
-	v, lo, step := q.Value(), opts.MemoryMin.Value(), opts.MemoryStep.Value()
-	if v <= lo {
-		return *resource.NewQuantity(lo, resource.BinarySI)
-	}
-	if step > 0 && (v-lo)%step != 0 {
-		v = lo + ((v-lo)/step+1)*step
-	}
-	return *resource.NewQuantity(v, resource.BinarySI)
+	return translated.Allocated(q, opts.MemoryMin, opts.MemoryStep)
 }
 
 // allocatedNote says where the API server allocates more than HAMi's figure.

@@ -13,8 +13,8 @@ import (
 	"github.com/gpufrac/gpufrac/deployments"
 	"github.com/gpufrac/gpufrac/internal/core/allocator"
 	"github.com/gpufrac/gpufrac/internal/core/resourceslices"
-	"github.com/gpufrac/gpufrac/internal/kai"
 	"github.com/gpufrac/gpufrac/internal/sim/catalog"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
 	"github.com/gpufrac/gpufrac/pkg/domain"
 )
 

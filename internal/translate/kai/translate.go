@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 )
 
 // Options are the cluster facts a translation depends on.
@@ -109,12 +110,6 @@ type Result struct {
 
 // RequestName is the request of every translated claim.
 const RequestName = "gpu"
-
-// LabelManagedBy marks templates this translator made.
-const LabelManagedBy = "app.kubernetes.io/managed-by"
-
-// ManagedByValue is the value of LabelManagedBy.
-const ManagedByValue = "gpufrac-controller"
 
 // Inputs are the facts a template was computed from, recorded on the pod.
 type Inputs struct {
@@ -264,11 +259,11 @@ func Translate(pod *corev1.Pod, opts Options) (*Result, error) {
 	}
 	out := &Result{Pod: pod.DeepCopy(), Template: tmpl, Warnings: warnings}
 	p := out.Pod
-	claimName := PodClaimName("gpufrac-", req.container)
+	claimName := translated.PodClaimName("gpufrac-", req.container)
 	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: claimName, ResourceClaimTemplateName: ptr.To(tmpl.Name)})
-	ForContainer(p, req.container, func(c *corev1.Container) {
+	translated.ForContainer(p, req.container, func(c *corev1.Container) {
 		c.Resources.Claims = append(c.Resources.Claims, corev1.ResourceClaim{Name: claimName})
-		out.Warnings = append(out.Warnings, StripNVIDIAEnv(c)...)
+		out.Warnings = append(out.Warnings, translated.StripNVIDIAEnv(c)...)
 	})
 	if slices.Contains(opts.KAISchedulerNames, p.Spec.SchedulerName) {
 		out.Warnings = append(out.Warnings, fmt.Sprintf("schedulerName %s replaced by %s: gpufrac's claim is placed by the Kubernetes scheduler, and KAI must not act on the pod too", p.Spec.SchedulerName, opts.SchedulerName))
@@ -409,50 +404,3 @@ func modeOf(pod *corev1.Pod, req *request) string {
 }
 
 func lower(q resource.Quantity) string { return strings.ToLower(q.String()) }
-
-// podSetNVIDIAEnv are the variables a pod may not set on a container that
-// uses a gpufrac claim, with why, in the order the warnings name them.
-//   - NVIDIA_GPU_MEMORY_REQUEST and _LIMIT: NVIDIA's toolkit hook reads
-//     them (docs/design/nvidia/toolkit.md, "The toolkit's hook and its
-//     variables"), so a value the pod sets itself could override the
-//     claim's limit.
-//   - NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES: a node whose
-//     NVIDIA runtime honours them from unprivileged containers (toolkit
-//     default, accept-nvidia-visible-devices-envvar-when-unprivileged)
-//     would hand the container GPUs and driver files the claim does not
-//     hold; the claim's CDI spec alone sets them (docs/install.md).
-var podSetNVIDIAEnv = []podSetVar{
-	{"NVIDIA_GPU_MEMORY_REQUEST", memoryWhy},
-	{"NVIDIA_GPU_MEMORY_LIMIT", memoryWhy},
-	{"NVIDIA_VISIBLE_DEVICES", devicesWhy},
-	{"NVIDIA_DRIVER_CAPABILITIES", devicesWhy},
-}
-
-type podSetVar struct{ name, why string }
-
-const (
-	memoryWhy  = "the GPU memory of a gpufrac claim is set by the driver, not by the pod"
-	devicesWhy = "the GPUs and driver capabilities of a gpufrac claim come from its CDI spec, not from the pod: a node's NVIDIA runtime that honours this variable would give the container GPUs its claim does not hold"
-)
-
-// StripNVIDIAEnv removes from a container that uses a gpufrac claim the
-// NVIDIA variables a pod may not set itself (podSetNVIDIAEnv) and says
-// so, one warning per variable. Variables an envFrom source or the image
-// sets are out of its sight: the node's runtime configuration is the
-// control for those (docs/install.md).
-func StripNVIDIAEnv(c *corev1.Container) []string {
-	var kept []corev1.EnvVar
-	var warnings []string
-	for _, e := range c.Env {
-		i := slices.IndexFunc(podSetNVIDIAEnv, func(v podSetVar) bool { return v.name == e.Name })
-		if i >= 0 {
-			warnings = append(warnings, fmt.Sprintf("container %s: removed %s: %s", c.Name, e.Name, podSetNVIDIAEnv[i].why))
-			continue
-		}
-		kept = append(kept, e)
-	}
-	if len(warnings) > 0 {
-		c.Env = kept
-	}
-	return warnings
-}

@@ -10,7 +10,7 @@ import (
 )
 
 // kaiModel is an independent transcription of KAI-Scheduler's admission of a
-// pod created by a user, written from KAI's source (not from internal/kai) as a
+// pod created by a user, written from KAI's source (not from internal/translate/kai) as a
 // short list of rules over a parsed view of the annotations:
 //
 //   - Mutate, pkg/admission/webhook/v1alpha2/nvfractions (KAI-Scheduler):
@@ -22,7 +22,7 @@ import (
 //     ExtractNvFractionsData (gpu_sharing_nvfractions.go).
 //
 // It answers only the decision (admit or refuse) and the container that
-// gets the GPU; the cross-check compares both with internal/kai.
+// gets the GPU; the cross-check compares both with internal/translate/kai.
 type kaiModel struct {
 	ann        map[string]string
 	containers []string // regular containers, in order

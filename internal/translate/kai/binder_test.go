@@ -14,7 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gpufrac/gpufrac/api/gpufrac.dev/v1alpha1"
-	"github.com/gpufrac/gpufrac/internal/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/kai"
+	"github.com/gpufrac/gpufrac/internal/translate/translated"
 )
 
 // TestKAIBinderRoundsThePortion pins, for an 81559 MiB GPU (an 80 GB H100:
@@ -36,7 +37,7 @@ func TestKAIBinderRoundsThePortion(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		annotations map[string]string
-		kaiCell     string // Compare's KAI column for the memory request
+		kaiCell     string // Compare's KAI side (the Theirs column) for the memory request
 		claim       string // what the claim asks
 		limit       string // the claim's memoryLimit, "" for none
 		percent     int32  // the SM cap, 0 for none
@@ -105,7 +106,7 @@ func TestKAIBinderRoundsThePortion(t *testing.T) {
 			t.Fatalf("got %v, want the binder's refusal", err)
 		}
 		rows := kai.Compare(p, opts)
-		if len(rows) == 0 || !strings.Contains(rows[0].KAI, "invalid received gpu portion") || !strings.Contains(rows[0].Gpufrac, "refused") {
+		if len(rows) == 0 || !strings.Contains(rows[0].Theirs, "invalid received gpu portion") || !strings.Contains(rows[0].Gpufrac, "refused") {
 			t.Errorf("translate's admission row %+v", rows)
 		}
 	})
@@ -147,11 +148,11 @@ func TestTheAPIServerMinimumIsReported(t *testing.T) {
 	}
 }
 
-// compareCell is the KAI column of the row named aspect, "" if absent.
-func compareCell(rows []kai.Row, aspect string) string {
+// compareCell is the KAI side (Theirs) of the row named aspect, "" if absent.
+func compareCell(rows []translated.Row, aspect string) string {
 	for _, r := range rows {
 		if r.Aspect == aspect {
-			return r.KAI
+			return r.Theirs
 		}
 	}
 	return ""
