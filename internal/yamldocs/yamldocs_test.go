@@ -55,7 +55,10 @@ func TestAllEndsWithABrokenSeparator(t *testing.T) {
 
 func TestAllStopsWhenTheCallerDoes(t *testing.T) {
 	n := 0
-	for range yamldocs.All([]byte("a: 1\n---\nb: 2\n---\nc: 3\n")) {
+	for _, err := range yamldocs.All([]byte("a: 1\n---\nb: 2\n---\nc: 3\n")) {
+		if err != nil {
+			t.Fatal(err)
+		}
 		n++
 		break
 	}
