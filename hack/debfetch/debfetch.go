@@ -62,8 +62,8 @@ var (
 // reachable mirror should skip soon, not hang.
 const DefaultTimeout = 3 * time.Minute
 
-// MarkerFile, in a fetched tree, holds the SHA-256 of each .deb it was
-// unpacked from, one a line in the pins' order.
+// MarkerFile is the file, in a fetched tree, that holds the SHA-256 of
+// each .deb the tree was unpacked from, one a line in the pins' order.
 const MarkerFile = ".deb-sha256"
 
 // Options tune a fetch.

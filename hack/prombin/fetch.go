@@ -24,6 +24,7 @@ const (
 	// its apt index names (2.42.0 upstream). A new Debian build changes
 	// the .deb's hash, so the pin is the version and the hash together.
 	Package = "prometheus"
+	// Version is the Debian version of Package that is pinned.
 	Version = "2.42.0+ds-5+b6"
 )
 

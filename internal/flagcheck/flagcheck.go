@@ -25,7 +25,7 @@ func All(errs ...error) error {
 	return errors.Join(errs...)
 }
 
-// DNSLabel: a namespace or Service name (RFC 1123 label, as the API
+// DNSLabel checks a namespace or Service name (RFC 1123 label, as the API
 // server validates them).
 func DNSLabel(flag, value string) error {
 	if msgs := validation.IsDNS1123Label(value); len(msgs) > 0 {
@@ -34,7 +34,7 @@ func DNSLabel(flag, value string) error {
 	return nil
 }
 
-// DNSSubdomain: a node, Secret, ConfigMap, DeviceClass or webhook
+// DNSSubdomain checks a node, Secret, ConfigMap, DeviceClass or webhook
 // configuration name (RFC 1123 subdomain, as the API server validates
 // them: node names may hold dots).
 func DNSSubdomain(flag, value string) error {
@@ -52,7 +52,7 @@ func OptionalDNSSubdomain(flag, value string) error {
 	return DNSSubdomain(flag, value)
 }
 
-// AbsPath: a path the binary must not resolve against its working
+// AbsPath checks a path the binary must not resolve against its working
 // directory (which the kubelet, the runtime or a shell chose).
 func AbsPath(flag, value string) error {
 	if !filepath.IsAbs(value) {
@@ -69,7 +69,7 @@ func OptionalAbsPath(flag, value string) error {
 	return AbsPath(flag, value)
 }
 
-// OneOf: a choice among allowed values.
+// OneOf checks a choice among allowed values.
 func OneOf(flag, value string, allowed ...string) error {
 	if !slices.Contains(allowed, value) {
 		return fmt.Errorf("%s %q: must be one of %s", flag, value, strings.Join(allowed, ", "))
@@ -77,7 +77,7 @@ func OneOf(flag, value string, allowed ...string) error {
 	return nil
 }
 
-// Duration: a wait or delay from lo to hi, both included.
+// Duration checks a wait or delay from lo to hi, both included.
 func Duration(flag string, value, lo, hi time.Duration) error {
 	if value < lo || value > hi {
 		return fmt.Errorf("%s %s: must be from %s to %s", flag, value, lo, hi)
@@ -85,7 +85,7 @@ func Duration(flag string, value, lo, hi time.Duration) error {
 	return nil
 }
 
-// Lifetime: a lifetime of at least floor (why says what a shorter one
+// Lifetime checks a lifetime of at least floor (why says what a shorter one
 // does) and at most hi.
 func Lifetime(flag string, value, floor, hi time.Duration, why string) error {
 	if value < floor {
@@ -97,7 +97,7 @@ func Lifetime(flag string, value, floor, hi time.Duration, why string) error {
 	return nil
 }
 
-// Int: a count from lo to hi, both included.
+// Int checks a count from lo to hi, both included.
 func Int(flag string, value, lo, hi int64) error {
 	if value < lo || value > hi {
 		return fmt.Errorf("%s %d: must be from %d to %d", flag, value, lo, hi)
@@ -105,7 +105,7 @@ func Int(flag string, value, lo, hi int64) error {
 	return nil
 }
 
-// Rate: a rate from lo to hi, both included (NaN is neither).
+// Rate checks a rate from lo to hi, both included (NaN is neither).
 func Rate(flag string, value, lo, hi float64) error {
 	if !(value >= lo && value <= hi) {
 		return fmt.Errorf("%s %v: must be from %v to %v", flag, value, lo, hi)

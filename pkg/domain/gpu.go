@@ -13,13 +13,13 @@ import (
 type Enforcement string
 
 const (
-	// EnforcementDMem: per-cgroup soft and hard limits through NVML
+	// EnforcementDMem means per-cgroup soft and hard limits through NVML
 	// (nvmlDeviceSetMemoryLimits_v1, driver r615+, cgroup v2).
 	EnforcementDMem Enforcement = "dmem"
-	// EnforcementMPS: only the MPS server's pinned device memory limit,
+	// EnforcementMPS means only the MPS server's pinned device memory limit,
 	// which binds SMSharing clients alone.
 	EnforcementMPS Enforcement = "mps"
-	// EnforcementNone: the node can enforce nothing; claims asking for a
+	// EnforcementNone means the node can enforce nothing; claims asking for a
 	// limit must fail there.
 	EnforcementNone Enforcement = "none"
 )

@@ -11,13 +11,13 @@ package domain
 type VisibleDevicesEnvvar string
 
 const (
-	// VisibleDevicesEnvvarAccepted: the configuration sets
+	// VisibleDevicesEnvvarAccepted means the configuration sets
 	// accept-nvidia-visible-devices-envvar-when-unprivileged = true, or
 	// leaves it unset (NVIDIA's default is true).
 	VisibleDevicesEnvvarAccepted VisibleDevicesEnvvar = "accepted"
-	// VisibleDevicesEnvvarRefused: the configuration sets it to false.
+	// VisibleDevicesEnvvarRefused means the configuration sets it to false.
 	VisibleDevicesEnvvarRefused VisibleDevicesEnvvar = "refused"
-	// VisibleDevicesEnvvarUnknown: the plugin was not given the
+	// VisibleDevicesEnvvarUnknown means the plugin was not given the
 	// configuration, or could not read it.
 	VisibleDevicesEnvvarUnknown VisibleDevicesEnvvar = "unknown"
 )

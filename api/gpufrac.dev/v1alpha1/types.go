@@ -12,9 +12,10 @@ const (
 	// DriverName is the DRA driver name; opaque configs for other drivers are
 	// not ours to read.
 	DriverName = "gpufrac.dev"
-	// GroupName and Version form the apiVersion of FractionConfig.
+	// GroupName is the API group of FractionConfig.
 	GroupName = "gpufrac.dev"
-	Version   = "v1alpha1"
+	// Version is the API version of FractionConfig in that group.
+	Version = "v1alpha1"
 	// Kind is the only kind this API has.
 	Kind = "FractionConfig"
 )

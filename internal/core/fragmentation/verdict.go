@@ -9,13 +9,13 @@ import "slices"
 type Cause string
 
 const (
-	// Fits: some GPU has the free memory a share needs.
+	// Fits means some GPU has the free memory a share needs.
 	Fits Cause = ""
-	// ByFragmentation: the pool's GPUs together have the free memory the
+	// ByFragmentation means the pool's GPUs together have the free memory the
 	// request needs, no single one does (a share cannot span GPUs):
 	// moving shares would make room.
 	ByFragmentation Cause = "Fragmentation"
-	// ByCapacity: even all the pool's free memory is less than the
+	// ByCapacity means even all the pool's free memory is less than the
 	// request needs: only more GPUs, or fewer shares, make room.
 	ByCapacity Cause = "Capacity"
 )

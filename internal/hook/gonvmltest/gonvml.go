@@ -1,7 +1,7 @@
 // Copyright The gpufrac Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package gonvml presents a go-nvml Interface (in practice go-nvml's mock
+// Package gonvmltest presents a go-nvml Interface (in practice go-nvml's mock
 // server, which the node's tests build their simulated GPUs from) as a
 // purenvml.Interface, so code that calls NVML through purenvml is tested
 // against the same doubles as the rest of the node. It links go-nvml, so

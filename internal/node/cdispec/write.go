@@ -76,11 +76,11 @@ func (w *Writer) writeSpec(spec *cdispec.Spec, claimUID types.UID) (err error) {
 type SpecState int
 
 const (
-	// SpecOK: the file is there and the CDI library reads it.
+	// SpecOK means the file is there and the CDI library reads it.
 	SpecOK SpecState = iota
-	// SpecMissing: no file.
+	// SpecMissing means no file.
 	SpecMissing
-	// SpecUnreadable: a file that does not parse or validate as a CDI
+	// SpecUnreadable means a file that does not parse or validate as a CDI
 	// spec (torn, truncated, edited, or far too large to be ours).
 	SpecUnreadable
 )

@@ -45,10 +45,10 @@ const Version = v1.Version
 type State string
 
 const (
-	// Started: Prepare began side effects; a crash here leaves work that
+	// Started means Prepare began side effects; a crash here leaves work that
 	// Unprepare or a retried Prepare must finish or undo.
 	Started State = v1.StateStarted
-	// Completed: every side effect is done and the devices were returned.
+	// Completed means every side effect is done and the devices were returned.
 	Completed State = v1.StateCompleted
 )
 

@@ -31,7 +31,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
-// ErrNoDriver: the driver root holds no versioned libcuda or NVML.
+// ErrNoDriver says the driver root holds no versioned libcuda or NVML.
 var ErrNoDriver = errors.New("no NVIDIA driver libraries found")
 
 // LibrarySearchDirs are where installations put the driver's libraries,

@@ -32,20 +32,20 @@ import (
 type Kind string
 
 const (
-	// AtHardLimit: a container's GPU memory in use reached its hard limit;
+	// AtHardLimit means a container's GPU memory in use reached its hard limit;
 	// its next allocation fails with out-of-memory (NVIDIA's FAILURE zone).
 	AtHardLimit Kind = "GPUMemoryAtHardLimit"
-	// Borrowing: a container uses more than its guaranteed request
+	// Borrowing means a container uses more than its guaranteed request
 	// (NVIDIA's PRESSURE zone): MPS may evict it when a neighbour within
 	// its own request needs the memory.
 	Borrowing Kind = "GPUMemoryBorrowing"
-	// MPSEvicted: the MPS server terminated a client that was above its
+	// MPSEvicted means the MPS server terminated a client that was above its
 	// request because a neighbour within its request needed the memory.
 	MPSEvicted Kind = "MPSClientEvicted"
-	// MPSTerminated: the MPS server terminated a client for another
+	// MPSTerminated means the MPS server terminated a client for another
 	// reason (a fatal GPU exception of a client of the same GPU).
 	MPSTerminated Kind = "MPSClientTerminated"
-	// MPSWedged: the MPS server refused a new client because the GPU
+	// MPSWedged means the MPS server refused a new client because the GPU
 	// waits for clients a fatal GPU exception ended to exit, and one of
 	// them (the neighbour) has not: the GPU is wedged for newcomers.
 	MPSWedged Kind = "MPSClientWedged"

@@ -21,8 +21,9 @@ type NamespaceLimits struct {
 	ActiveThreadPercentage int
 }
 
-// DefaultSafetyLimits: 64 MiB is below what a CUDA context needs to do
-// useful work, 1% the smallest share MPS accepts.
+// DefaultSafetyLimits are the floors of a namespace's limits: 64 MiB is
+// below what a CUDA context needs to do useful work, 1% the smallest share
+// MPS accepts.
 var DefaultSafetyLimits = NamespaceLimits{PinnedMemoryMiB: 64, ActiveThreadPercentage: 1}
 
 // withDefaults fills zero fields and validates the rest.

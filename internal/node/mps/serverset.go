@@ -29,8 +29,8 @@ import (
 // running server does not serve a GPU it was not started with. This file
 // decides what to do with such a server.
 
-// AnnotationServerGPUs, on a daemon Pod, lists (sorted, comma-separated)
-// the GPUs its server was started with. Set by the manager, not the
+// AnnotationServerGPUs is the daemon Pod's annotation that lists (sorted,
+// comma-separated) the GPUs its server was started with. Set by the manager, not the
 // template, so a replaced --mps-template cannot drop it; a restarted
 // plugin reads it to know what a running server serves.
 const AnnotationServerGPUs = "gpufrac.dev/server-gpus"

@@ -16,8 +16,8 @@ import (
 // plugin data directory.
 const RecordFile = "simulated-memory-limits.jsonl"
 
-// HealthFile, under the plugin data directory of a simulated node, makes
-// GPUs unhealthy: a JSON object of GPU UUID to reason (see health.WatchFile).
+// HealthFile is the file, under the plugin data directory of a simulated
+// node, that makes GPUs unhealthy: a JSON object of GPU UUID to reason (see health.WatchFile).
 const HealthFile = "simulated-health.json"
 
 // AnswerRecordedLimits makes srv's GPUs answer GetMemoryLimits_v1 with the

@@ -11,9 +11,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 )
 
-// UsageFile, under the plugin data directory of a simulated node, says how
-// much GPU memory each simulated container holds: a JSON object of GPU UUID
-// to cgroup path to bytes. Nothing runs CUDA on a simulated node, so tests
+// UsageFile is the file, under the plugin data directory of a simulated
+// node, that says how much GPU memory each simulated container holds: a
+// JSON object of GPU UUID to cgroup path to bytes. Nothing runs CUDA on a simulated node, so tests
 // write it to make containers borrow or reach their limits.
 const UsageFile = "simulated-usage.json"
 

@@ -1,7 +1,7 @@
 // Copyright The gpufrac Authors.
 // SPDX-License-Identifier: Apache-2.0
 
-// Package mpslauncher runs a program of the node's NVIDIA driver root
+// Package launcher runs a program of the node's NVIDIA driver root
 // (nvidia-cuda-mps-control, nvidia-smi, and the daemon script's shell) from
 // the plugin's own distroless image: in a private mount namespace it makes
 // the driver root the process's root (chroot), with the host's /proc, /dev
