@@ -38,25 +38,31 @@ func allowedNeeded(lib string) bool {
 	return false
 }
 
-// HostBinaries reads the Makefile's HOST_BINARIES under repoRoot: the one
-// list the Makefile, the Dockerfile, the chart image and the test tiers
-// build without cgo.
+// HostBinaries reads HOST_BINARIES from the Makefile under repoRoot or one
+// of the files it includes (hack/make/*.mk): the one list the Makefile,
+// the Dockerfile, the chart image and the test tiers build without cgo.
 func HostBinaries(repoRoot string) ([]string, error) {
-	file := filepath.Join(repoRoot, "Makefile")
-	raw, err := os.ReadFile(file)
+	included, err := filepath.Glob(filepath.Join(repoRoot, "hack", "make", "*.mk"))
 	if err != nil {
 		return nil, err
 	}
-	sc := bufio.NewScanner(bytes.NewReader(raw))
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), ":=")
-		if ok && strings.TrimSpace(name) == "HOST_BINARIES" {
-			if bins := strings.Fields(value); len(bins) > 0 {
-				return bins, nil
+	files := append([]string{filepath.Join(repoRoot, "Makefile")}, included...)
+	for _, file := range files {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(bytes.NewReader(raw))
+		for sc.Scan() {
+			name, value, ok := strings.Cut(sc.Text(), ":=")
+			if ok && strings.TrimSpace(name) == "HOST_BINARIES" {
+				if bins := strings.Fields(value); len(bins) > 0 {
+					return bins, nil
+				}
 			}
 		}
 	}
-	return nil, fmt.Errorf("%s: no HOST_BINARIES := line naming the host binaries", file)
+	return nil, fmt.Errorf("%s: no HOST_BINARIES := line naming the host binaries", strings.Join(files, ", "))
 }
 
 // Check reads the ELF file at path and returns every reason it would not
