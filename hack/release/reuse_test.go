@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpufrac/gpufrac/internal/mustrun"
 )
 
 // TestReleaseReusesWhatMakeCompiled: a package compiled by a go command the
@@ -22,9 +24,8 @@ import (
 // own values, so removing the Makefile's -trimpath, or giving the release
 // a compiler flag the Makefile lacks, fails here.
 func TestReleaseReusesWhatMakeCompiled(t *testing.T) {
-	if _, err := exec.LookPath("make"); err != nil {
-		t.Skip("no make here: the Makefile's flags cannot be read")
-	}
+	_, err := exec.LookPath("make")
+	mustrun.Need(t, err == nil, "make not found: the Makefile's flags cannot be read")
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)

@@ -13,25 +13,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gpufrac/gpufrac/internal/admission"
+	"github.com/gpufrac/gpufrac/internal/deviceclass/deviceclasstest"
 	"github.com/gpufrac/gpufrac/internal/manifestcheck"
 )
-
-// ruleClass is a DeviceClass of one kind the class rules tell apart.
-func ruleClass(name, selector string, config bool) *resourceapi.DeviceClass {
-	c := &resourceapi.DeviceClass{TypeMeta: metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "DeviceClass"}, ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if selector != "" {
-		c.Spec.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: selector}}}
-	}
-	if config {
-		c.Spec.Config = []resourceapi.DeviceClassConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
-			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpufrac.dev", Parameters: runtime.RawExtension{
-				Raw: []byte(`{"apiVersion":"gpufrac.dev/v1alpha1","kind":"FractionConfig","computeMode":"SMSharing"}`)}}}}}
-	}
-	return c
-}
 
 // TestEachCallerCountsTheClassesItsPurposeNeeds pins, for every caller of
 // internal/deviceclass, which kinds of class count as gpufrac's:
@@ -57,11 +43,11 @@ func TestEachCallerCountsTheClassesItsPurposeNeeds(t *testing.T) {
 		class *resourceapi.DeviceClass
 		want  callers
 	}{
-		{"config-only", ruleClass("frac-config", "", true), callers{true, true, false, false}},
-		{"selector-only, by driver", ruleClass("frac-selector", `device.driver == "gpufrac.dev"`, false), callers{true, true, true, true}},
-		{"selector-only, by attribute", ruleClass("frac-h100", `device.attributes["gpufrac.dev"].productName == "NVIDIA H100"`, false), callers{true, true, true, true}},
-		{"name-only", ruleClass("shared.gpufrac.dev", `device.driver == "gpu.nvidia.com"`, false), callers{false, false, false, false}},
-		{"foreign", ruleClass("gpu.nvidia.com", `device.driver == "gpu.nvidia.com"`, false), callers{false, false, false, false}},
+		{"config-only", deviceclasstest.Class("frac-config", "", true), callers{true, true, false, false}},
+		{"selector-only, by driver", deviceclasstest.Class("frac-selector", `device.driver == "gpufrac.dev"`, false), callers{true, true, true, true}},
+		{"selector-only, by attribute", deviceclasstest.Class("frac-h100", `device.attributes["gpufrac.dev"].productName == "NVIDIA H100"`, false), callers{true, true, true, true}},
+		{"name-only", deviceclasstest.Class("shared.gpufrac.dev", `device.driver == "gpu.nvidia.com"`, false), callers{false, false, false, false}},
+		{"foreign", deviceclasstest.Class("gpu.nvidia.com", `device.driver == "gpu.nvidia.com"`, false), callers{false, false, false, false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := gpuSpec(tc.class.Name, "16Gi")
@@ -83,7 +69,7 @@ func TestEachCallerCountsTheClassesItsPurposeNeeds(t *testing.T) {
 		})
 	}
 	// Out of the manifest checker's sight, a class is judged by its name.
-	if !boundsMemory(t, ruleClass("shared.gpufrac.dev", "", false), false) || boundsMemory(t, ruleClass("gpu.nvidia.com", "", false), false) {
+	if !boundsMemory(t, deviceclasstest.Class("shared.gpufrac.dev", "", false), false) || boundsMemory(t, deviceclasstest.Class("gpu.nvidia.com", "", false), false) {
 		t.Error("a class not among the inputs: want counted when named as the shipped classes are, and only then")
 	}
 }

@@ -9,25 +9,11 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
 	"github.com/gpufrac/gpufrac/internal/deviceclass"
+	"github.com/gpufrac/gpufrac/internal/deviceclass/deviceclasstest"
 )
-
-func class(name, selector string, config bool) *resourceapi.DeviceClass {
-	c := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if selector != "" {
-		c.Spec.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: selector}}}
-	}
-	if config {
-		c.Spec.Config = []resourceapi.DeviceClassConfiguration{{DeviceConfiguration: resourceapi.DeviceConfiguration{
-			Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: "gpufrac.dev", Parameters: runtime.RawExtension{
-				Raw: []byte(`{"apiVersion":"gpufrac.dev/v1alpha1","kind":"FractionConfig","computeMode":"SMSharing"}`)}}}}}
-	}
-	return c
-}
 
 // TestPredicates pins each predicate over the kinds of class the callers
 // meet: one that only configures gpufrac (no selector: it can be given any
@@ -41,13 +27,13 @@ func TestPredicates(t *testing.T) {
 		selects, configures, mayUse bool
 		namedAsShipped              bool
 	}{
-		{"config-only", class("frac-config", "", true), false, true, true, false},
-		{"selector-only, by driver", class("frac-selector", `device.driver == "gpufrac.dev"`, false), true, false, true, false},
-		{"selector-only, by attribute", class("frac-h100", `device.attributes["gpufrac.dev"].productName == "NVIDIA H100"`, false), true, false, true, false},
-		{"name-only", class("shared.gpufrac.dev", `device.driver == "gpu.nvidia.com"`, false), false, false, false, true},
-		{"foreign", class("gpu.nvidia.com", `device.driver == "gpu.nvidia.com"`, false), false, false, false, false},
-		{"shipped", class("sm-sharing.gpufrac.dev", `device.driver == "gpufrac.dev"`, true), true, true, true, true},
-		{"no selector, no config", class("anything", "", false), false, false, false, false},
+		{"config-only", deviceclasstest.Class("frac-config", "", true), false, true, true, false},
+		{"selector-only, by driver", deviceclasstest.Class("frac-selector", `device.driver == "gpufrac.dev"`, false), true, false, true, false},
+		{"selector-only, by attribute", deviceclasstest.Class("frac-h100", `device.attributes["gpufrac.dev"].productName == "NVIDIA H100"`, false), true, false, true, false},
+		{"name-only", deviceclasstest.Class("shared.gpufrac.dev", `device.driver == "gpu.nvidia.com"`, false), false, false, false, true},
+		{"foreign", deviceclasstest.Class("gpu.nvidia.com", `device.driver == "gpu.nvidia.com"`, false), false, false, false, false},
+		{"shipped", deviceclasstest.Class("sm-sharing.gpufrac.dev", `device.driver == "gpufrac.dev"`, true), true, true, true, true},
+		{"no selector, no config", deviceclasstest.Class("anything", "", false), false, false, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := [4]bool{deviceclass.SelectsGpufrac(tc.class), deviceclass.ConfiguresGpufrac(tc.class),
@@ -62,7 +48,7 @@ func TestPredicates(t *testing.T) {
 
 func TestNamesDecidesByName(t *testing.T) {
 	ours := deviceclass.Names([]*resourceapi.DeviceClass{
-		class("frac", `device.driver == "gpufrac.dev"`, false), class("nic", `device.driver == "nic.example.com"`, false),
+		deviceclasstest.Class("frac", `device.driver == "gpufrac.dev"`, false), deviceclasstest.Class("nic", `device.driver == "nic.example.com"`, false),
 	}, deviceclass.SelectsGpufrac)
 	if !ours("frac") || ours("nic") || ours("gpufrac.dev") {
 		t.Errorf("frac %t, nic %t, unknown gpufrac.dev %t; want true, false, false", ours("frac"), ours("nic"), ours("gpufrac.dev"))
